@@ -1,0 +1,456 @@
+package conformance
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+)
+
+// RunLease runs the lease conformance suite on dialect d. Every case opens
+// its own database and runs in parallel.
+func RunLease(t *testing.T, d lease.Dialect) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, e Env)
+	}{
+		{"AcquireFreeRow", acquireFreeRow},
+		{"AcquireMissingRow", acquireMissingRow},
+		{"ManyGoroutinesOneWinner", manyGoroutinesOneWinner},
+		{"Reentry", reentry},
+		{"ExpiryAndTakeover", expiryAndTakeover},
+		{"GenerationOverTakeovers", generationOverTakeovers},
+		{"RolledBackAcquireLeavesNoLease", rolledBackAcquire},
+		{"RenewAfterExpiryWithoutTakeover", renewAfterExpiry},
+		{"RenewNeverMovesBackwards", renewNeverBackwards},
+		{"TransitionStates", transitionStates},
+		{"VerifyInsideTransaction", verifyInsideTx},
+		{"CreateAndDuplicate", createAndDuplicate},
+		{"ReleaseAndReacquire", releaseAndReacquire},
+		{"TTLHonoured", ttlHonoured},
+		{"BadInputWritesNothing", badInputWritesNothing},
+		{"LongTransactionGetsTrueExpiry", longTransactionExpiry},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := Setup(t, testdb.Open(t, d), lease.Options{})
+			c.fn(t, e)
+		})
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func acquireFreeRow(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "alice", 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g.Generation)
+	assert.Equal(t, "alice", g.Holder)
+	assert.False(t, g.Token.IsZero())
+	assert.True(t, g.Trusted(time.Now()))
+	st, err := e.Lease.Inspect(ctx, e.DB, "k")
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+	assert.Equal(t, "alice", st.Holder)
+	assert.Equal(t, int64(1), st.Generation)
+	assert.Greater(t, st.Remaining, 9*time.Second)
+	assert.LessOrEqual(t, st.Remaining, 10*time.Second)
+	row := e.ReadRow(t, "k")
+	require.NotNil(t, row.Token)
+	assert.Equal(t, g.Token.Secret(), *row.Token)
+
+	_, err = e.Lease.Acquire(ctx, e.DB, "k", "bob", time.Second)
+	var ce *lease.ConflictError
+	require.ErrorAs(t, err, &ce)
+	assert.ErrorIs(t, err, lease.ErrHeld)
+	assert.Equal(t, "alice", ce.Holder)
+	assert.Equal(t, int64(1), ce.Generation)
+	assert.Greater(t, ce.Remaining, 8*time.Second)
+	assert.NotContains(t, err.Error(), g.Token.Secret())
+	assert.Equal(t, row, e.ReadRow(t, "k"), "a loser changes nothing")
+}
+
+func acquireMissingRow(t *testing.T, e Env) {
+	_, err := e.Lease.Acquire(ctxT(t), e.DB, "nope", "alice", time.Second)
+	assert.ErrorIs(t, err, lease.ErrNotFound)
+	_, err = e.Lease.Inspect(ctxT(t), e.DB, "nope")
+	assert.ErrorIs(t, err, lease.ErrNotFound)
+}
+
+func manyGoroutinesOneWinner(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "hot")
+	const n = 64
+	var (
+		wg        sync.WaitGroup
+		start     = make(chan struct{})
+		mu        sync.Mutex
+		wins      []lease.Grant[string]
+		conflicts int
+		others    []error
+	)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			g, err := e.Lease.Acquire(ctx, e.DB, "hot", fmt.Sprintf("h%02d", i), 30*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins = append(wins, g)
+			case errors.Is(err, lease.ErrHeld):
+				conflicts++
+			default:
+				others = append(others, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	require.Empty(t, others)
+	require.Len(t, wins, 1, "exactly one grant")
+	assert.Equal(t, n-1, conflicts)
+	st, err := e.Lease.Inspect(ctx, e.DB, "hot")
+	require.NoError(t, err)
+	assert.Equal(t, wins[0].Holder, st.Holder)
+	assert.Equal(t, int64(1), st.Generation)
+}
+
+func reentry(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "alice", 5*time.Second)
+	require.NoError(t, err)
+	for range 3 {
+		g2, err := e.Lease.AcquireWith(ctx, e.DB, "k", "alice", 5*time.Second, lease.AcquireOptions{Token: g.Token})
+		require.NoError(t, err)
+		assert.Equal(t, g.Generation, g2.Generation, "reentry keeps the generation")
+		assert.True(t, g2.Token.Equal(g.Token))
+		assert.False(t, g2.Deadline.Before(g.Deadline))
+	}
+	// Someone else's token is no reentry.
+	other, err := lease.NewToken()
+	require.NoError(t, err)
+	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "bob", 5*time.Second, lease.AcquireOptions{Token: other})
+	assert.ErrorIs(t, err, lease.ErrHeld)
+	g3, err := e.Lease.Renew(ctx, e.DB, g, 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g3.Generation, "renew keeps the generation")
+}
+
+func expiryAndTakeover(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	old, err := e.Lease.Acquire(ctx, e.DB, "k", "old", 200*time.Millisecond)
+	require.NoError(t, err)
+	_, err = e.Lease.Acquire(ctx, e.DB, "k", "new", time.Second)
+	require.ErrorIs(t, err, lease.ErrHeld)
+	e.WaitFree(t, "k", 5*time.Second)
+	nw, err := e.Lease.Acquire(ctx, e.DB, "k", "new", 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, old.Generation+1, nw.Generation)
+	before := e.ReadRow(t, "k")
+
+	_, err = e.Lease.Renew(ctx, e.DB, old, time.Second)
+	assert.ErrorIs(t, err, lease.ErrLost)
+	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, old), lease.ErrLost)
+	_, err = e.Lease.Transition(ctx, e.DB, old, lease.ChangeOptions{From: []string{"processing"}, To: "success",
+		Set: []lease.Assignment{lease.Set("note", "late")}})
+	assert.ErrorIs(t, err, lease.ErrLost)
+	_, err = e.Lease.Verify(ctx, e.DB, old, false)
+	assert.ErrorIs(t, err, lease.ErrLost)
+	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "old", time.Second, lease.AcquireOptions{Token: old.Token})
+	assert.ErrorIs(t, err, lease.ErrHeld)
+	assert.Equal(t, before, e.ReadRow(t, "k"), "the new holder's row is unchanged")
+
+	_, err = e.Lease.Renew(ctx, e.DB, nw, 30*time.Second)
+	require.NoError(t, err)
+}
+
+func generationOverTakeovers(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	last := int64(0)
+	for i := range 100 {
+		g, err := e.Lease.Acquire(ctx, e.DB, "k", fmt.Sprintf("h%d", i), 2*time.Millisecond)
+		require.NoError(t, err, "takeover %d", i)
+		require.Greater(t, g.Generation, last, "generation strictly increasing")
+		last = g.Generation
+		e.WaitFree(t, "k", 5*time.Second)
+	}
+	assert.Equal(t, int64(100), last)
+}
+
+func rolledBackAcquire(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	g, err := e.Lease.Acquire(ctx, tx, "k", "tx", 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g.Generation)
+	require.NoError(t, tx.Rollback())
+	st, err := e.Lease.Inspect(ctx, e.DB, "k")
+	require.NoError(t, err)
+	assert.False(t, st.Held)
+	assert.Equal(t, int64(0), st.Generation)
+	g2, err := e.Lease.Acquire(ctx, e.DB, "k", "other", time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g2.Generation)
+
+	// The same inside a committed transaction holds.
+	e.Insert(t, "k2")
+	tx, err = e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	_, err = e.Lease.Acquire(ctx, tx, "k2", "tx", 30*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	st, err = e.Lease.Inspect(ctx, e.DB, "k2")
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+}
+
+func renewAfterExpiry(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 5*time.Millisecond)
+	require.NoError(t, err)
+	e.WaitFree(t, "k", 5*time.Second)
+	g2, err := e.Lease.Renew(ctx, e.DB, g, 10*time.Second)
+	require.NoError(t, err, "nobody took it over; the token still matches")
+	assert.Equal(t, g.Generation, g2.Generation)
+	st, err := e.Lease.Inspect(ctx, e.DB, "k")
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+}
+
+func renewNeverBackwards(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 20*time.Second)
+	require.NoError(t, err)
+	// A renew for less than what is left keeps the expiry (plus 1µs), and
+	// is a success on every dialect and every affected-rows mode.
+	for range 5 {
+		_, err = e.Lease.Renew(ctx, e.DB, g, time.Second)
+		require.NoError(t, err)
+	}
+	st, err := e.Lease.Inspect(ctx, e.DB, "k")
+	require.NoError(t, err)
+	assert.Greater(t, st.Remaining, 15*time.Second)
+}
+
+func transitionStates(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 5*time.Second, lease.AcquireOptions{InStates: []string{"processing"}})
+	require.NoError(t, err)
+	// Wrong from-state: lost, nothing changed.
+	before := e.ReadRow(t, "k")
+	_, err = e.Lease.Transition(ctx, e.DB, g, lease.ChangeOptions{From: []string{"error"}, To: "success"})
+	assert.ErrorIs(t, err, lease.ErrLost)
+	assert.Equal(t, before, e.ReadRow(t, "k"))
+	// Keep: state changes, lease renewed, same generation.
+	g2, err := e.Lease.Transition(ctx, e.DB, g, lease.ChangeOptions{From: []string{"processing"}, To: "processing",
+		Keep: true, TTL: 5 * time.Second, Set: []lease.Assignment{lease.Set("note", "step 1")}})
+	require.NoError(t, err)
+	assert.Equal(t, g.Generation, g2.Generation)
+	// Same values again: still a success (the row changes through its expiry).
+	_, err = e.Lease.Transition(ctx, e.DB, g2, lease.ChangeOptions{From: []string{"processing"}, To: "processing",
+		Keep: true, TTL: 5 * time.Second, Set: []lease.Assignment{lease.Set("note", "step 1")}})
+	require.NoError(t, err)
+	// Release into success with a note.
+	_, err = e.Lease.Transition(ctx, e.DB, g2, lease.ChangeOptions{From: []string{"processing"}, To: "success",
+		Set: []lease.Assignment{lease.Set("note", "done")}})
+	require.NoError(t, err)
+	row := e.ReadRow(t, "k")
+	assert.Equal(t, "success", row.State)
+	assert.Nil(t, row.Token)
+	assert.Nil(t, row.Holder)
+	require.NotNil(t, row.Note)
+	assert.Equal(t, "done", *row.Note)
+	// A success row cannot be acquired for processing.
+	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "b", time.Second, lease.AcquireOptions{InStates: []string{"processing", "error"}})
+	var se *lease.StateError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "success", se.State)
+	// The old grant can transition no more.
+	_, err = e.Lease.Transition(ctx, e.DB, g2, lease.ChangeOptions{From: []string{"success"}, To: "error"})
+	assert.ErrorIs(t, err, lease.ErrLost)
+	// An error row is retried: acquire sets processing, generation +1.
+	e.Insert(t, "r")
+	gr, err := e.Lease.AcquireWith(ctx, e.DB, "r", "a", time.Second, lease.AcquireOptions{})
+	require.NoError(t, err)
+	_, err = e.Lease.Transition(ctx, e.DB, gr, lease.ChangeOptions{From: []string{"processing"}, To: "error"})
+	require.NoError(t, err)
+	gr2, err := e.Lease.AcquireWith(ctx, e.DB, "r", "b", time.Second, lease.AcquireOptions{InStates: []string{"error"}, SetState: "processing"})
+	require.NoError(t, err)
+	assert.Equal(t, gr.Generation+1, gr2.Generation)
+	assert.Equal(t, "processing", e.ReadRow(t, "r").State)
+}
+
+func verifyInsideTx(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 30*time.Second)
+	require.NoError(t, err)
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	gen, err := e.Lease.Verify(ctx, tx, g, true)
+	require.NoError(t, err)
+	assert.Equal(t, g.Generation, gen)
+	require.NoError(t, tx.Commit())
+	require.NoError(t, e.Lease.Release(ctx, e.DB, g))
+	_, err = e.Lease.Verify(ctx, e.DB, g, false)
+	assert.ErrorIs(t, err, lease.ErrLost)
+}
+
+func createAndDuplicate(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	g, err := e.Lease.Create(ctx, e.DB, "c", "a", 5*time.Second, lease.CreateOptions{State: "processing",
+		Set: []lease.Assignment{lease.Set("note", "first")}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g.Generation)
+	before := e.ReadRow(t, "c")
+	_, err = e.Lease.Create(ctx, e.DB, "c", "b", 5*time.Second, lease.CreateOptions{State: "processing"})
+	assert.ErrorIs(t, err, lease.ErrExists)
+	assert.True(t, lease.IsDuplicateKey(err))
+	assert.Equal(t, before, e.ReadRow(t, "c"))
+	require.NoError(t, e.Lease.Ensure(ctx, e.DB, "c", lease.CreateOptions{}), "ensure on an existing row is a no-op")
+	assert.Equal(t, before, e.ReadRow(t, "c"))
+	_, err = e.Lease.Renew(ctx, e.DB, g, 5*time.Second)
+	require.NoError(t, err)
+}
+
+func releaseAndReacquire(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 30*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, e.Lease.Release(ctx, e.DB, g))
+	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, g), lease.ErrLost, "a second release finds nothing to release")
+	st, err := e.Lease.Inspect(ctx, e.DB, "k")
+	require.NoError(t, err)
+	assert.False(t, st.Held)
+	assert.Equal(t, "", st.Holder)
+	g2, err := e.Lease.Acquire(ctx, e.DB, "k", "b", 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, g.Generation+1, g2.Generation)
+}
+
+func ttlHonoured(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	for _, ttl := range []time.Duration{200 * time.Millisecond, 1500 * time.Millisecond} {
+		g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", ttl)
+		require.NoError(t, err)
+		st, err := e.Lease.Inspect(ctx, e.DB, "k")
+		require.NoError(t, err)
+		assert.LessOrEqual(t, st.Remaining, ttl, "expiry is at most the TTL away")
+		assert.Greater(t, st.Remaining, ttl-150*time.Millisecond, "and not much less (database clock)")
+		require.NoError(t, e.Lease.Release(ctx, e.DB, g))
+	}
+}
+
+// longTransactionExpiry: a lease taken late in a long transaction expires
+// TTL after the acquire, not TTL after the transaction began.
+func longTransactionExpiry(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	tx, err := e.DB.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck
+	_, err = e.Lease.Inspect(ctx, tx, "k") // the transaction has started
+	require.NoError(t, err)
+	timer := time.NewTimer(300 * time.Millisecond)
+	<-timer.C
+	_, err = e.Lease.Acquire(ctx, tx, "k", "a", 400*time.Millisecond)
+	require.NoError(t, err)
+	st, err := e.Lease.Inspect(ctx, tx, "k")
+	require.NoError(t, err)
+	assert.True(t, st.Held, "a transaction-start clock would have left only ~100ms")
+	assert.Greater(t, st.Remaining, 250*time.Millisecond)
+}
+
+func badInputWritesNothing(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 30*time.Second)
+	require.NoError(t, err)
+	before := e.ReadRow(t, "k")
+	var c countdb.Counter
+	db := c.Wrap(e.DB)
+	long := strings.Repeat("x", lease.MaxHolderLen+1)
+	var nilDB *sql.DB
+	zero := lease.Grant[string]{}
+	noKey := g
+	noKey.Key = ""
+	calls := map[string]func() error{
+		"empty key":      func() error { _, err := e.Lease.Acquire(ctx, db, "", "b", time.Second); return err },
+		"long key":       func() error { _, err := e.Lease.Acquire(ctx, db, long, "b", time.Second); return err },
+		"empty holder":   func() error { _, err := e.Lease.Acquire(ctx, db, "k", "", time.Second); return err },
+		"long holder":    func() error { _, err := e.Lease.Acquire(ctx, db, "k", long, time.Second); return err },
+		"bad utf8":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "\xff", time.Second); return err },
+		"zero ttl":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 0); return err },
+		"negative ttl":   func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", -time.Second); return err },
+		"sub-ms ttl":     func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 500*time.Microsecond); return err },
+		"huge ttl":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 25*time.Hour); return err },
+		"nil db":         func() error { _, err := e.Lease.Acquire(ctx, nil, "k", "b", time.Second); return err },
+		"typed nil db":   func() error { _, err := e.Lease.Acquire(ctx, nilDB, "k", "b", time.Second); return err },
+		"zero grant":     func() error { _, err := e.Lease.Renew(ctx, db, zero, time.Second); return err },
+		"grant no key":   func() error { return e.Lease.Release(ctx, db, noKey) },
+		"renew zero ttl": func() error { _, err := e.Lease.Renew(ctx, db, g, 0); return err },
+		"set lease col": func() error {
+			_, err := e.Lease.Transition(ctx, db, g, lease.ChangeOptions{Set: []lease.Assignment{lease.Set("token", "x")}})
+			return err
+		},
+		"set bad ident": func() error {
+			_, err := e.Lease.Transition(ctx, db, g, lease.ChangeOptions{Set: []lease.Assignment{lease.Set("note; DROP TABLE x", "x")}})
+			return err
+		},
+		"set twice": func() error {
+			_, err := e.Lease.Transition(ctx, db, g, lease.ChangeOptions{Set: []lease.Assignment{lease.Set("note", "x"), lease.Set("note", "y")}})
+			return err
+		},
+		"ttl without keep": func() error {
+			_, err := e.Lease.Transition(ctx, db, g, lease.ChangeOptions{TTL: time.Second})
+			return err
+		},
+		"create empty holder": func() error {
+			_, err := e.Lease.Create(ctx, db, "new", "", time.Second, lease.CreateOptions{})
+			return err
+		},
+		"verify zero grant": func() error { _, err := e.Lease.Verify(ctx, db, zero, true); return err },
+		"inspect empty key": func() error { _, err := e.Lease.Inspect(ctx, db, ""); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		var ve *lease.ValidationError
+		assert.ErrorAs(t, err, &ve, name)
+		assert.ErrorIs(t, err, lease.ErrInvalid, name)
+	}
+	assert.Zero(t, c.Count(), "no statement was sent")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "nothing was written")
+	_, err = e.Lease.Inspect(ctx, e.DB, "new")
+	assert.ErrorIs(t, err, lease.ErrNotFound)
+}

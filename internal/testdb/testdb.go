@@ -1,0 +1,171 @@
+// Package testdb opens isolated test databases for each dialect: a fresh
+// SQLite file, a fresh MySQL/MariaDB database, or a fresh PostgreSQL schema
+// per test, so tests can run with t.Parallel(). MySQL runs when
+// ROWLEASE_MYSQL_DSN is set (go-sql-driver format, a user allowed to create
+// and drop databases); PostgreSQL when ROWLEASE_POSTGRES_DSN is set (URL
+// form, a user allowed to create schemas). Unset, those tests skip with a
+// one-line reason. SQLite always runs.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // registers "sqlite"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// Environment variables naming the servers.
+const (
+	MySQLEnv    = "ROWLEASE_MYSQL_DSN"
+	PostgresEnv = "ROWLEASE_POSTGRES_DSN"
+)
+
+// Dialects lists every dialect, in a fixed order.
+func Dialects() []lease.Dialect { return []lease.Dialect{lease.SQLite, lease.MySQL, lease.Postgres} }
+
+// Each runs fn as a parallel subtest named after each dialect, on a fresh
+// isolated database.
+func Each(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
+	t.Helper()
+	for _, d := range Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			fn(t, Open(t, d))
+		})
+	}
+}
+
+// SQLiteDSN is the DSN used for a SQLite file: WAL, a busy timeout so
+// concurrent writers wait instead of failing, and BEGIN IMMEDIATE for
+// transactions so a transaction that will write takes the write lock first.
+func SQLiteDSN(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+}
+
+// Open returns a fresh database of dialect d for this test, closed and
+// dropped at cleanup. It skips the test when the dialect's server is not
+// configured.
+func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
+	t.Helper()
+	name := "rl_" + randHex(6)
+	switch d {
+	case lease.SQLite:
+		db, err := sqlx.Open("sqlite", SQLiteDSN(filepath.Join(t.TempDir(), "test.db")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	case lease.MySQL:
+		dsn := os.Getenv(MySQLEnv)
+		if dsn == "" {
+			t.Skipf("mysql: %s not set", MySQLEnv)
+		}
+		admin := adminDB(t, "mysql", dsn)
+		if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
+			t.Fatalf("mysql: create database: %v", err)
+		}
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatalf("mysql: %s: %v", MySQLEnv, err)
+		}
+		cfg.DBName = name
+		cfg.ParseTime = true
+		db, err := sqlx.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(40)
+		t.Cleanup(func() {
+			db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+				t.Logf("mysql: drop database %s: %v", name, err)
+			}
+		})
+		return db
+	case lease.Postgres:
+		dsn := os.Getenv(PostgresEnv)
+		if dsn == "" {
+			t.Skipf("postgres: %s not set", PostgresEnv)
+		}
+		admin := adminDB(t, "pgx", dsn)
+		if _, err := admin.Exec("CREATE SCHEMA " + name); err != nil {
+			t.Fatalf("postgres: create schema: %v", err)
+		}
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatalf("postgres: %s: %v", PostgresEnv, err)
+		}
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		db, err := sqlx.Open("pgx", u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db.SetMaxOpenConns(40)
+		t.Cleanup(func() {
+			db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
+				t.Logf("postgres: drop schema %s: %v", name, err)
+			}
+		})
+		return db
+	}
+	t.Fatalf("unknown dialect %v", d)
+	return nil
+}
+
+var (
+	adminMu  sync.Mutex
+	adminDBs = map[string]*sql.DB{}
+)
+
+// adminDB is one shared connection pool per server, used to create and
+// drop the per-test databases and schemas. It lives for the test binary.
+func adminDB(t testing.TB, driver, dsn string) *sql.DB {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	if db, ok := adminDBs[dsn]; ok {
+		return db
+	}
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatalf("%s: open: %v", driver, err)
+	}
+	db.SetMaxOpenConns(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		t.Fatalf("%s: cannot reach the server in the DSN: %v", driver, err)
+	}
+	adminDBs[dsn] = db
+	return db
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("testdb: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,145 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Sentinel errors. Test for them with errors.Is; the concrete errors returned
+// carry more detail.
+var (
+	// ErrHeld means the lease is held by another holder and has not expired.
+	// A web handler maps it to 409 Conflict. The concrete error is a
+	// *ConflictError.
+	ErrHeld = errors.New("lease: held by another holder")
+
+	// ErrLost means the caller's token no longer matches the row: the lease
+	// was taken over, released, or the row is in another state. The holder
+	// must stop and write nothing more. The concrete error is a *LostError.
+	ErrLost = errors.New("lease: lost")
+
+	// ErrNotFound means no row has the key.
+	ErrNotFound = errors.New("lease: not found")
+
+	// ErrExists means a row with the key (or another unique key) already
+	// exists. Driver duplicate-key errors of all three dialects translate to
+	// it.
+	ErrExists = errors.New("lease: already exists")
+
+	// ErrState means the row exists and is not held, but is in a state that
+	// the operation does not accept. The concrete error is a *StateError.
+	ErrState = errors.New("lease: row in another state")
+
+	// ErrInvalid means the input was rejected before any SQL was sent. The
+	// concrete error is a *ValidationError.
+	ErrInvalid = errors.New("lease: invalid input")
+)
+
+// ConflictError reports a lease held by someone else. It matches ErrHeld.
+type ConflictError struct {
+	Key        string        // the row's key, as text
+	Holder     string        // the current holder, as stored
+	Generation int64         // the current holder's generation
+	Remaining  time.Duration // time left before the lease expires, by the database clock
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("lease: held by another holder (key %q, holder %q, generation %d, %s left)",
+		e.Key, e.Holder, e.Generation, e.Remaining.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrHeld) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrHeld }
+
+// LostError reports that a holder's token no longer matches. It matches
+// ErrLost.
+type LostError struct {
+	Key string // the row's key, as text
+	Op  string // the operation that found the loss: "renew", "release", "transition", "check"
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("lease: lost (key %q, %s: token no longer matches: taken over, released or in another state)", e.Key, e.Op)
+}
+
+// Is makes errors.Is(err, ErrLost) true.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+// StateError reports a free row whose state the operation does not accept.
+// It matches ErrState.
+type StateError struct {
+	Key   string
+	State string   // the row's state
+	Want  []string // the states the operation accepts
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("lease: row in another state (key %q, state %q, want one of %q)", e.Key, e.State, e.Want)
+}
+
+// Is makes errors.Is(err, ErrState) true.
+func (e *StateError) Is(target error) bool { return target == ErrState }
+
+// ValidationError reports bad input, rejected before any SQL was sent. It
+// matches ErrInvalid.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("lease: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
+
+// IsDuplicateKey reports whether err is a unique-key violation from
+// MySQL/MariaDB (error 1062), PostgreSQL (SQLSTATE 23505) or SQLite
+// (SQLITE_CONSTRAINT_UNIQUE or _PRIMARYKEY). PostgreSQL and SQLite errors are
+// recognised through the methods their error types expose, so this package
+// links neither driver.
+func IsDuplicateKey(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrExists) {
+		return true
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1062
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		return pg.SQLState() == "23505"
+	}
+	var lite interface{ Code() int }
+	if errors.As(err, &lite) {
+		c := lite.Code()
+		return c == 2067 || c == 1555 // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+// DuplicateKeyError wraps a driver's unique-key violation. It matches
+// ErrExists and unwraps to the driver error.
+type DuplicateKeyError struct {
+	Key string
+	Err error
+}
+
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("lease: already exists (key %q): %v", e.Key, e.Err)
+}
+
+// Is makes errors.Is(err, ErrExists) true.
+func (e *DuplicateKeyError) Is(target error) bool { return target == ErrExists }
+
+// Unwrap returns the driver error.
+func (e *DuplicateKeyError) Unwrap() error { return e.Err }

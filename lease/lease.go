@@ -1,0 +1,610 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Key is the type of a row's key: a string or an integer.
+type Key interface {
+	~string | ~int | ~int32 | ~int64 | ~uint32
+}
+
+// TTL bounds. A TTL outside them is rejected before any SQL is sent.
+const (
+	MinTTL = time.Millisecond
+	MaxTTL = 24 * time.Hour
+)
+
+// MaxHolderLen is the longest holder accepted, in bytes (it fits a
+// VARCHAR(191) utf8mb4 column, the widest that MySQL indexes by default).
+const MaxHolderLen = 191
+
+// Clock gives the local time used for trust deadlines. It must carry a
+// monotonic reading, as time.Now does; tests may inject their own.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Options configure a Lease. The zero value is valid.
+type Options struct {
+	// SafetyMargin is subtracted from the TTL to give the local trust
+	// deadline. Zero means TTL/10. It must be below every TTL used.
+	// Distributed engines that let node clocks drift (up to ~500ms) need a
+	// margin above that drift.
+	SafetyMargin time.Duration
+	// Clock is the local monotonic clock; nil means time.Now.
+	Clock Clock
+}
+
+// Assignment sets an extra, non-lease column in the same statement as a
+// lease operation (for example a request's reply when it is marked done).
+type Assignment struct {
+	Column string
+	Value  any
+}
+
+// Set builds an Assignment. The column is validated when it is used.
+func Set(column string, value any) Assignment { return Assignment{Column: column, Value: value} }
+
+// Grant is the proof of a lease held. It is a value: Renew and Transition
+// return the updated grant.
+type Grant[K Key] struct {
+	Key        K
+	Holder     string
+	Token      Token // secret; prints as [redacted]
+	Generation int64 // fencing generation: strictly increasing per row with every new grant
+	TTL        time.Duration
+	// Deadline is the local trust deadline on the monotonic clock: the send
+	// time of the last successful acquire or renew + TTL − safety margin.
+	// Past it, act as if the lease were lost.
+	Deadline time.Time
+}
+
+// Trusted reports whether now is before the trust deadline.
+func (g Grant[K]) Trusted(now time.Time) bool { return now.Before(g.Deadline) }
+
+// Status is what Inspect reads of a row.
+type Status struct {
+	Holder     string        // current holder ("" when free)
+	Generation int64         // generation of the last grant
+	State      string        // the state column ("" when the table has none)
+	Held       bool          // a token is set and expires_at is in the future (database clock)
+	Remaining  time.Duration // time left before expiry when held, by the database clock
+}
+
+// AcquireOptions refine Acquire.
+type AcquireOptions struct {
+	// Token, when set, is the token of a grant the caller already holds:
+	// the acquire is then a reentry that keeps the token and generation.
+	Token Token
+	// InStates restricts the acquire to rows whose state is one of these.
+	InStates []string
+	// SetState sets the state column in the same statement.
+	SetState string
+	// Set assigns extra columns in the same statement.
+	Set []Assignment
+}
+
+// ChangeOptions refine Release and describe a Transition.
+type ChangeOptions struct {
+	// From restricts the change to rows whose state is one of these.
+	From []string
+	// To sets the state column.
+	To string
+	// Keep renews the lease for TTL instead of releasing it.
+	Keep bool
+	// TTL is the renewal when Keep is set.
+	TTL time.Duration
+	// Set assigns extra columns in the same statement.
+	Set []Assignment
+}
+
+// CreateOptions refine Create and Ensure.
+type CreateOptions struct {
+	State string       // the state column's value
+	Set   []Assignment // extra columns
+}
+
+// Lease runs lease operations on one table in one dialect. It is safe for
+// concurrent use. Every operation takes the database to run on, so a caller
+// can use its own transaction.
+type Lease[K Key] struct {
+	dialect Dialect
+	table   Table
+	margin  time.Duration
+	clock   Clock
+	b       sqlBuilder
+
+	acquireQ, renewQ, releaseQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
+}
+
+// New validates its input and returns a Lease for table in dialect.
+func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
+	if !dialect.valid() {
+		return nil, invalid("dialect", dialect.String()+" is not supported")
+	}
+	if table.name == "" {
+		return nil, invalid("table", "zero Table; build it with NewTable")
+	}
+	if opts.SafetyMargin < 0 {
+		return nil, invalid("safety margin", "negative")
+	}
+	if opts.SafetyMargin >= MaxTTL {
+		return nil, invalid("safety margin", "not below the largest TTL")
+	}
+	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock}
+	if l.clock == nil {
+		l.clock = systemClock{}
+	}
+	l.b = sqlBuilder{d: dialect, t: table}
+	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
+	l.renewQ = compile(dialect, l.b.renew())
+	l.releaseQ = compile(dialect, l.b.change(nil, false, nil, false))
+	l.verifyQ = compile(dialect, l.b.verify(false))
+	l.verifyLockQ = compile(dialect, l.b.verify(true))
+	l.inspectQ = compile(dialect, l.b.inspect())
+	l.createQ = compile(dialect, l.b.create(false, nil))
+	return l, nil
+}
+
+// Dialect returns the lease's dialect.
+func (l *Lease[K]) Dialect() Dialect { return l.dialect }
+
+// Table returns the lease's table spec.
+func (l *Lease[K]) Table() Table { return l.table }
+
+func keyText[K Key](k K) string {
+	switch v := any(k).(type) {
+	case string:
+		return v
+	}
+	return fmt.Sprint(k)
+}
+
+func (l *Lease[K]) checkKey(k K) error {
+	var zero K
+	if k == zero {
+		return invalid("key", "empty")
+	}
+	if s, ok := any(k).(string); ok {
+		if len(s) > MaxHolderLen || !utf8.ValidString(s) {
+			return invalid("key", "longer than "+strconv.Itoa(MaxHolderLen)+" bytes or not UTF-8")
+		}
+	}
+	return nil
+}
+
+func checkHolder(h string) error {
+	if h == "" {
+		return invalid("holder", "empty")
+	}
+	if len(h) > MaxHolderLen || !utf8.ValidString(h) {
+		return invalid("holder", "longer than "+strconv.Itoa(MaxHolderLen)+" bytes or not UTF-8")
+	}
+	return nil
+}
+
+func (l *Lease[K]) marginFor(ttl time.Duration) time.Duration {
+	if l.margin == 0 {
+		return ttl / 10
+	}
+	return l.margin
+}
+
+func (l *Lease[K]) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return invalid("ttl", "must be positive")
+	case ttl < MinTTL:
+		return invalid("ttl", "below "+MinTTL.String())
+	case ttl > MaxTTL:
+		return invalid("ttl", "above "+MaxTTL.String())
+	case l.marginFor(ttl) >= ttl:
+		return invalid("ttl", "not above the safety margin "+l.margin.String())
+	}
+	return nil
+}
+
+func (l *Lease[K]) checkStates(field string, states ...string) error {
+	for _, s := range states {
+		if s == "" {
+			continue
+		}
+		if l.table.cols.State == "" {
+			return invalid(field, "the table spec has no State column")
+		}
+		if len(s) > 64 || !utf8.ValidString(s) {
+			return invalid(field, "longer than 64 bytes or not UTF-8")
+		}
+	}
+	return nil
+}
+
+func (l *Lease[K]) checkSet(set []Assignment) error {
+	seen := map[string]bool{}
+	for _, a := range set {
+		if !validIdent(a.Column) {
+			return invalid("assignment", fmt.Sprintf("column %q is not a valid identifier", a.Column))
+		}
+		if l.table.isLeaseColumn(a.Column) {
+			return invalid("assignment", fmt.Sprintf("column %q is a lease column", a.Column))
+		}
+		if seen[a.Column] {
+			return invalid("assignment", fmt.Sprintf("column %q assigned twice", a.Column))
+		}
+		seen[a.Column] = true
+	}
+	return nil
+}
+
+func (l *Lease[K]) checkDB(db DB) error {
+	if isNil(db) {
+		return invalid("db", "nil")
+	}
+	return nil
+}
+
+func (l *Lease[K]) checkGrant(g Grant[K]) error {
+	if err := l.checkKey(g.Key); err != nil {
+		return err
+	}
+	if g.Token.IsZero() {
+		return invalid("grant", "zero token")
+	}
+	return nil
+}
+
+func vals(extra ...any) map[string]any {
+	m := make(map[string]any, len(extra)/2+4)
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	return m
+}
+
+func addStates(m map[string]any, states []string) {
+	for i, s := range states {
+		m["s"+strconv.Itoa(i)] = s
+	}
+}
+
+func addSet(m map[string]any, set []Assignment) {
+	for i, a := range set {
+		m["v"+strconv.Itoa(i)] = a.Value
+	}
+}
+
+// exec runs an UPDATE that hands back the generation and reports whether it
+// matched the row. PostgreSQL and SQLite use RETURNING. MySQL reads the
+// value that LAST_INSERT_ID(expr) put in the OK packet: the row matched when
+// rows affected is 1, or — when go-sql-driver/mysql counts changed rather
+// than matched rows and the row was left unchanged — when that value is
+// non-zero (MySQL sends 0 when no row was evaluated).
+func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any) (gen int64, ok bool, err error) {
+	args := c.args(m)
+	if l.dialect != MySQL {
+		err = db.QueryRowContext(ctx, c.query, args...).Scan(&gen)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return gen, err == nil, err
+	}
+	res, err := db.ExecContext(ctx, c.query, args...)
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, false, err
+	}
+	if n == 0 && id == 0 {
+		return 0, false, nil
+	}
+	return id, true, nil
+}
+
+func (l *Lease[K]) translate(k K, err error) error {
+	if err == nil {
+		return nil
+	}
+	if IsDuplicateKey(err) {
+		return &DuplicateKeyError{Key: keyText(k), Err: err}
+	}
+	return err
+}
+
+// Acquire takes the lease on key for holder with a new random token. It wins
+// when the row is free, or its lease has expired by the database clock. On
+// an existing row it is one statement. On failure it reads the row once to
+// say why: *ConflictError (ErrHeld), ErrNotFound, or *StateError.
+func (l *Lease[K]) Acquire(ctx context.Context, db DB, key K, holder string, ttl time.Duration) (Grant[K], error) {
+	return l.AcquireWith(ctx, db, key, holder, ttl, AcquireOptions{})
+}
+
+// AcquireWith is Acquire with options: reentry with a held token, a state
+// condition, and columns set in the same statement.
+func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (Grant[K], error) {
+	if err := l.checkDB(db); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkKey(key); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := checkHolder(holder); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkTTL(ttl); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkStates("state", append([]string{o.SetState}, o.InStates...)...); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkSet(o.Set); err != nil {
+		return Grant[K]{}, err
+	}
+	tok := o.Token
+	if tok.IsZero() {
+		var err error
+		if tok, err = NewToken(); err != nil {
+			return Grant[K]{}, err
+		}
+	}
+	c := l.acquireQ
+	if len(o.InStates) > 0 || o.SetState != "" || len(o.Set) > 0 {
+		c = compile(l.dialect, l.b.acquire(o.InStates, o.SetState != "", o.Set))
+	}
+	m := vals("key", key, "tok", tok.s, "holder", holder, "ttl", ttl.Microseconds(), "state", o.SetState)
+	addStates(m, o.InStates)
+	addSet(m, o.Set)
+	sent := l.clock.Now()
+	gen, ok, err := l.exec(ctx, db, c, m)
+	if err != nil {
+		return Grant[K]{}, l.translate(key, err)
+	}
+	if !ok {
+		return Grant[K]{}, l.whyNot(ctx, db, key, o.InStates)
+	}
+	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: gen, TTL: ttl,
+		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
+}
+
+// whyNot classifies a failed acquire with one read.
+func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) error {
+	st, err := l.Inspect(ctx, db, key)
+	if err != nil {
+		return err
+	}
+	if st.Held {
+		return &ConflictError{Key: keyText(key), Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining}
+	}
+	if len(want) > 0 {
+		okState := false
+		for _, w := range want {
+			okState = okState || w == st.State
+		}
+		if !okState {
+			return &StateError{Key: keyText(key), State: st.State, Want: want}
+		}
+	}
+	// Free now but not a moment ago: another holder released in between.
+	return &ConflictError{Key: keyText(key), Holder: st.Holder, Generation: st.Generation}
+}
+
+// Renew extends a held lease to now + ttl by the database clock (never
+// backwards) and returns the grant with its new trust deadline. One
+// statement. A token that no longer matches gives *LostError (ErrLost). A
+// lease past its expiry that nobody has taken over can still be renewed.
+func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (Grant[K], error) {
+	if err := l.checkDB(db); err != nil {
+		return g, err
+	}
+	if err := l.checkGrant(g); err != nil {
+		return g, err
+	}
+	if err := l.checkTTL(ttl); err != nil {
+		return g, err
+	}
+	sent := l.clock.Now()
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.s, "ttl", ttl.Microseconds()))
+	if err != nil {
+		return g, err
+	}
+	if !ok {
+		return g, &LostError{Key: keyText(g.Key), Op: "renew"}
+	}
+	g.Generation, g.TTL, g.Deadline = gen, ttl, sent.Add(ttl-l.marginFor(ttl))
+	return g, nil
+}
+
+// Release gives the lease up: holder, token and expiry become NULL. One
+// statement. A token that no longer matches gives *LostError: nothing was
+// changed, and someone else may hold the lease.
+func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
+	if err := l.checkDB(db); err != nil {
+		return err
+	}
+	if err := l.checkGrant(g); err != nil {
+		return err
+	}
+	_, ok, err := l.exec(ctx, db, l.releaseQ, vals("key", g.Key, "tok", g.Token.s))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &LostError{Key: keyText(g.Key), Op: "release"}
+	}
+	return nil
+}
+
+// Transition changes a held row in one token-checked (and, with From,
+// state-checked) statement: it sets the state and extra columns, and either
+// releases the lease or, with Keep, renews it for TTL. It returns the
+// updated grant (with a new deadline when kept). A mismatch gives
+// *LostError.
+func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (Grant[K], error) {
+	if err := l.checkDB(db); err != nil {
+		return g, err
+	}
+	if err := l.checkGrant(g); err != nil {
+		return g, err
+	}
+	if err := l.checkStates("state", append([]string{o.To}, o.From...)...); err != nil {
+		return g, err
+	}
+	if err := l.checkSet(o.Set); err != nil {
+		return g, err
+	}
+	if o.Keep {
+		if err := l.checkTTL(o.TTL); err != nil {
+			return g, err
+		}
+	} else if o.TTL != 0 {
+		return g, invalid("ttl", "set without Keep")
+	}
+	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
+	m := vals("key", g.Key, "tok", g.Token.s, "ttl", o.TTL.Microseconds(), "state", o.To)
+	addStates(m, o.From)
+	addSet(m, o.Set)
+	sent := l.clock.Now()
+	gen, ok, err := l.exec(ctx, db, c, m)
+	if err != nil {
+		return g, l.translate(g.Key, err)
+	}
+	if !ok {
+		return g, &LostError{Key: keyText(g.Key), Op: "transition"}
+	}
+	g.Generation = gen
+	if o.Keep {
+		g.TTL, g.Deadline = o.TTL, sent.Add(o.TTL-l.marginFor(o.TTL))
+	} else {
+		g.Deadline = sent // released: no longer trusted
+	}
+	return g, nil
+}
+
+// Verify checks in one statement that g still holds: the token matches and
+// the lease has not expired by the database clock. Inside a transaction on
+// MySQL and PostgreSQL it also locks the row (SELECT … FOR UPDATE) until the
+// transaction ends, so no one can take the lease over before a side effect
+// written in the same transaction commits. (On SQLite the transaction's
+// database lock does the same.) It returns the generation, or *LostError.
+func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (int64, error) {
+	if err := l.checkDB(db); err != nil {
+		return 0, err
+	}
+	if err := l.checkGrant(g); err != nil {
+		return 0, err
+	}
+	c := l.verifyQ
+	if lock {
+		c = l.verifyLockQ
+	}
+	var gen int64
+	err := db.QueryRowContext(ctx, c.query, c.args(vals("key", g.Key, "tok", g.Token.s))...).Scan(&gen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, &LostError{Key: keyText(g.Key), Op: "check"}
+	}
+	return gen, err
+}
+
+// Inspect reads the row's holder, generation, state and remaining time, all
+// judged by the database clock. A missing row gives ErrNotFound.
+func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (Status, error) {
+	if err := l.checkDB(db); err != nil {
+		return Status{}, err
+	}
+	if err := l.checkKey(key); err != nil {
+		return Status{}, err
+	}
+	var st Status
+	var held int
+	var micros int64
+	err := db.QueryRowContext(ctx, l.inspectQ.query, l.inspectQ.args(vals("key", key))...).
+		Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Status{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	st.Held = held == 1
+	if st.Held && micros > 0 {
+		st.Remaining = time.Duration(micros) * time.Microsecond
+	}
+	return st, nil
+}
+
+// Create inserts a new row already held by holder, with generation 1, in one
+// statement. If the key (or another unique key of the table) exists it
+// returns *DuplicateKeyError (ErrExists) and writes nothing. Columns that the
+// table requires besides the lease columns go in o.Set.
+func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (Grant[K], error) {
+	if err := l.checkDB(db); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkKey(key); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := checkHolder(holder); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkTTL(ttl); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkStates("state", o.State); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkSet(o.Set); err != nil {
+		return Grant[K]{}, err
+	}
+	tok, err := NewToken()
+	if err != nil {
+		return Grant[K]{}, err
+	}
+	c := l.createQ
+	if o.State != "" || len(o.Set) > 0 {
+		c = compile(l.dialect, l.b.create(o.State != "", o.Set))
+	}
+	m := vals("key", key, "tok", tok.s, "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
+	addSet(m, o.Set)
+	sent := l.clock.Now()
+	if _, err := db.ExecContext(ctx, c.query, c.args(m)...); err != nil {
+		return Grant[K]{}, l.translate(key, err)
+	}
+	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,
+		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
+}
+
+// Ensure inserts a free row for key (generation 0) unless one exists. It
+// is one statement and never fails on an existing row.
+func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) error {
+	if err := l.checkDB(db); err != nil {
+		return err
+	}
+	if err := l.checkKey(key); err != nil {
+		return err
+	}
+	if err := l.checkStates("state", o.State); err != nil {
+		return err
+	}
+	if err := l.checkSet(o.Set); err != nil {
+		return err
+	}
+	c := compile(l.dialect, l.b.ensure(o.State != "", o.Set))
+	m := vals("key", key, "state", o.State)
+	addSet(m, o.Set)
+	_, err := db.ExecContext(ctx, c.query, c.args(m)...)
+	return err
+}

@@ -1,0 +1,229 @@
+package lease
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// A template is SQL with named parameters written {name}. compile turns it
+// into a dialect's placeholders once; the compiled form is cached.
+type compiled struct {
+	query string
+	names []string // the argument names in placeholder order ("?" dialects repeat them)
+}
+
+var compileCache sync.Map // map[dialect+template]compiled
+
+func compile(d Dialect, tmpl string) compiled {
+	ck := d.String() + "\x00" + tmpl
+	if c, ok := compileCache.Load(ck); ok {
+		return c.(compiled)
+	}
+	var b strings.Builder
+	var names []string
+	index := map[string]int{}
+	for i := 0; i < len(tmpl); {
+		if tmpl[i] != '{' {
+			b.WriteByte(tmpl[i])
+			i++
+			continue
+		}
+		j := strings.IndexByte(tmpl[i:], '}')
+		name := tmpl[i+1 : i+j]
+		i += j + 1
+		if d == Postgres {
+			n, ok := index[name]
+			if !ok {
+				names = append(names, name)
+				n = len(names)
+				index[name] = n
+			}
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		names = append(names, name)
+		b.WriteByte('?')
+	}
+	c := compiled{query: b.String(), names: names}
+	compileCache.Store(ck, c)
+	return c
+}
+
+// args lays out the named values in placeholder order.
+func (c compiled) args(vals map[string]any) []any {
+	out := make([]any, len(c.names))
+	for i, n := range c.names {
+		out[i] = vals[n]
+	}
+	return out
+}
+
+// sqlBuilder writes the statements of one table in one dialect.
+type sqlBuilder struct {
+	d Dialect
+	t Table
+}
+
+func (s sqlBuilder) col(c string) string { return s.d.quote(c) }
+
+// genAcquire is the generation after an acquire: unchanged on reentry (same
+// token), +1 on a new grant. On MySQL it is wrapped in LAST_INSERT_ID(expr)
+// so the value comes back in the OK packet, and it is the first assignment:
+// MySQL evaluates SET left to right on already-updated values, so it must
+// read the old token.
+func (s sqlBuilder) genAssign(acquire bool) string {
+	g, tok := s.col(s.t.cols.Generation), s.col(s.t.cols.Token)
+	expr := g
+	if acquire {
+		expr = "CASE WHEN " + tok + " = {tok} THEN " + g + " ELSE " + g + " + 1 END"
+	}
+	if s.d == MySQL {
+		return g + " = LAST_INSERT_ID(" + expr + ")"
+	}
+	if !acquire {
+		return ""
+	}
+	return g + " = " + expr
+}
+
+// expAssign sets the expiry to now + ttl. For the same token (renewal,
+// reentry) it never moves the expiry backwards and always changes it: when
+// the stored expiry is already at or past now+ttl it advances by one
+// microsecond. It reads the old token and expiry, so on MySQL it must come
+// before the assignments to either. Every successful write therefore changes the
+// row, so MySQL's changed-rows count is 1 even when a renew lands in the same
+// microsecond as the previous write.
+func (s sqlBuilder) expAssign() string {
+	e, tok := s.col(s.t.cols.ExpiresAt), s.col(s.t.cols.Token)
+	target := s.d.plusMicros(s.d.now(), "{ttl}")
+	return e + " = CASE WHEN " + tok + " = {tok} AND " + e + " IS NOT NULL AND " + e + " >= " + target +
+		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"
+}
+
+func (s sqlBuilder) stateIn(states []string) string {
+	if len(states) == 0 {
+		return ""
+	}
+	ph := make([]string, len(states))
+	for i := range states {
+		ph[i] = "{s" + strconv.Itoa(i) + "}"
+	}
+	return " AND " + s.col(s.t.cols.State) + " IN (" + strings.Join(ph, ", ") + ")"
+}
+
+func (s sqlBuilder) tail(setState bool, set []Assignment) []string {
+	var out []string
+	if setState {
+		out = append(out, s.col(s.t.cols.State)+" = {state}")
+	}
+	for i, a := range set {
+		out = append(out, s.col(a.Column)+" = {v"+strconv.Itoa(i)+"}")
+	}
+	if s.t.cols.UpdatedAt != "" {
+		out = append(out, s.col(s.t.cols.UpdatedAt)+" = "+s.d.now())
+	}
+	return out
+}
+
+func (s sqlBuilder) returning() string {
+	if s.d == MySQL {
+		return ""
+	}
+	return " RETURNING " + s.col(s.t.cols.Generation)
+}
+
+func (s sqlBuilder) update(assigns []string, where string) string {
+	var parts []string
+	for _, a := range assigns {
+		if a != "" {
+			parts = append(parts, a)
+		}
+	}
+	return "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(parts, ", ") + " WHERE " + where + s.returning()
+}
+
+func (s sqlBuilder) keyIs() string { return s.col(s.t.cols.Key) + " = {key}" }
+
+func (s sqlBuilder) acquire(inStates []string, setState bool, set []Assignment) string {
+	c := s.t.cols
+	tok, e := s.col(c.Token), s.col(c.ExpiresAt)
+	assigns := []string{s.genAssign(true), s.expAssign(), tok + " = {tok}", s.col(c.Holder) + " = {holder}"}
+	assigns = append(assigns, s.tail(setState, set)...)
+	where := s.keyIs() + s.stateIn(inStates) +
+		" AND (" + tok + " IS NULL OR " + tok + " = {tok} OR " + e + " IS NULL OR " + e + " <= " + s.d.now() + ")"
+	return s.update(assigns, where)
+}
+
+func (s sqlBuilder) renew() string {
+	assigns := []string{s.genAssign(false), s.expAssign()}
+	assigns = append(assigns, s.tail(false, nil)...)
+	return s.update(assigns, s.keyIs()+" AND "+s.col(s.t.cols.Token)+" = {tok}")
+}
+
+// release frees the lease (holder, token and expiry to NULL); with keep it
+// instead renews it, which Transition uses.
+func (s sqlBuilder) change(inStates []string, setState bool, set []Assignment, keep bool) string {
+	c := s.t.cols
+	assigns := []string{s.genAssign(false)}
+	if keep {
+		assigns = append(assigns, s.expAssign())
+	} else {
+		assigns = append(assigns, s.col(c.ExpiresAt)+" = NULL", s.col(c.Token)+" = NULL", s.col(c.Holder)+" = NULL")
+	}
+	assigns = append(assigns, s.tail(setState, set)...)
+	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok}"+s.stateIn(inStates))
+}
+
+func (s sqlBuilder) verify(lock bool) string {
+	c := s.t.cols
+	q := "SELECT " + s.col(c.Generation) + " FROM " + s.t.qname(s.d) + " WHERE " + s.keyIs() +
+		" AND " + s.col(c.Token) + " = {tok} AND " + s.col(c.ExpiresAt) + " > " + s.d.now()
+	if lock && s.d != SQLite {
+		q += " FOR UPDATE"
+	}
+	return q
+}
+
+func (s sqlBuilder) inspect() string {
+	c := s.t.cols
+	e := s.col(c.ExpiresAt)
+	state := "''"
+	if c.State != "" {
+		state = "COALESCE(" + s.col(c.State) + ", '')"
+	}
+	return "SELECT COALESCE(" + s.col(c.Holder) + ", ''), " + s.col(c.Generation) + ", " + state +
+		", CASE WHEN " + s.col(c.Token) + " IS NOT NULL AND " + e + " > " + s.d.now() + " THEN 1 ELSE 0 END" +
+		", CASE WHEN " + e + " IS NULL THEN 0 ELSE " + s.d.microsUntil(e) + " END" +
+		" FROM " + s.t.qname(s.d) + " WHERE " + s.keyIs()
+}
+
+func (s sqlBuilder) create(setState bool, set []Assignment) string {
+	c := s.t.cols
+	cols := []string{s.col(c.Key), s.col(c.Holder), s.col(c.Token), s.col(c.ExpiresAt), s.col(c.Generation)}
+	vals := []string{"{key}", "{holder}", "{tok}", s.d.plusMicros(s.d.now(), "{ttl}"), "1"}
+	return s.insert(cols, vals, setState, set)
+}
+
+func (s sqlBuilder) insert(cols, vals []string, setState bool, set []Assignment) string {
+	c := s.t.cols
+	if setState {
+		cols, vals = append(cols, s.col(c.State)), append(vals, "{state}")
+	}
+	for i, a := range set {
+		cols, vals = append(cols, s.col(a.Column)), append(vals, "{v"+strconv.Itoa(i)+"}")
+	}
+	if c.UpdatedAt != "" {
+		cols, vals = append(cols, s.col(c.UpdatedAt)), append(vals, s.d.now())
+	}
+	return "INSERT INTO " + s.t.qname(s.d) + " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
+}
+
+func (s sqlBuilder) ensure(setState bool, set []Assignment) string {
+	c := s.t.cols
+	q := s.insert([]string{s.col(c.Key), s.col(c.Generation)}, []string{"{key}", "0"}, setState, set)
+	if s.d == MySQL {
+		return q + " ON DUPLICATE KEY UPDATE " + s.col(c.Key) + " = " + s.col(c.Key)
+	}
+	return q + " ON CONFLICT (" + s.col(c.Key) + ") DO NOTHING"
+}

@@ -1,0 +1,115 @@
+package lease
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Columns names the lease columns of a table. Key, Holder, Token, ExpiresAt
+// and Generation are required; State and UpdatedAt are optional.
+type Columns struct {
+	Key        string // the row's key; must be the primary key or unique
+	Holder     string // who holds the lease (nullable text)
+	Token      string // the grant's secret (nullable text, 36 characters)
+	ExpiresAt  string // database-clock expiry (see the package doc for its type)
+	Generation string // fencing counter (integer, not null, default 0)
+	State      string // optional: a status column that operations may check and set
+	UpdatedAt  string // optional: set to the database clock on every write
+}
+
+// Table is a validated table spec: a table name and its lease columns. Build
+// it with NewTable; the zero Table is unusable.
+type Table struct {
+	name string
+	cols Columns
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+// validIdent reports whether s is a safe SQL identifier: a letter or
+// underscore, then letters, digits or underscores, at most 63 characters.
+func validIdent(s string) bool { return identRE.MatchString(s) }
+
+// NewTable validates a table name (optionally schema-qualified, "schema.table")
+// and its columns. Names are identifiers: a letter or underscore followed by
+// letters, digits and underscores, at most 63 characters. They are quoted in
+// SQL, so give them as the database stores them. Column names must be
+// distinct.
+func NewTable(name string, cols Columns) (Table, error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return Table{}, invalid("table name", fmt.Sprintf("%q has more than one dot", name))
+	}
+	for _, p := range parts {
+		if !validIdent(p) {
+			return Table{}, invalid("table name", fmt.Sprintf("%q is not a valid identifier", name))
+		}
+	}
+	seen := map[string]string{}
+	check := func(field, col string, required bool) error {
+		if col == "" {
+			if required {
+				return invalid("column "+field, "required")
+			}
+			return nil
+		}
+		if !validIdent(col) {
+			return invalid("column "+field, fmt.Sprintf("%q is not a valid identifier", col))
+		}
+		if other, dup := seen[strings.ToLower(col)]; dup {
+			return invalid("column "+field, fmt.Sprintf("%q is also the %s column", col, other))
+		}
+		seen[strings.ToLower(col)] = field
+		return nil
+	}
+	for _, c := range []struct {
+		field, col string
+		req        bool
+	}{
+		{"Key", cols.Key, true}, {"Holder", cols.Holder, true}, {"Token", cols.Token, true},
+		{"ExpiresAt", cols.ExpiresAt, true}, {"Generation", cols.Generation, true},
+		{"State", cols.State, false}, {"UpdatedAt", cols.UpdatedAt, false},
+	} {
+		if err := check(c.field, c.col, c.req); err != nil {
+			return Table{}, err
+		}
+	}
+	return Table{name: name, cols: cols}, nil
+}
+
+// MustTable is NewTable that panics on error, for package-level specs built
+// from constants.
+func MustTable(name string, cols Columns) Table {
+	t, err := NewTable(name, cols)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// Name returns the table name.
+func (t Table) Name() string { return t.name }
+
+// Columns returns the column names.
+func (t Table) Columns() Columns { return t.cols }
+
+// isLeaseColumn reports whether col is one of the spec's own columns, which
+// extra assignments must not touch.
+func (t Table) isLeaseColumn(col string) bool {
+	c := strings.ToLower(col)
+	for _, x := range []string{t.cols.Key, t.cols.Holder, t.cols.Token, t.cols.ExpiresAt, t.cols.Generation, t.cols.State, t.cols.UpdatedAt} {
+		if x != "" && strings.ToLower(x) == c {
+			return true
+		}
+	}
+	return false
+}
+
+func (t Table) qname(d Dialect) string {
+	parts := strings.Split(t.name, ".")
+	for i, p := range parts {
+		parts[i] = d.quote(p)
+	}
+	return strings.Join(parts, ".")
+}
