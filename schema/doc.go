@@ -1,0 +1,161 @@
+// Package schema holds the DDL of the three tables the rowlease library keeps
+// its locks and deduplication records in, for MySQL/MariaDB, PostgreSQL and
+// SQLite, together with the same DDL as golang-migrate and goose migrations.
+//
+// The package imports no SQL driver. Apply runs the DDL through any value with
+// an ExecContext method (*sql.DB, *sql.Tx, *sql.Conn, *sqlx.DB, ...); DDL,
+// Statements and Migrations hand out the embedded text for you to run with
+// your own tooling.
+//
+// # Dialects
+//
+// Every function takes the dialect as a case-insensitive name: "mysql" (also
+// "mariadb"), "postgres" (also "postgresql", "pgx" and "pgx/v5") or "sqlite"
+// (also "sqlite3"). These are the names lease.ParseDialect accepts, so both
+// lease.Dialect.String() and a database/sql driver name work. Any other name
+// yields an error that wraps ErrUnknownDialect and quotes the name. The supported servers are MySQL 8.0.16 or later (earlier
+// 8.0 releases parse but do not enforce CHECK constraints), MariaDB 10.6 or
+// later, PostgreSQL 9.5 or later and SQLite 3. The package is tested against
+// MariaDB 10.11, PostgreSQL 15 and the SQLite of modernc.org/sqlite.
+//
+// # Tables
+//
+// rowlease_session (SessionTable) has one row per session key and records
+// who holds the lease on it:
+//
+//	session_key  VARCHAR(191)  primary key
+//	holder       VARCHAR(191)  NULL when unleased
+//	token        VARCHAR(36)   NULL when unleased; a UUID string
+//	expires_at   time          NULL when unleased
+//	generation   BIGINT        NOT NULL DEFAULT 0; fencing counter
+//	created_at   time          NOT NULL, defaults to now
+//	updated_at   time          NOT NULL, defaults to now
+//
+// rowlease_request (RequestTable) has one row per client request of a session
+// and records its state and outcome, so that a retried request is answered
+// from the stored outcome instead of running twice:
+//
+//	id                 VARCHAR(36)   primary key; a UUID string from the library
+//	session_key        VARCHAR(191)  NOT NULL
+//	client_request_id  VARCHAR(191)  NOT NULL
+//	fingerprint        VARCHAR(64)   NOT NULL; hash of the request payload
+//	status             VARCHAR(16)   NOT NULL; 'processing', 'success' or 'error'
+//	holder, token, expires_at, generation   as in rowlease_session
+//	reply              large text    NULL
+//	result             large text    NULL; JSON
+//	error              text          NULL
+//	created_at, updated_at                  as in rowlease_session
+//	UNIQUE (session_key, client_request_id)   rowlease_request_session_client_uq
+//
+// rowlease_tool_execution (ToolExecutionTable) has one row per tool call made
+// while serving a request:
+//
+//	id               VARCHAR(36)   primary key; a UUID string from the library
+//	session_key      VARCHAR(191)  NOT NULL
+//	request_id       VARCHAR(36)   NOT NULL; the rowlease_request id
+//	tool_name        VARCHAR(128)  NOT NULL
+//	arguments_hash   VARCHAR(64)   NOT NULL; hash of the tool arguments
+//	idempotency_key  VARCHAR(255)  NOT NULL
+//	status           VARCHAR(16)   NOT NULL; 'processing', 'success' or 'error'
+//	holder, token, expires_at, generation   as in rowlease_session
+//	result           large text    NULL; JSON
+//	error            text          NULL
+//	created_at, updated_at                  as in rowlease_session
+//	UNIQUE (session_key, idempotency_key)               rowlease_tool_execution_idem_uq
+//	UNIQUE (request_id, tool_name, arguments_hash)      rowlease_tool_execution_call_uq
+//	INDEX (session_key, request_id)                     rowlease_tool_execution_session_request_idx
+//
+// There are no foreign keys: the library keeps the tables consistent, and the
+// rows of one table can be deleted without touching the others. The column,
+// table, index and status names are exported as constants.
+//
+// # Per-dialect types
+//
+// MySQL and MariaDB: strings are VARCHAR, large text is LONGTEXT, times are
+// DATETIME(6) holding UTC, defaulting to UTC_TIMESTAMP(6). Tables are InnoDB
+// with utf8mb4 and the binary collation utf8mb4_bin, so keys compare by their
+// bytes and case matters, as on the other two dialects. One difference
+// remains: utf8mb4_bin is a PAD SPACE collation, so on MySQL and MariaDB two
+// keys that differ only in trailing spaces are equal (and collide in a unique
+// key), while PostgreSQL and SQLite keep them apart. Open connections with
+// parseTime=true and loc=UTC (the go-sql-driver default for loc) so that
+// time.Time values go in and come out as UTC. Lengths are enforced only in
+// strict SQL mode (the default of both servers); otherwise MySQL truncates
+// with a warning.
+//
+// PostgreSQL: strings are VARCHAR, large text is TEXT, times are TIMESTAMPTZ
+// defaulting to clock_timestamp(). The unique keys are named table
+// constraints, so INSERT ... ON CONFLICT ON CONSTRAINT <name> works as well
+// as ON CONFLICT (columns). Tables go into the first schema of the
+// connection's search_path.
+//
+// SQLite: strings and large text are TEXT without length limits (check
+// lengths yourself if you need the limits of the other dialects; see the Max*
+// constants). Times are INTEGER microseconds since the Unix epoch, UTC, i.e.
+// time.Time.UnixMicro; read them back with time.UnixMicro. The column
+// defaults compute now with millisecond resolution,
+//
+//	CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000
+//
+// and a CHECK constraint on each table rejects time values that are not
+// integers, so a driver that writes a time.Time as text fails on insert
+// instead of storing a value that compares wrongly. Unique keys are unique
+// indexes with the names above.
+//
+// # Applying the DDL
+//
+// Apply runs the statements of the dialect's DDL one at a time, in order; no
+// multi-statement support is needed from the driver. All statements use
+// CREATE ... IF NOT EXISTS (MySQL declares its keys inside CREATE TABLE
+// because MySQL 8 has no CREATE INDEX IF NOT EXISTS), so Apply may run at
+// every start-up. What it does not do:
+//
+//   - It does not migrate: a table that already exists is left as it is,
+//     even if its columns differ from this DDL.
+//   - It is not atomic: if a statement fails, the tables created before it
+//     stay. Calling Apply again after fixing the cause is safe.
+//   - It takes no lock. Concurrent calls are nevertheless safe: MySQL and
+//     SQLite serialise the DDL themselves, and on PostgreSQL, where two
+//     sessions creating the same table at the same instant make one of them
+//     fail with a duplicate-key error on a system catalog (SQLSTATE 23505,
+//     42P07 or 42710), Apply runs the losing statement again, and it then
+//     finds the table. A driver whose errors have no SQLState() string
+//     method does not get this retry.
+//
+// Errors from Apply name the dialect and the failing statement and wrap the
+// driver's error, so errors.As reaches driver error types.
+//
+// # Migrations
+//
+// Migrations(dialect, tool) returns an fs.FS rooted at the migration files of
+// one dialect and tool. The up migrations contain exactly the statements of
+// the DDL (a test keeps them in step); the down migrations drop the three
+// tables and everything in them. Because the up statements use IF NOT
+// EXISTS, a database set up earlier with Apply can adopt the migrations.
+//
+// With golang-migrate (github.com/golang-migrate/migrate/v4 and its
+// source/iofs package):
+//
+//	fsys, err := schema.Migrations("postgres", "golang-migrate")
+//	src, err := iofs.New(fsys, ".")
+//	m, err := migrate.NewWithSourceInstance("iofs", src, databaseURL)
+//	err = m.Up()
+//
+// golang-migrate sends a whole file in one Exec. On MySQL and MariaDB that
+// needs the go-sql-driver option multiStatements=true: if you hand
+// golang-migrate your own *sql.DB (mysql.WithInstance), open it with that
+// option, as golang-migrate's MySQL driver documents. The PostgreSQL and
+// SQLite drivers take several statements in one Exec as they are.
+//
+// With goose (github.com/pressly/goose/v3):
+//
+//	fsys, err := schema.Migrations("mysql", "goose")
+//	goose.SetBaseFS(fsys)
+//	err = goose.SetDialect("mysql")
+//	err = goose.Up(db, ".")
+//
+// goose splits the file itself at semicolons that end a line, so no
+// multi-statement option is needed. The golang-migrate files are numbered
+// 000001 and the goose file 00001; add your own migrations after them, or copy
+// the files into your own migration directory.
+package schema

@@ -1,0 +1,6 @@
+-- Same statements as schema/sql/postgres.sql (keep them in step); TestMigrationsMatchDDL fails if they drift.
+-- golang-migrate down migration: drops the rowlease lock tables and their data (postgres).
+
+DROP TABLE IF EXISTS rowlease_tool_execution;
+DROP TABLE IF EXISTS rowlease_request;
+DROP TABLE IF EXISTS rowlease_session;

@@ -1,0 +1,317 @@
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+)
+
+// Table names.
+const (
+	// SessionTable holds one row per session key: the current lease on it.
+	SessionTable = "rowlease_session"
+	// RequestTable holds one row per (session key, client request id): the
+	// deduplicated record of a client request and its outcome.
+	RequestTable = "rowlease_request"
+	// ToolExecutionTable holds one row per tool call made while serving a
+	// request, deduplicated both by idempotency key and by call identity.
+	ToolExecutionTable = "rowlease_tool_execution"
+)
+
+// Column names. A name used by several tables has a single constant; the
+// package documentation lists which table has which column.
+const (
+	// ColID is the primary key of RequestTable and ToolExecutionTable: a UUID
+	// string (36 characters) chosen by the library, not by the database.
+	ColID = "id"
+	// ColSessionKey is the session key: the primary key of SessionTable and a
+	// NOT NULL column of the other two tables.
+	ColSessionKey = "session_key"
+	// ColHolder names the lease holder; NULL when no one holds the lease.
+	ColHolder = "holder"
+	// ColToken is the lease token (a UUID string); NULL when unleased.
+	ColToken = "token"
+	// ColExpiresAt is when the lease lapses; NULL when unleased. Its type
+	// depends on the dialect (see the package documentation).
+	ColExpiresAt = "expires_at"
+	// ColGeneration is a counter (BIGINT, default 0) that the library bumps to
+	// fence stale holders.
+	ColGeneration = "generation"
+	// ColCreatedAt is the row creation time; the database fills it by default.
+	ColCreatedAt = "created_at"
+	// ColUpdatedAt is the last update time; the database fills it on insert by
+	// default, but nothing updates it automatically afterwards.
+	ColUpdatedAt = "updated_at"
+	// ColClientRequestID is the caller's request id in RequestTable.
+	ColClientRequestID = "client_request_id"
+	// ColFingerprint is a 64-character hash (hex SHA-256) of the request
+	// payload in RequestTable.
+	ColFingerprint = "fingerprint"
+	// ColStatus is one of StatusProcessing, StatusSuccess or StatusError; a
+	// CHECK constraint rejects anything else.
+	ColStatus = "status"
+	// ColReply is the reply text stored for a request (large text).
+	ColReply = "reply"
+	// ColResult is a JSON result document (large text).
+	ColResult = "result"
+	// ColError is an error message (text).
+	ColError = "error"
+	// ColRequestID is the RequestTable id a tool execution belongs to.
+	ColRequestID = "request_id"
+	// ColToolName is the name of the executed tool.
+	ColToolName = "tool_name"
+	// ColArgumentsHash is a 64-character hash (hex SHA-256) of the tool
+	// arguments.
+	ColArgumentsHash = "arguments_hash"
+	// ColIdempotencyKey is the idempotency key of a tool execution.
+	ColIdempotencyKey = "idempotency_key"
+)
+
+// Index and constraint names of the unique keys and the secondary index.
+const (
+	// RequestSessionClientUnique is the unique key on RequestTable
+	// (session_key, client_request_id).
+	RequestSessionClientUnique = "rowlease_request_session_client_uq"
+	// ToolExecutionIdemUnique is the unique key on ToolExecutionTable
+	// (session_key, idempotency_key).
+	ToolExecutionIdemUnique = "rowlease_tool_execution_idem_uq"
+	// ToolExecutionCallUnique is the unique key on ToolExecutionTable
+	// (request_id, tool_name, arguments_hash).
+	ToolExecutionCallUnique = "rowlease_tool_execution_call_uq"
+	// ToolExecutionSessionRequestIndex is the plain (non-unique) index on
+	// ToolExecutionTable (session_key, request_id).
+	ToolExecutionSessionRequestIndex = "rowlease_tool_execution_session_request_idx"
+)
+
+// Values allowed in the status column of RequestTable and ToolExecutionTable.
+const (
+	// StatusProcessing marks work that has started and not yet finished.
+	StatusProcessing = "processing"
+	// StatusSuccess marks work that finished successfully.
+	StatusSuccess = "success"
+	// StatusError marks work that finished with an error.
+	StatusError = "error"
+)
+
+// Maximum lengths, in characters, of the VARCHAR columns on MySQL and
+// PostgreSQL. SQLite does not enforce them; callers that want the same
+// behaviour everywhere must check lengths themselves.
+const (
+	// MaxSessionKeyLen bounds session_key.
+	MaxSessionKeyLen = 191
+	// MaxHolderLen bounds holder.
+	MaxHolderLen = 191
+	// MaxClientRequestIDLen bounds client_request_id.
+	MaxClientRequestIDLen = 191
+	// MaxToolNameLen bounds tool_name.
+	MaxToolNameLen = 128
+	// MaxIdempotencyKeyLen bounds idempotency_key.
+	MaxIdempotencyKeyLen = 255
+	// UUIDLen is the length of id, request_id and token values.
+	UUIDLen = 36
+	// HashLen is the length of fingerprint and arguments_hash values.
+	HashLen = 64
+	// MaxStatusLen bounds status.
+	MaxStatusLen = 16
+)
+
+// ErrUnknownDialect is wrapped by the error returned for a dialect name that
+// is not one of mysql, mariadb, postgres, postgresql, pgx, pgx/v5, sqlite or
+// sqlite3 (the names lease.ParseDialect accepts).
+var ErrUnknownDialect = errors.New("schema: unknown dialect")
+
+// ErrUnknownTool is wrapped by the error Migrations returns for a migration
+// tool other than golang-migrate (or migrate) and goose.
+var ErrUnknownTool = errors.New("schema: unknown migration tool")
+
+// Execer runs one SQL statement. *sql.DB, *sql.Tx, *sql.Conn and *sqlx.DB
+// satisfy it.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+//go:embed sql/*.sql
+var ddlFiles embed.FS
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+// canonicalDialect maps an accepted dialect name to the directory and file
+// name used in this package: "mysql", "postgres" or "sqlite".
+func canonicalDialect(name string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "mysql", "mariadb":
+		return "mysql", nil
+	case "postgres", "postgresql", "pgx", "pgx/v5":
+		return "postgres", nil
+	case "sqlite", "sqlite3":
+		return "sqlite", nil
+	}
+	return "", fmt.Errorf("%w %q (want mysql, postgres or sqlite)", ErrUnknownDialect, name)
+}
+
+// DDL returns the embedded DDL script for dialect, comments included. The
+// script holds several statements; use Statements or Apply to run it on a
+// connection that executes one statement at a time.
+func DDL(dialect string) (string, error) {
+	d, err := canonicalDialect(dialect)
+	if err != nil {
+		return "", err
+	}
+	b, err := ddlFiles.ReadFile("sql/" + d + ".sql")
+	if err != nil {
+		// Unreachable unless the embedded files are missing.
+		return "", fmt.Errorf("schema: read embedded %s DDL: %w", d, err)
+	}
+	return string(b), nil
+}
+
+// Statements returns the statements of the DDL for dialect, in order, without
+// comments and without the trailing semicolon, each suitable for a single
+// ExecContext call. The slice is new on every call.
+func Statements(dialect string) ([]string, error) {
+	src, err := DDL(dialect)
+	if err != nil {
+		return nil, err
+	}
+	return splitStatements(src), nil
+}
+
+// Apply creates the lock tables and their indexes for dialect if they do not
+// exist yet, running the statements one at a time on db. It is idempotent:
+// on a database that already has the tables it changes nothing. It does not
+// check or alter tables that exist with a different shape.
+//
+// Several processes may call Apply at once: a statement that fails because
+// another session created the same object at the same moment (PostgreSQL
+// reports that as a duplicate-key error on a system catalog) is run again,
+// up to three times, and then finds the object.
+//
+// Apply stops at the first failing statement and returns an error that names
+// the dialect and the statement and wraps the driver's error. Statements that
+// ran before it are not undone (MySQL commits DDL implicitly anyway); fix the
+// cause and call Apply again.
+func Apply(ctx context.Context, db Execer, dialect string) error {
+	stmts, err := Statements(dialect)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return errors.New("schema: Apply called with a nil Execer")
+	}
+	d, _ := canonicalDialect(dialect)
+	for i, stmt := range stmts {
+		var err error
+		for attempt := 0; ; attempt++ {
+			_, err = db.ExecContext(ctx, stmt)
+			if err == nil || attempt == maxCreateRaceRetries || !isCreateRace(err) {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("schema: apply %s DDL, statement %d of %d (%s): %w",
+				d, i+1, len(stmts), firstLine(stmt), err)
+		}
+	}
+	return nil
+}
+
+// maxCreateRaceRetries bounds how often Apply repeats a statement that lost a
+// creation race.
+const maxCreateRaceRetries = 3
+
+// isCreateRace reports whether err is how PostgreSQL fails a CREATE ... IF
+// NOT EXISTS whose object another session created at the same moment: the
+// existence check passed in both, and the loser's catalog insert then hits
+// the winner's committed row (SQLSTATE 23505 unique_violation on a catalog
+// index, or 42P07 duplicate_table / 42710 duplicate_object). Repeating the
+// statement then finds the object and does nothing. The error is recognised
+// through the SQLState method that pgx's *pgconn.PgError and lib/pq's
+// *pq.Error have, so no driver is imported.
+func isCreateRace(err error) bool {
+	var coded interface{ SQLState() string }
+	if !errors.As(err, &coded) {
+		return false
+	}
+	switch coded.SQLState() {
+	case "23505", "42P07", "42710":
+		return true
+	}
+	return false
+}
+
+// Migrations returns the migration files for dialect and tool, rooted at the
+// directory that holds them, ready for the tool's fs.FS source:
+//
+//   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql
+//     and 000001_create_lock_tables.down.sql, for source/iofs with path ".".
+//   - tool "goose": 00001_create_lock_tables.sql with -- +goose Up and
+//     -- +goose Down sections, for goose.SetBaseFS or goose.NewProvider with
+//     directory ".".
+//
+// Tool names are case-insensitive.
+func Migrations(dialect, tool string) (fs.FS, error) {
+	d, err := canonicalDialect(dialect)
+	if err != nil {
+		return nil, err
+	}
+	var dir string
+	switch strings.ToLower(strings.TrimSpace(tool)) {
+	case "golang-migrate", "migrate":
+		dir = "migrate"
+	case "goose":
+		dir = "goose"
+	default:
+		return nil, fmt.Errorf("%w %q (want golang-migrate or goose)", ErrUnknownTool, tool)
+	}
+	sub, err := fs.Sub(migrationFiles, "migrations/"+d+"/"+dir)
+	if err != nil {
+		// Unreachable: fs.Sub only fails on an invalid path.
+		return nil, fmt.Errorf("schema: open embedded %s %s migrations: %w", d, dir, err)
+	}
+	return sub, nil
+}
+
+// splitStatements splits an SQL script into statements. Lines whose first
+// non-blank characters are "--" and blank lines are dropped; a statement ends
+// at a line whose last non-blank character is ';', which is removed. Text after
+// the last ';' forms a final statement. The embedded files keep comments on
+// their own lines and never put ';' at a line end inside a statement.
+func splitStatements(src string) []string {
+	var (
+		stmts []string
+		cur   []string
+	)
+	flush := func() {
+		s := strings.TrimSpace(strings.Join(cur, "\n"))
+		s = strings.TrimSpace(strings.TrimSuffix(s, ";"))
+		if s != "" {
+			stmts = append(stmts, s)
+		}
+		cur = cur[:0]
+	}
+	for line := range strings.Lines(src) {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur = append(cur, strings.TrimRight(line, " \t\r\n"))
+		if strings.HasSuffix(trimmed, ";") {
+			flush()
+		}
+	}
+	flush()
+	return stmts
+}
+
+// firstLine returns the first line of a statement, for error messages.
+func firstLine(stmt string) string {
+	if i := strings.IndexByte(stmt, '\n'); i >= 0 {
+		stmt = stmt[:i]
+	}
+	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(stmt), "("))
+}
