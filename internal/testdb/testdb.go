@@ -32,7 +32,18 @@ import (
 const (
 	MySQLEnv    = "ROWLEASE_MYSQL_DSN"
 	PostgresEnv = "ROWLEASE_POSTGRES_DSN"
+	// RequireAllEnv, when set (make test sets it), turns a missing DSN into
+	// a test failure instead of a skip.
+	RequireAllEnv = "ROWLEASE_REQUIRE_ALL"
 )
+
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv(RequireAllEnv) != "" {
+		t.Fatalf(format+" (and %s is set: every dialect must run)", append(args, RequireAllEnv)...)
+	}
+	t.Skipf(format, args...)
+}
 
 // Dialects lists every dialect, in a fixed order.
 func Dialects() []lease.Dialect { return []lease.Dialect{lease.SQLite, lease.MySQL, lease.Postgres} }
@@ -73,7 +84,7 @@ func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
 	case lease.MySQL:
 		dsn := os.Getenv(MySQLEnv)
 		if dsn == "" {
-			t.Skipf("mysql: %s not set", MySQLEnv)
+			skipOrFail(t, "mysql: %s not set", MySQLEnv)
 		}
 		admin := adminDB(t, "mysql", dsn)
 		if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
@@ -85,6 +96,9 @@ func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
 		}
 		cfg.DBName = name
 		cfg.ParseTime = true
+		// One round trip per statement: without it go-sql-driver prepares,
+		// executes and closes a statement for every query with arguments.
+		cfg.InterpolateParams = true
 		db, err := sqlx.Open("mysql", cfg.FormatDSN())
 		if err != nil {
 			t.Fatal(err)
@@ -102,7 +116,7 @@ func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
 	case lease.Postgres:
 		dsn := os.Getenv(PostgresEnv)
 		if dsn == "" {
-			t.Skipf("postgres: %s not set", PostgresEnv)
+			skipOrFail(t, "postgres: %s not set", PostgresEnv)
 		}
 		admin := adminDB(t, "pgx", dsn)
 		if _, err := admin.Exec("CREATE SCHEMA " + name); err != nil {

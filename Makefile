@@ -1,0 +1,23 @@
+# `make test` needs no setup beyond Go: scripts/test.sh installs (as root, via
+# apt) and starts throwaway MariaDB/PostgreSQL servers for the run.
+
+# The Go tarball install is often not on PATH.
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: test test-sqlite bench fmt vet
+
+test:
+	bash scripts/test.sh
+
+# Unit + SQLite tests only: MySQL/Postgres tests skip without their DSNs.
+test-sqlite:
+	go vet ./... && env -u ROWLEASE_MYSQL_DSN -u ROWLEASE_POSTGRES_DSN go test -race ./...
+
+bench:
+	ROWLEASE_BENCH=1 bash scripts/test.sh
+
+fmt:
+	gofmt -l -w .
+
+vet:
+	go vet ./...

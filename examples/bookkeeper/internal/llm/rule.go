@@ -1,0 +1,169 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// RuleOptions configures a RuleModel.
+type RuleOptions struct {
+	// Latency is how long every Complete call takes, to imitate a remote
+	// model. Complete returns ctx.Err() as soon as ctx is done.
+	Latency time.Duration
+	// Now returns the current time; it defines "today" and "yesterday"
+	// (in Now's location). Nil means time.Now.
+	Now func() time.Time
+	// CategoryLanguage selects the language of the category_name argument:
+	// "zh" always sends Chinese names (餐饮), "en" always English (Food),
+	// and "" (the default) follows the language of the user's message.
+	CategoryLanguage string
+}
+
+// RuleModel is a deterministic, offline Model that understands everyday
+// Chinese and English bookkeeping phrases by keyword rules.
+//
+// For the latest user message it answers with one tool call:
+// create_transaction for phrases such as "中午吃粉花了 35", "taxi 18
+// yesterday" or "got paid 2000 salary"; list_transactions for questions
+// such as "how much did I spend today" or "今天花了多少"; list_categories
+// for "show categories" or "有哪些分类". Once the conversation holds the
+// tool results for that message, it answers with a final summary in the
+// user's language (Chinese if the message contains Chinese characters).
+// Text it cannot read gets a final reply explaining what it understands.
+//
+// Amounts: Arabic numbers with optional thousands separators, currency
+// signs and units (¥35, $4.50, 35元, 4 块, 20 rmb), "k"/"千" (×1000) and
+// "w"/"万" (×10000) suffixes (3.5k = 3500), "5块5" (5.5), and simple
+// Chinese numerals (二十五, 一百二, 两千五, 三十块). Amounts are rounded to
+// cents. Type: income when the text has an income word (工资, 到账, 收到,
+// 红包 received, 奖金, salary, bonus, refund, received, income, "got paid",
+// ...), expense otherwise; "paid 15 for parking" is an expense, while
+// "got paid"/"paid me" are income. Categories come from the table
+// returned by Categories; when no keyword matches, category_name is left
+// out. Tool call IDs are "call_N", N counting the tool calls in the
+// conversation, so replies are reproducible.
+//
+// A RuleModel is safe for concurrent use. It ignores Request.Tools.
+type RuleModel struct {
+	opts RuleOptions
+}
+
+var _ Model = (*RuleModel)(nil)
+
+// NewRuleModel returns a RuleModel with the given options.
+func NewRuleModel(opts RuleOptions) *RuleModel {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &RuleModel{opts: opts}
+}
+
+// Complete waits for the configured latency and returns the next assistant
+// message for req.Messages. It returns ctx.Err() if ctx is done first.
+func (m *RuleModel) Complete(ctx context.Context, req Request) (Response, error) {
+	if err := ctx.Err(); err != nil {
+		return Response{}, err
+	}
+	if m.opts.Latency > 0 {
+		t := time.NewTimer(m.opts.Latency)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return Response{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return Response{Message: m.next(req.Messages)}, nil
+}
+
+// next computes the reply to a conversation.
+func (m *RuleModel) next(msgs []Message) Message {
+	now := m.opts.Now()
+	lastUser := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleUser {
+			lastUser = i
+			break
+		}
+	}
+	if lastUser < 0 {
+		return finalMessage(helpText(false, 0))
+	}
+	userText := msgs[lastUser].Content
+	zh := hasHan(userText)
+
+	// Tool calls issued for the latest user message, and their results.
+	calls := map[string]FunctionCall{}
+	var results []Message
+	for _, msg := range msgs[lastUser+1:] {
+		switch msg.Role {
+		case RoleAssistant:
+			for _, tc := range msg.ToolCalls {
+				calls[tc.ID] = tc.Function
+			}
+		case RoleTool:
+			results = append(results, msg)
+		}
+	}
+	if len(results) > 0 {
+		s := summarizer{zh: zh, today: day(now)}
+		return finalMessage(s.summarize(results, calls))
+	}
+
+	in := parseUtterance(userText, now, m.opts.CategoryLanguage)
+	var name string
+	var args any
+	switch in.kind {
+	case intentCreate:
+		name, args = ToolCreateTransaction, in.create
+	case intentListTransactions:
+		name, args = ToolListTransactions, in.list
+	case intentListCategories:
+		name, args = ToolListCategories, struct{}{}
+	default:
+		return finalMessage(helpText(zh, in.seenAmount))
+	}
+	b, err := json.Marshal(args)
+	if err != nil { // cannot happen: the argument types always encode
+		return finalMessage(helpText(zh, 0))
+	}
+	return Message{
+		Role: RoleAssistant,
+		ToolCalls: []ToolCall{{
+			ID:       fmt.Sprintf("call_%d", countToolCalls(msgs)+1),
+			Type:     ToolCallTypeFunction,
+			Function: FunctionCall{Name: name, Arguments: string(b)},
+		}},
+	}
+}
+
+func countToolCalls(msgs []Message) int {
+	n := 0
+	for _, msg := range msgs {
+		n += len(msg.ToolCalls)
+	}
+	return n
+}
+
+func finalMessage(content string) Message {
+	return Message{Role: RoleAssistant, Content: content}
+}
+
+// helpText explains what RuleModel understands. amount is a number seen in
+// an otherwise unreadable message, or 0.
+func helpText(zh bool, amount float64) string {
+	if zh {
+		prefix := "抱歉，我没看懂这句话。"
+		if amount > 0 {
+			prefix = fmt.Sprintf("我看到了金额 %s，但不清楚这笔钱是做什么用的。", formatAmount(amount))
+		}
+		return prefix + "我可以帮你记录收入和支出、查询账目，例如：“中午吃粉花了 35”、“昨天打车 23.5 元”、“工资到账 8000”、“今天花了多少”、“有哪些分类”。"
+	}
+	prefix := "Sorry, I couldn't understand that."
+	if amount > 0 {
+		prefix = fmt.Sprintf("I see the amount %s, but not what it was for.", formatAmount(amount))
+	}
+	return prefix + ` I can record income and expenses and look them up. Try for example: "lunch 35", "taxi 18 yesterday", "got paid 2000 salary", "how much did I spend today" or "show categories".`
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Run the rowlease test suite against throwaway MariaDB and PostgreSQL servers.
+#
+# - As root with apt-get: installs what is missing (mariadb-server, postgresql,
+#   gcc for -race, ca-certificates for module downloads).
+# - Never touches system services: servers run from a fresh temp dir on free
+#   loopback ports and are stopped (and the dir removed) on exit.
+# - Exports ROWLEASE_MYSQL_DSN / ROWLEASE_POSTGRES_DSN for the Go tests; a
+#   dialect whose server is unavailable is simply not exported (tests skip it).
+# - ROWLEASE_BENCH=1 runs benchmarks instead of tests; GOTEST_FLAGS is passed
+#   through to `go test`.
+# The exit code is that of `go vet` / `go test`.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+log() { echo "test.sh: $*" >&2; }
+
+IS_ROOT=0; [[ $(id -u) -eq 0 ]] && IS_ROOT=1
+# Go is usually installed from the tarball, which is not on PATH by default.
+command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
+
+# /usr/sbin is not on a normal user's PATH on Debian.
+find_mariadbd() {
+    command -v mariadbd || command -v mysqld \
+        || { [[ -x /usr/sbin/mariadbd ]] && echo /usr/sbin/mariadbd; } || true
+}
+find_pgbin() {   # newest /usr/lib/postgresql/<ver>/bin, or nothing
+    local p
+    p=$(printf '%s\n' /usr/lib/postgresql/*/bin/postgres | sort -V | tail -n1)
+    if [[ -x $p ]]; then dirname "$p"; fi
+}
+
+# ---- install missing packages --------------------------------------------
+pkgs=()
+[[ -n $(find_mariadbd) ]] || pkgs+=(mariadb-server)
+[[ -n $(find_pgbin) ]] || pkgs+=(postgresql)
+command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)   # go test -race needs cgo
+[[ -e /etc/ssl/certs/ca-certificates.crt ]] || pkgs+=(ca-certificates)   # go module downloads
+if ((${#pkgs[@]})); then
+    if ((IS_ROOT)) && command -v apt-get >/dev/null; then
+        log "installing ${pkgs[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        # Keep the packages from starting their system services (we never use them).
+        policy=""
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            policy=/usr/sbin/policy-rc.d
+            printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+        fi
+        rc=0
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; } || rc=$?
+        [[ -z $policy ]] || rm -f "$policy"
+        ((rc == 0)) || log "apt-get failed (exit $rc); continuing with what is available"
+    else
+        log "not root or no apt-get: not installing ${pkgs[*]}; using what is available"
+    fi
+fi
+
+# ---- temp dir and cleanup ------------------------------------------------
+# Fixed under /tmp: short socket paths, and reachable by the postgres user.
+TMP=$(mktemp -d /tmp/rowlease-test.XXXXXX)
+chmod 755 "$TMP"
+MY_PID=""
+PG_STARTED=0
+PG_USER=()   # command prefix to run postgres tools as a non-root user
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    if [[ -n $MY_PID ]] && kill -0 "$MY_PID" 2>/dev/null; then
+        mariadb-admin --no-defaults -S "$TMP/mysql.sock" -uroot shutdown >/dev/null 2>&1 \
+            || kill -TERM "$MY_PID" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$MY_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$MY_PID" 2>/dev/null || true
+        wait "$MY_PID" 2>/dev/null || true
+    fi
+    # Check the pid file, not PG_STARTED: a start interrupted mid-way may leave a postmaster.
+    if [[ -f $TMP/pg/data/postmaster.pid ]]; then
+        (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg/data" stop -m fast -w -t 30 >/dev/null 2>&1) \
+            || (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg/data" stop -m immediate -w >/dev/null 2>&1) \
+            || true
+    fi
+    rm -rf "$TMP"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- ports ---------------------------------------------------------------
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# free_port START: first port >= START that nothing listens on.
+free_port() {
+    local p=$1
+    while port_busy "$p"; do p=$((p + 1)); done
+    echo "$p"
+}
+
+# ---- MariaDB -------------------------------------------------------------
+start_mariadb() {
+    local bin port attempt
+    bin=$(find_mariadbd)
+    if [[ -z $bin ]] || ! command -v mariadb-install-db >/dev/null; then
+        log "MariaDB server not found; MySQL tests will skip"
+        return 0
+    fi
+    local user=(); ((IS_ROOT)) && user=(--user=root)
+    mkdir -p "$TMP/mysql"
+    mariadb-install-db --no-defaults "${user[@]}" --datadir="$TMP/mysql" \
+        --auth-root-authentication-method=normal --skip-test-db \
+        >"$TMP/mysql-install.log" 2>&1 \
+        || { log "mariadb-install-db failed:"; tail -n 20 "$TMP/mysql-install.log" >&2; return 1; }
+
+    port=33306
+    for attempt in 1 2 3 4 5; do
+        port=$(free_port "$port")
+        "$bin" --no-defaults "${user[@]}" --datadir="$TMP/mysql" \
+            --socket="$TMP/mysql.sock" --pid-file="$TMP/mysql.pid" \
+            --port="$port" --bind-address=127.0.0.1 --skip-name-resolve \
+            --innodb-flush-log-at-trx-commit=2 --skip-log-bin --max-connections=500 \
+            --innodb-lock-wait-timeout=10 \
+            </dev/null >>"$TMP/mysql.log" 2>&1 &
+        MY_PID=$!
+        # Wait (max ~60s) until it answers, or until it dies (e.g. port raced).
+        for _ in $(seq 1 600); do
+            kill -0 "$MY_PID" 2>/dev/null || break
+            mariadb-admin --no-defaults -S "$TMP/mysql.sock" -uroot ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        if mariadb-admin --no-defaults -S "$TMP/mysql.sock" -uroot ping >/dev/null 2>&1; then
+            break
+        fi
+        if kill -0 "$MY_PID" 2>/dev/null; then
+            log "MariaDB did not come up within 60s:"; tail -n 20 "$TMP/mysql.log" >&2; return 1
+        fi
+        wait "$MY_PID" 2>/dev/null || true
+        MY_PID=""
+        log "MariaDB failed to start on port $port (attempt $attempt), trying another port"
+        port=$((port + 1))
+    done
+    [[ -n $MY_PID ]] || { tail -n 20 "$TMP/mysql.log" >&2; return 1; }
+
+    mariadb --no-defaults -S "$TMP/mysql.sock" -uroot <<'SQL'
+CREATE USER 'rowlease'@'127.0.0.1' IDENTIFIED BY 'rowlease';
+CREATE USER 'rowlease'@'localhost' IDENTIFIED BY 'rowlease';
+CREATE USER 'rowlease'@'%' IDENTIFIED BY 'rowlease';
+GRANT ALL PRIVILEGES ON *.* TO 'rowlease'@'127.0.0.1', 'rowlease'@'localhost', 'rowlease'@'%';
+SQL
+    export ROWLEASE_MYSQL_DSN="rowlease:rowlease@tcp(127.0.0.1:$port)/"
+    log "MariaDB ready on 127.0.0.1:$port"
+}
+
+# ---- PostgreSQL ----------------------------------------------------------
+start_postgres() {
+    local port attempt
+    PGBIN=$(find_pgbin)
+    if [[ -z $PGBIN ]]; then
+        log "PostgreSQL server not found; Postgres tests will skip"
+        return 0
+    fi
+    mkdir -p "$TMP/pg"
+    if ((IS_ROOT)); then
+        # postgres refuses to run as root: use the postgres OS user.
+        id -u postgres >/dev/null 2>&1 \
+            || useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin postgres
+        chown postgres: "$TMP/pg"
+        PG_USER=(runuser -u postgres --)
+    fi
+    # Run from $TMP so the postgres user can stat its working directory.
+    (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/initdb" -D "$TMP/pg/data" -U postgres \
+        --auth-local=trust --auth-host=scram-sha-256 --no-sync -E UTF8 --locale=C.UTF-8 \
+        >"$TMP/pg-initdb.log" 2>&1) \
+        || { log "initdb failed:"; tail -n 20 "$TMP/pg-initdb.log" >&2; return 1; }
+
+    port=55432
+    for attempt in 1 2 3 4 5; do
+        port=$(free_port "$port")
+        if (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg/data" -l "$TMP/pg/pg.log" -w -t 60 \
+            -o "-p $port -k $TMP/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+            start >/dev/null 2>&1); then
+            PG_STARTED=1
+            break
+        fi
+        # A failed -w start can still leave a postmaster behind; make sure it is gone.
+        (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg/data" stop -m immediate >/dev/null 2>&1) || true
+        log "PostgreSQL failed to start on port $port (attempt $attempt), trying another port"
+        port=$((port + 1))
+    done
+    ((PG_STARTED)) || { tail -n 20 "$TMP/pg/pg.log" >&2; return 1; }
+
+    "$PGBIN/psql" -q -X -v ON_ERROR_STOP=1 -h "$TMP/pg" -p "$port" -U postgres -d postgres \
+        -c "CREATE ROLE rowlease LOGIN PASSWORD 'rowlease'" \
+        -c "CREATE DATABASE rowlease OWNER rowlease" >/dev/null
+    export ROWLEASE_POSTGRES_DSN="postgres://rowlease:rowlease@127.0.0.1:$port/rowlease?sslmode=disable"
+    log "PostgreSQL ready on 127.0.0.1:$port"
+}
+
+t0=$SECONDS
+start_mariadb
+start_postgres
+log "servers started in $((SECONDS - t0))s (data in $TMP)"
+
+# In CI a dialect that would skip is a failure: every dialect must run.
+if [[ -n ${ROWLEASE_MYSQL_DSN:-} && -n ${ROWLEASE_POSTGRES_DSN:-} ]]; then
+    export ROWLEASE_REQUIRE_ALL=1
+elif [[ -n ${CI:-} ]]; then
+    log "CI: MySQL/MariaDB or PostgreSQL is unavailable; refusing to pass with skipped dialects"
+    exit 1
+fi
+
+# ---- run the Go suite ----------------------------------------------------
+if [[ -n ${ROWLEASE_BENCH:-} ]]; then
+    # shellcheck disable=SC2086
+    go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...
+else
+    go vet ./...
+    # shellcheck disable=SC2086
+    go test -race -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
+fi
