@@ -123,3 +123,37 @@ func (d Dialect) microsUntil(t string) string {
 		return "(" + t + " - " + d.now() + ")"
 	}
 }
+
+// Now returns the SQL expression of the database clock in the lease column
+// representation: UTC_TIMESTAMP(6) on MySQL (DATETIME(6) holding UTC),
+// statement_timestamp() on PostgreSQL (timestamptz), integer microseconds
+// since the Unix epoch on SQLite. Compare expires_at columns only with it.
+func (d Dialect) Now() string { return d.now() }
+
+// Rebind rewrites ? placeholders as $1, $2, … for PostgreSQL and leaves
+// them alone for MySQL and SQLite. The query must not contain a literal ?.
+func (d Dialect) Rebind(q string) string {
+	if d != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// Quote quotes an identifier after validating it; it rejects anything but
+// letters, digits and underscores (starting with a letter or underscore).
+func (d Dialect) Quote(ident string) (string, error) {
+	if !validIdent(ident) {
+		return "", invalid("identifier", fmt.Sprintf("%q is not a valid identifier", ident))
+	}
+	return d.quote(ident), nil
+}

@@ -29,8 +29,9 @@ var (
 	// it.
 	ErrExists = errors.New("lease: already exists")
 
-	// ErrState means the row exists and is not held, but is in a state that
-	// the operation does not accept. The concrete error is a *StateError.
+	// ErrState means the row exists but is in a state that the operation
+	// does not accept (checked before who holds it). The concrete error is
+	// a *StateError.
 	ErrState = errors.New("lease: row in another state")
 
 	// ErrInvalid means the input was rejected before any SQL was sent. The
@@ -68,7 +69,7 @@ func (e *LostError) Error() string {
 // Is makes errors.Is(err, ErrLost) true.
 func (e *LostError) Is(target error) bool { return target == ErrLost }
 
-// StateError reports a free row whose state the operation does not accept.
+// StateError reports a row whose state the operation does not accept.
 // It matches ErrState.
 type StateError struct {
 	Key   string

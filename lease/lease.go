@@ -228,6 +228,16 @@ func (l *Lease[K]) checkStates(field string, states ...string) error {
 	return nil
 }
 
+// checkIn validates a state condition: no empty states.
+func (l *Lease[K]) checkIn(field string, in []string) error {
+	for _, s := range in {
+		if s == "" {
+			return invalid(field, "empty state in the condition")
+		}
+	}
+	return l.checkStates(field, in...)
+}
+
 func (l *Lease[K]) checkSet(set []Assignment) error {
 	seen := map[string]bool{}
 	for _, a := range set {
@@ -348,7 +358,10 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	if err := l.checkTTL(ttl); err != nil {
 		return Grant[K]{}, err
 	}
-	if err := l.checkStates("state", append([]string{o.SetState}, o.InStates...)...); err != nil {
+	if err := l.checkIn("states", o.InStates); err != nil {
+		return Grant[K]{}, err
+	}
+	if err := l.checkStates("state", o.SetState); err != nil {
 		return Grant[K]{}, err
 	}
 	if err := l.checkSet(o.Set); err != nil {
@@ -365,7 +378,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	if len(o.InStates) > 0 || o.SetState != "" || len(o.Set) > 0 {
 		c = compile(l.dialect, l.b.acquire(o.InStates, o.SetState != "", o.Set))
 	}
-	m := vals("key", key, "tok", tok.s, "holder", holder, "ttl", ttl.Microseconds(), "state", o.SetState)
+	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.SetState)
 	addStates(m, o.InStates)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
@@ -386,9 +399,6 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 	if err != nil {
 		return err
 	}
-	if st.Held {
-		return &ConflictError{Key: keyText(key), Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining}
-	}
 	if len(want) > 0 {
 		okState := false
 		for _, w := range want {
@@ -397,6 +407,9 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 		if !okState {
 			return &StateError{Key: keyText(key), State: st.State, Want: want}
 		}
+	}
+	if st.Held {
+		return &ConflictError{Key: keyText(key), Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining}
 	}
 	// Free now but not a moment ago: another holder released in between.
 	return &ConflictError{Key: keyText(key), Holder: st.Holder, Generation: st.Generation}
@@ -417,7 +430,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 		return g, err
 	}
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.s, "ttl", ttl.Microseconds()))
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()))
 	if err != nil {
 		return g, err
 	}
@@ -438,7 +451,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	_, ok, err := l.exec(ctx, db, l.releaseQ, vals("key", g.Key, "tok", g.Token.s))
+	_, ok, err := l.exec(ctx, db, l.releaseQ, vals("key", g.Key, "tok", g.Token.Secret()))
 	if err != nil {
 		return err
 	}
@@ -460,7 +473,10 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	if err := l.checkGrant(g); err != nil {
 		return g, err
 	}
-	if err := l.checkStates("state", append([]string{o.To}, o.From...)...); err != nil {
+	if err := l.checkIn("from states", o.From); err != nil {
+		return g, err
+	}
+	if err := l.checkStates("state", o.To); err != nil {
 		return g, err
 	}
 	if err := l.checkSet(o.Set); err != nil {
@@ -474,7 +490,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 		return g, invalid("ttl", "set without Keep")
 	}
 	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
-	m := vals("key", g.Key, "tok", g.Token.s, "ttl", o.TTL.Microseconds(), "state", o.To)
+	m := vals("key", g.Key, "tok", g.Token.Secret(), "ttl", o.TTL.Microseconds(), "state", o.To)
 	addStates(m, o.From)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
@@ -512,7 +528,7 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (in
 		c = l.verifyLockQ
 	}
 	var gen int64
-	err := db.QueryRowContext(ctx, c.query, c.args(vals("key", g.Key, "tok", g.Token.s))...).Scan(&gen)
+	err := db.QueryRowContext(ctx, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret()))...).Scan(&gen)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &LostError{Key: keyText(g.Key), Op: "check"}
 	}
@@ -577,7 +593,7 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	if o.State != "" || len(o.Set) > 0 {
 		c = compile(l.dialect, l.b.create(o.State != "", o.Set))
 	}
-	m := vals("key", key, "tok", tok.s, "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
+	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
 	if _, err := db.ExecContext(ctx, c.query, c.args(m)...); err != nil {
@@ -608,3 +624,35 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) er
 	_, err := db.ExecContext(ctx, c.query, c.args(m)...)
 	return err
 }
+
+// Fence is a check, run inside a caller's transaction, that a grant still
+// holds. Pass fences for every level a side effect depends on (session,
+// request, tool execution) to the code that writes it, and write it in the
+// same transaction: it then commits only if every grant still holds.
+type Fence interface {
+	// Check verifies the grant and, on MySQL and PostgreSQL, locks its row
+	// until the transaction ends. It returns *LostError when the grant no
+	// longer holds.
+	Check(ctx context.Context, tx DB) error
+	// Generation is the grant's fencing generation.
+	Generation() int64
+	// Name says which lease it fences (for errors).
+	Name() string
+}
+
+// Fence returns a Fence for g named name.
+func (l *Lease[K]) Fence(name string, g Grant[K]) Fence { return fence[K]{l: l, g: g, name: name} }
+
+type fence[K Key] struct {
+	l    *Lease[K]
+	g    Grant[K]
+	name string
+}
+
+func (f fence[K]) Check(ctx context.Context, tx DB) error {
+	_, err := f.l.Verify(ctx, tx, f.g, true)
+	return err
+}
+
+func (f fence[K]) Generation() int64 { return f.g.Generation }
+func (f fence[K]) Name() string      { return f.name }

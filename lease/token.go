@@ -14,7 +14,7 @@ import (
 // LogValue all give "[redacted]", so a grant can be logged or wrapped in an
 // error without leaking the secret. Secret returns the raw value for callers
 // that must store it (for example to resume a flow in another process).
-type Token struct{ s string }
+type Token struct{ p *string } // behind a pointer: fmt prints nested pointers as addresses
 
 const redacted = "[redacted]"
 
@@ -24,7 +24,8 @@ func NewToken() (Token, error) {
 	if err != nil {
 		return Token{}, fmt.Errorf("lease: drawing a token: %w", err)
 	}
-	return Token{s: u.String()}, nil
+	s := u.String()
+	return Token{p: &s}, nil
 }
 
 // ParseToken turns a value returned by Secret back into a Token. It accepts
@@ -34,17 +35,23 @@ func ParseToken(s string) (Token, error) {
 	if err != nil || u.String() != s {
 		return Token{}, &ValidationError{Field: "token", Reason: "not a canonical UUID"}
 	}
-	return Token{s: s}, nil
+	return Token{p: &s}, nil
 }
 
 // IsZero reports whether t is the zero Token (no grant).
-func (t Token) IsZero() bool { return t.s == "" }
+func (t Token) IsZero() bool { return t.p == nil }
 
 // Secret returns the raw token text. Treat it as a password.
-func (t Token) Secret() string { return t.s }
+func (t Token) Secret() string {
+	if t.p == nil {
+		return ""
+	}
+	return *t.p
+}
 
 // Equal reports whether two tokens are the same secret.
-func (t Token) Equal(o Token) bool { return t.s == o.s }
+// Compare tokens with Equal, not ==.
+func (t Token) Equal(o Token) bool { return t.Secret() == o.Secret() }
 
 // String returns "[redacted]".
 func (t Token) String() string { return redacted }
