@@ -1,0 +1,109 @@
+// Package heartbeat keeps every lease of one flow alive — the session, the
+// request, the running tool execution — and cancels the flow's work as soon
+// as ownership of any of them is lost.
+//
+// A Supervisor runs one goroutine. Every Config.Interval it renews each
+// lease, in the order the leases were added (session, request, tool: the
+// project's one lock order), each renewal under a context whose deadline is
+// the lease's local trust deadline. (Precisely: a lease is due one Interval
+// after its last successful renewal, or after half its remaining trust if
+// that is sooner; when one lease is due, every lease due within a quarter
+// Interval is renewed with it, in order, so leases added together stay in
+// step.) The work runs under the context Start returns; when a lease is
+// lost, that context is cancelled with a *LostError as its cause:
+//
+//	sup, err := heartbeat.New(heartbeat.Config{Interval: ttl / 3, TTL: ttl, Logger: log})
+//	if err != nil { ... }
+//	sup.Add(heartbeat.ForLease("session", sessions, db, sessionGrant, ttl))
+//	sup.Add(heartbeat.ForLease("request", requests, db, requestGrant, ttl))
+//	work, err := sup.Start(ctx)
+//	if err != nil { ... }
+//	defer sup.Stop()
+//	removeTool := sup.Add(heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl))
+//	err = runTool(work)          // stops when work is done
+//	removeTool()                 // before releasing the tool lease
+//	if errors.Is(context.Cause(work), lease.ErrLost) { ... write nothing more ... }
+//
+// # Guarantees
+//
+//   - The work context is cancelled with a *LostError (errors.Is(cause,
+//     lease.ErrLost)) by the first renewal that finds a token gone, and no
+//     later than a few milliseconds of scheduling after the earliest trust
+//     deadline of the supervised leases when no renewal succeeded before it
+//     — even while a renewal is blocked (on a row lock held by a long
+//     transaction, say), and even when the renewal that is slow belongs to
+//     another lease: a renewal's context expires at the earliest trust
+//     deadline of all leases, and a timer wakes the goroutine for that
+//     deadline as well as for the renewals due.
+//   - A renewal that succeeds only after its lease's trust deadline does not
+//     rescue it: the lease is lost, since the work ran untrusted meanwhile.
+//   - Once a loss is recorded, nothing is renewed any more.
+//   - The goroutine never sleeps in a loop; it waits on a timer, the work
+//     context and a change signal. Stop joins it.
+//   - Tokens are never logged nor put in errors (grants print them as
+//     [redacted]).
+//
+// # What it does not do
+//
+//   - It cannot stop work that ignores its context. The work must watch the
+//     context, and every side effect must still be fenced in its own
+//     transaction (lease.Fence): cancellation is prompt, not atomic, and a
+//     fence is the only check that holds at commit.
+//   - A renewal sent after the lease expired by the database clock but
+//     before anyone took it over still succeeds (lease.Lease.Renew allows
+//     it). Ownership was then never lost, but there was a moment when
+//     another holder could have won it; only the local trust deadline, kept
+//     a safety margin inside the TTL, protects against that.
+//   - It does not release leases; Stop leaves them to expire or to the
+//     caller's Release.
+//   - A Renewer must return once its context is done; the supervisor does
+//     not run renewals on other goroutines to work around one that does
+//     not.
+//
+// # States
+//
+//	        New
+//	         │
+//	         ▼      Stop
+//	      created ─────────────────────────────────┐
+//	         │ Start                               │
+//	         ▼                                     ▼
+//	      running ──────────── Stop ──────────► stopped
+//	       │    │                                  ▲
+//	lease  │    │ parent done                      │
+//	lost   │    └──► exited (cause: the parent's) ─┤ Stop
+//	       ▼                                       │
+//	      lost ─────────────── Stop ───────────────┘
+//	(cause: *LostError, Lost() != nil)
+//
+// In running, the goroutine renews. In lost, exited and stopped, it has
+// returned: lost keeps the *LostError as the work context's cause, exited
+// the parent's cause; Stop from running cancels the work context with cause
+// ErrStopped. A Supervisor is not restarted: Start works once.
+//
+// # Failure handling
+//
+//   - lease.ErrLost from a renewal (the token no longer matches: taken
+//     over, released, or moved to another state) → lost at once, reason
+//     ReasonGone.
+//   - lease.ErrInvalid (bad grant, TTL or DB) → lost at once, reason
+//     ReasonInvalid: a retry would fail the same way. The cause then matches
+//     both lease.ErrLost and lease.ErrInvalid.
+//   - Any other error (a dropped connection, a deadlock victim, a timeout)
+//     is transient: retried after a quarter of the trust left, at most one
+//     Interval, at least a few milliseconds, until the trust deadline. If
+//     that passes first → lost, reason ReasonDeadline, LostError.Err the
+//     last renewal's error.
+//   - A renewal blocked past the trust deadline (row locks of a long
+//     transaction, a hung connection) is cancelled by its context → lost,
+//     reason ReasonDeadline. A blocked renewal that is released in time (the
+//     transaction commits) simply succeeds.
+//   - The parent context done → the goroutine returns; no loss is
+//     recorded.
+//   - A lease removed (remove func from Add) is no longer renewed nor
+//     checked; the result of a renewal in flight for it is ignored.
+//
+// Interval must be at most TTL/3: with the default safety margin (TTL/10)
+// a lease renewed on time then still has more than 1.5 Intervals of trust
+// left for retries when a renewal fails.
+package heartbeat

@@ -1,0 +1,557 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// ErrStopped is the cause of the work context after Stop, and the error of
+// a Start called after Stop.
+var ErrStopped = errors.New("heartbeat: stopped")
+
+// ErrStarted is the error of a second Start.
+var ErrStarted = errors.New("heartbeat: already started")
+
+// Reasons a lease is lost, as found in LostError.Reason.
+const (
+	// ReasonGone: a renewal reported lease.ErrLost — the token no longer
+	// matches the row (taken over, released, or moved to another state).
+	ReasonGone = "renewal found the token gone"
+	// ReasonDeadline: the lease's local trust deadline passed before a
+	// renewal succeeded (renewals kept failing, or one blocked).
+	ReasonDeadline = "trust deadline passed with no successful renewal"
+	// ReasonInvalid: a renewal was rejected as invalid input
+	// (lease.ErrInvalid). Retrying cannot help, so the lease cannot be kept.
+	ReasonInvalid = "renewal rejected as invalid input"
+)
+
+// minRetry is the shortest wait before a failed renewal is retried.
+const minRetry = 5 * time.Millisecond
+
+// Renewer is one supervised lease. Add calls Name and Deadline once; after
+// that the supervisor calls Renew from its one goroutine only, never
+// concurrently with itself.
+type Renewer interface {
+	// Name says which lease it is, for errors and logs: "session",
+	// "request", "tool:create_transaction". It must not contain a token.
+	Name() string
+	// Deadline is the current local trust deadline (read on the monotonic
+	// clock, as lease.Grant.Deadline is). The supervisor reads it once, when
+	// the Renewer is added; later deadlines come from Renew.
+	Deadline() time.Time
+	// Renew renews the lease once and returns the new trust deadline. It
+	// must return promptly once ctx is done. An error matching
+	// lease.ErrLost means the lease is gone; one matching lease.ErrInvalid
+	// means it can never be renewed; any other error is transient and is
+	// retried until the trust deadline.
+	Renew(ctx context.Context) (time.Time, error)
+}
+
+// LeaseRenewer is the Renewer for one lease grant, made by ForLease. It
+// keeps its own copy of the grant, updated by each successful renewal. It is
+// safe for concurrent use.
+type LeaseRenewer[K lease.Key] struct {
+	name string
+	l    *lease.Lease[K]
+	db   lease.DB
+	ttl  time.Duration
+
+	mu sync.Mutex
+	g  lease.Grant[K]
+}
+
+// ForLease adapts a lease grant to a Renewer named name: each renewal is
+// l.Renew(ctx, db, g, ttl) on its own copy of g. Pass a *sql.DB (or another
+// pool), not a transaction: renewals run outside the work's transactions.
+func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.Grant[K], ttl time.Duration) *LeaseRenewer[K] {
+	return &LeaseRenewer[K]{name: name, l: l, db: db, ttl: ttl, g: g}
+}
+
+// Name returns the name given to ForLease.
+func (r *LeaseRenewer[K]) Name() string { return r.name }
+
+// Deadline returns the trust deadline of the current grant.
+func (r *LeaseRenewer[K]) Deadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.g.Deadline
+}
+
+// Grant returns the current grant: the one given to ForLease, with the
+// deadline of the last successful renewal.
+func (r *LeaseRenewer[K]) Grant() lease.Grant[K] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.g
+}
+
+// Renew renews the grant once with lease.Lease.Renew and keeps the renewed
+// grant. It returns the new trust deadline, or the lease's error
+// (*lease.LostError, matching lease.ErrLost, when the token is gone).
+func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
+	g := r.Grant()
+	if r.l == nil {
+		return g.Deadline, &lease.ValidationError{Field: "lease", Reason: "nil"}
+	}
+	ng, err := r.l.Renew(ctx, r.db, g, r.ttl)
+	if err != nil {
+		return g.Deadline, err
+	}
+	r.mu.Lock()
+	r.g = ng
+	r.mu.Unlock()
+	return ng.Deadline, nil
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// Event kinds.
+const (
+	// EventRenewed: a renewal succeeded; Event.Deadline is the new deadline.
+	EventRenewed EventKind = iota + 1
+	// EventRetry: a renewal failed with a transient error (Event.Err) and
+	// will be retried; Event.Attempt counts the failures in a row.
+	EventRetry
+	// EventLost: the lease was lost; Event.Err is the *LostError.
+	EventLost
+)
+
+// String returns "renewed", "retry" or "lost".
+func (k EventKind) String() string {
+	switch k {
+	case EventRenewed:
+		return "renewed"
+	case EventRetry:
+		return "retry"
+	case EventLost:
+		return "lost"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event is what Config.OnEvent receives.
+type Event struct {
+	Kind     EventKind
+	Lease    string    // the Renewer's name
+	Deadline time.Time // the lease's trust deadline after the event
+	Attempt  int       // EventRetry: failed renewals in a row, from 1
+	Err      error     // EventRetry: the renewal's error; EventLost: the *LostError
+}
+
+// Config configures a Supervisor.
+type Config struct {
+	// Interval is the time between renewals of a lease. Required: above
+	// zero and at most TTL/3, so that two renewals can fail before the
+	// trust deadline.
+	Interval time.Duration
+	// TTL is the TTL the leases are renewed for (lease.MinTTL to
+	// lease.MaxTTL): the ttl given to ForLease. Required; it bounds
+	// Interval. (The supervisor itself goes by the deadlines the Renewers
+	// report.)
+	TTL time.Duration
+	// Logger receives renewals (Debug), retries (Warn) and losses (Error).
+	// Nil means no logging. Tokens are never logged.
+	Logger *slog.Logger
+	// OnEvent, when set, is called from the supervisor goroutine on every
+	// renewal, retry and loss, for tests and metrics. It must return
+	// quickly and must not call Stop.
+	OnEvent func(Event)
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.TTL <= 0:
+		return &lease.ValidationError{Field: "ttl", Reason: "must be positive"}
+	case c.TTL < lease.MinTTL:
+		return &lease.ValidationError{Field: "ttl", Reason: "below " + lease.MinTTL.String()}
+	case c.TTL > lease.MaxTTL:
+		return &lease.ValidationError{Field: "ttl", Reason: "above " + lease.MaxTTL.String()}
+	case c.Interval <= 0:
+		return &lease.ValidationError{Field: "interval", Reason: "must be positive"}
+	case c.Interval > c.TTL/3:
+		return &lease.ValidationError{Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
+	}
+	return nil
+}
+
+// LostError reports a lost lease. It is the cause of the work context and
+// what Lost returns. It matches lease.ErrLost and unwraps to the renewal's
+// error.
+type LostError struct {
+	Lease  string // the Renewer's name
+	Reason string // ReasonGone, ReasonDeadline or ReasonInvalid
+	// Err is the renewal's error: the *lease.LostError for ReasonGone, the
+	// *lease.ValidationError for ReasonInvalid, the last failed renewal's
+	// error (nil if none was tried) for ReasonDeadline.
+	Err error
+}
+
+func (e *LostError) Error() string {
+	s := fmt.Sprintf("heartbeat: lease %q lost: %s", e.Lease, e.Reason)
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Is makes errors.Is(err, lease.ErrLost) true.
+func (e *LostError) Is(target error) bool { return target == lease.ErrLost }
+
+// Unwrap returns the renewal's error.
+func (e *LostError) Unwrap() error { return e.Err }
+
+// entry is one added Renewer. Its fields are guarded by Supervisor.mu.
+type entry struct {
+	r        Renewer
+	name     string
+	removed  bool
+	deadline time.Time // trust deadline
+	due      time.Time // next renewal
+	failures int       // failed renewals in a row
+	lastErr  error     // the last failed renewal's error
+}
+
+// Supervisor keeps every lease of one flow alive and cancels the flow's work
+// context as soon as one is lost. Make it with New.
+type Supervisor struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	entries []*entry // in the order added
+	started bool
+	stopped bool
+	cancel  context.CancelCauseFunc
+	done    chan struct{} // closed when the goroutine returns
+	lost    error
+
+	changed chan struct{} // capacity 1: an entry was added or removed
+}
+
+// New validates cfg and returns a Supervisor that is not yet running. Bad
+// input gives a *lease.ValidationError, matching lease.ErrInvalid.
+func New(cfg Config) (*Supervisor, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Supervisor{cfg: cfg, log: log, changed: make(chan struct{}, 1)}, nil
+}
+
+// Add supervises r from now on, after the leases already added (renewals
+// run in the order added: session, request, tool). It is safe before or
+// after Start and from any goroutine. Its first renewal is one Interval
+// away, or sooner when less than two Intervals of trust are left.
+//
+// remove stops renewing r and stops checking its deadline; a renewal in
+// flight is let finish and its result ignored. Call remove before releasing
+// or transitioning the lease, or the next renewal finds the token gone and
+// cancels the whole flow. remove is idempotent and safe from any goroutine.
+//
+// Add panics if r is nil.
+func (s *Supervisor) Add(r Renewer) (remove func()) {
+	if r == nil {
+		panic("heartbeat: Add(nil)")
+	}
+	now := time.Now()
+	e := &entry{r: r, name: r.Name(), deadline: r.Deadline()}
+	e.due = now.Add(s.nextRenewal(e.deadline.Sub(now)))
+	s.mu.Lock()
+	s.entries = append(s.entries, e)
+	s.mu.Unlock()
+	s.signal()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if e.removed {
+			return
+		}
+		e.removed = true
+		for i, x := range s.entries {
+			if x == e {
+				s.entries = append(s.entries[:i:i], s.entries[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+func (s *Supervisor) signal() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// nextRenewal is the wait after a success: one Interval, or half the trust
+// left if that is sooner (a lease with a large safety margin).
+func (s *Supervisor) nextRenewal(left time.Duration) time.Duration {
+	return max(min(s.cfg.Interval, left/2), 0)
+}
+
+// retryDelay is the wait after a transient failure: a quarter of the trust
+// left, at most one Interval, at least a few milliseconds.
+func (s *Supervisor) retryDelay(left time.Duration) time.Duration {
+	d := min(s.cfg.Interval, left/4)
+	if floor := min(minRetry, s.cfg.Interval); d < floor {
+		d = floor
+	}
+	return d
+}
+
+// Start starts the supervisor goroutine and returns the work context:
+// context.WithCancelCause(parent), cancelled with a *LostError as soon as a
+// lease is lost, and with ErrStopped by Stop. A second Start returns
+// ErrStarted; a Start after Stop returns ErrStopped.
+func (s *Supervisor) Start(parent context.Context) (context.Context, error) {
+	if parent == nil {
+		return nil, &lease.ValidationError{Field: "parent context", Reason: "nil"}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return nil, ErrStarted
+	}
+	if s.stopped {
+		return nil, ErrStopped
+	}
+	work, cancel := context.WithCancelCause(parent)
+	s.started, s.cancel, s.done = true, cancel, make(chan struct{})
+	go s.run(work)
+	return work, nil
+}
+
+// Stop stops the supervisor goroutine and waits for it to return; a
+// renewal in flight is cancelled. It then cancels the work context with
+// cause ErrStopped, unless it was already cancelled (by a loss, or by the
+// parent). It never cancels the parent. Stop is safe to call twice, from
+// several goroutines, and without Start. It must not be called from
+// OnEvent.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	cancel, done := s.cancel, s.done
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel(ErrStopped)
+	<-done
+}
+
+// Lost returns nil, or the *LostError of the lease that was lost. It is set
+// before the work context is cancelled, so once the work context is done
+// with a *LostError cause, Lost returns it. (If Stop or the parent cancels
+// the work context at the very moment a loss is found, Lost may report the
+// loss while the cause is theirs.)
+func (s *Supervisor) Lost() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost
+}
+
+// run is the supervisor goroutine. ctx is the work context: it is done on a
+// loss, on Stop, and when the parent is done.
+func (s *Supervisor) run(ctx context.Context) {
+	defer close(s.done)
+	s.log.Debug("heartbeat: started", "interval", s.cfg.Interval, "ttl", s.cfg.TTL)
+	defer s.log.Debug("heartbeat: stopped")
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+			return
+		}
+		for _, e := range s.dueEntries(time.Now()) {
+			if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+				return
+			}
+			if !s.renew(ctx, e) {
+				return
+			}
+		}
+		if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+			return
+		}
+		if wake, ok := s.nextWake(); ok {
+			timer.Reset(time.Until(wake))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		case <-timer.C:
+		}
+	}
+}
+
+// dueEntries returns, in the order added, the entries due by now, and with
+// them those due within a quarter Interval, so that leases added together
+// are renewed together, in order.
+func (s *Supervisor) dueEntries(now time.Time) []*entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var some bool
+	for _, e := range s.entries {
+		some = some || !now.Before(e.due)
+	}
+	if !some {
+		return nil
+	}
+	horizon := now.Add(s.cfg.Interval / 4)
+	var due []*entry
+	for _, e := range s.entries {
+		if e.due.Before(horizon) {
+			due = append(due, e)
+		}
+	}
+	return due
+}
+
+// nextWake is the earliest due renewal or trust deadline.
+func (s *Supervisor) nextWake() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var wake time.Time
+	for i, e := range s.entries {
+		t := e.due
+		if e.deadline.Before(t) {
+			t = e.deadline
+		}
+		if i == 0 || t.Before(wake) {
+			wake = t
+		}
+	}
+	return wake, len(s.entries) > 0
+}
+
+// earliestDeadline is the earliest trust deadline of the entries.
+func (s *Supervisor) earliestDeadline() (*entry, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first *entry
+	for _, e := range s.entries {
+		if first == nil || e.deadline.Before(first.deadline) {
+			first = e
+		}
+	}
+	if first == nil {
+		return nil, time.Time{}
+	}
+	return first, first.deadline
+}
+
+// expired records a loss and reports true when the earliest trust deadline
+// is not after now.
+func (s *Supervisor) expired(ctx context.Context, now time.Time) bool {
+	e, dl := s.earliestDeadline()
+	if e == nil || now.Before(dl) {
+		return false
+	}
+	s.mu.Lock()
+	err := e.lastErr
+	s.mu.Unlock()
+	s.lose(ctx, e, ReasonDeadline, err)
+	return true
+}
+
+// renew renews e once. It reports false when the goroutine must return: the
+// lease was lost, or ctx is done.
+func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
+	s.mu.Lock()
+	removed, prev := e.removed, e.deadline
+	s.mu.Unlock()
+	if removed {
+		return true
+	}
+	// The renewal may not outlive any lease's trust deadline: its own,
+	// and — when renewing is slow — another's that comes first.
+	_, dl := s.earliestDeadline()
+	if dl.IsZero() || prev.Before(dl) {
+		dl = prev
+	}
+	rctx, cancel := context.WithDeadline(ctx, dl)
+	nd, err := e.r.Renew(rctx)
+	cancel()
+	now := time.Now()
+	if ctx.Err() != nil {
+		return false // stopped, or the parent is done: not a loss
+	}
+
+	s.mu.Lock()
+	if e.removed {
+		s.mu.Unlock()
+		return true
+	}
+	switch {
+	case err == nil && now.Before(prev):
+		e.deadline, e.due = nd, now.Add(s.nextRenewal(nd.Sub(now)))
+		e.failures, e.lastErr = 0, nil
+		s.mu.Unlock()
+		s.log.Debug("heartbeat: renewed", "lease", e.name, "trust_left", nd.Sub(now))
+		s.event(Event{Kind: EventRenewed, Lease: e.name, Deadline: nd})
+		return true
+	case err == nil:
+		// The renewal went through, but only after the trust deadline: the
+		// work ran untrusted in between.
+		err = e.lastErr
+		s.mu.Unlock()
+		s.lose(ctx, e, ReasonDeadline, err)
+		return false
+	case errors.Is(err, lease.ErrLost):
+		s.mu.Unlock()
+		s.lose(ctx, e, ReasonGone, err)
+		return false
+	case errors.Is(err, lease.ErrInvalid):
+		s.mu.Unlock()
+		s.lose(ctx, e, ReasonInvalid, err)
+		return false
+	}
+	e.failures++
+	e.lastErr = err
+	left := prev.Sub(now)
+	wait := s.retryDelay(left)
+	e.due = now.Add(wait)
+	n := e.failures
+	s.mu.Unlock()
+	s.log.Warn("heartbeat: renewal failed, retrying", "lease", e.name, "attempt", n,
+		"err", err, "retry_in", wait, "trust_left", left)
+	s.event(Event{Kind: EventRetry, Lease: e.name, Deadline: prev, Attempt: n, Err: err})
+	return true
+}
+
+// lose records the loss of e and cancels the work context, unless that is
+// already done (Stop, or the parent).
+func (s *Supervisor) lose(ctx context.Context, e *entry, reason string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	le := &LostError{Lease: e.name, Reason: reason, Err: err}
+	s.mu.Lock()
+	if s.lost == nil {
+		s.lost = le
+	}
+	cancel, dl := s.cancel, e.deadline
+	s.mu.Unlock()
+	cancel(le)
+	s.log.Error("heartbeat: lease lost, work cancelled", "lease", e.name, "reason", reason, "err", err)
+	s.event(Event{Kind: EventLost, Lease: e.name, Deadline: dl, Err: le})
+}
+
+func (s *Supervisor) event(ev Event) {
+	if s.cfg.OnEvent != nil {
+		s.cfg.OnEvent(ev)
+	}
+}

@@ -1,0 +1,105 @@
+package request
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+)
+
+// countedEnv is an env whose database counts every round trip.
+func countedEnv(t testing.TB, d lease.Dialect) (*env, *countdb.Counter) {
+	c := &countdb.Counter{}
+	db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+	return newEnvTB(t, db, 30*time.Second), c
+}
+
+// twoRoundsOneTool is the agent of the statement count: two model rounds
+// (no database work) and one side-effecting tool call between them. The
+// side effect's own insert is not counted.
+func twoRoundsOneTool(c *countdb.Counter) Agent {
+	return func(ctx context.Context, run *Run) (Answer, error) {
+		// model round 1 → a tool call
+		res, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":35}`))
+		if err != nil {
+			return Answer{}, err
+		}
+		// model round 2 → the final reply
+		return Answer{Reply: "recorded", Result: res.Output}, nil
+	}
+}
+
+// TestLockPathStatements pins the round trips of one new request with two
+// model rounds and one tool call: 8 statements and one transaction (BEGIN
+// and COMMIT), against about 29 in the article's design.
+func TestLockPathStatements(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			e, c := countedEnv(t, d)
+			e.pauseSideEffect = c
+			ctx := bg(t)
+			require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
+			c.Reset()
+			c.Record(true)
+			out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "lunch 35"}, twoRoundsOneTool(c))
+			require.NoError(t, err)
+			require.Equal(t, "recorded", out.Reply)
+			st := c.Stats()
+			for i, q := range c.Log() {
+				t.Logf("%d: %.110s", i+1, q)
+			}
+			assert.Equal(t, int64(8), st.Statements, "statements on the lock path")
+			assert.Equal(t, int64(1), st.Begins)
+			assert.Equal(t, int64(1), st.Commits)
+			assert.Zero(t, st.Prepares)
+			assert.LessOrEqual(t, st.Statements+st.Begins+st.Commits, int64(10), "target: at most 10 round trips")
+			assert.Equal(t, 1, e.ledgerRows(t))
+
+			// A replay of the finished request is one INSERT (a duplicate)
+			// and one read, and takes no lock.
+			c.Reset()
+			out, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "lunch 35"}, twoRoundsOneTool(c))
+			require.NoError(t, err)
+			assert.True(t, out.Replayed)
+			assert.Equal(t, int64(2), c.Stats().Statements)
+			assert.Zero(t, c.Stats().Begins)
+		})
+	}
+}
+
+// BenchmarkLockPath runs new requests (two model rounds, one tool call)
+// through the whole flow and reports the statements and round trips per
+// request, side effect excluded.
+func BenchmarkLockPath(b *testing.B) {
+	for _, d := range testdb.Dialects() {
+		b.Run(d.String(), func(b *testing.B) {
+			e, c := countedEnv(b, d)
+			e.pauseSideEffect = c
+			ctx := context.Background()
+			require.NoError(b, e.r.Sessions().Create(ctx, e.db, "s"))
+			agent := twoRoundsOneTool(c)
+			c.Reset()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: fmt.Sprintf("c%d", i), Content: "x"}, agent); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			st := c.Stats()
+			b.ReportMetric(float64(st.Statements)/float64(b.N), "stmts/op")
+			b.ReportMetric(float64(st.Statements+st.Begins+st.Commits+st.Rollbacks+st.Prepares)/float64(b.N), "roundtrips/op")
+		})
+	}
+}
+

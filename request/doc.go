@@ -1,0 +1,90 @@
+// Package request is the second of rowlease's lock levels, and the whole
+// message flow in one call: a request (one user message, identified by the
+// session and the client's request id) never runs twice, and a finished one
+// replays its stored reply.
+//
+// Runner.Handle wires session, request and tool-execution locks, the
+// heartbeat and the final marks together:
+//
+//	runner, err := request.New(request.Config{DB: db, Tools: tools})
+//	...
+//	out, err := runner.Handle(ctx, request.Message{
+//		SessionKey: sessionID, ClientRequestID: clientID, Content: text,
+//	}, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+//		// model rounds; run.CallTool(ctx, "create_transaction", args)
+//		return request.Answer{Reply: reply}, nil
+//	})
+//	switch {
+//	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, request.ErrInFlight),
+//		errors.Is(err, request.ErrTakenOver):
+//		// 409
+//	case errors.Is(err, request.ErrFingerprintMismatch):
+//		// 422
+//	}
+//
+// # States of a request
+//
+//	   INSERT (born held by its run)        mark success (token-checked, reply stored)
+//	(none) ──────────▶ processing ─────────────────────────────────────────▶ success ─▶ replayed,
+//	                    │  ▲  ▲                                                         no lock taken
+//	   agent failed     │  │  │ lease expired or given back: taken over
+//	   (token-checked)  ▼  │  └── together with the session, in one transaction
+//	                  error┘ retried (with the session, in one transaction)
+//
+// # The flow
+//
+//  1. INSERT the request, already held by this run (one statement). A
+//     duplicate key means it exists: read it (one statement).
+//  2. Existing: another fingerprint → ErrFingerprintMismatch (422), nothing
+//     changed. success → replay, no lock. processing under a live lease →
+//     ErrInFlight (409), nothing changed.
+//  3. New: take the session for it (one statement). Session busy → give the
+//     fresh request's lease back (it stays processing and free, so a retry
+//     runs it) and return ErrSessionBusy. Existing and failed or stale: take
+//     the session, then the request, in one transaction — both or neither.
+//  4. On a takeover, read the tool calls that already committed (Run.Prior).
+//  5. Run the agent under a heartbeat (session, request, and the running
+//     tool), with a context that is cancelled as soon as a lease is lost.
+//  6. Mark success with the reply, or error, token-checked; release the
+//     session. Clean-up writes use a bounded timeout that survives the
+//     caller's cancellation.
+//
+// One new request with two model rounds and one tool call costs 8
+// statements and one transaction (BEGIN/COMMIT): 10 round trips, against
+// about 29 in the design of the article this project comes from
+// (TestLockPathStatements, BenchmarkLockPath).
+//
+// # Guarantees
+//
+//   - One lock order everywhere: session → request → tool execution.
+//   - A loser changes nothing: a duplicate gets its conflict and leaves the
+//     owner's session, request and tool rows as they were. No path releases,
+//     marks or restores a lock it does not hold: every write is
+//     token-checked.
+//   - A failed request frees its session at once, not after the TTL.
+//   - Loss stops the work: the agent's context is cancelled with a cause
+//     that matches lease.ErrLost within one heartbeat interval, and the
+//     run's later writes are refused.
+//
+// # What it does not do
+//
+// It does not queue: a busy session is a 409, and the client retries. It
+// cannot stop an agent that ignores its context. A model call is not a
+// side effect and may run again after a takeover; only tool calls are
+// exactly-once.
+//
+// # Failure handling
+//
+//   - ErrSessionBusy, ErrInFlight: someone else holds the lock; nothing
+//     changed; retry later (the wrapped *lease.ConflictError has the time
+//     left).
+//   - ErrTakenOver: this run lost a lease while running; its work was
+//     cancelled and it wrote nothing more. A retry replays or resumes.
+//   - ErrFingerprintMismatch: the client reused an id for other content.
+//   - ErrAgentFailed: the agent returned an error; the request is marked
+//     error and the session freed; a retry with the same id runs it again.
+//   - A cancelled ctx (shutdown): the leases are given back, the request
+//     stays processing and free; a retry resumes it.
+//   - Run.Abandon: nothing is written; the leases expire after the TTL (a
+//     crash, simulated).
+package request

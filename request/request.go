@@ -1,0 +1,571 @@
+package request
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// Errors a web handler maps to a status code. Test with errors.Is.
+var (
+	// ErrSessionBusy: the session is running another request (409, "session
+	// busy"). Also matches session.ErrBusy and lease.ErrHeld.
+	ErrSessionBusy = errors.New("request: session busy")
+	// ErrInFlight: the same request is running elsewhere (409, "request in
+	// flight"). Also matches lease.ErrHeld.
+	ErrInFlight = errors.New("request: request in flight")
+	// ErrTakenOver: this run lost its lease while running (409, "taken
+	// over"); its work context was cancelled and it wrote nothing more.
+	// Also matches lease.ErrLost.
+	ErrTakenOver = errors.New("request: taken over")
+	// ErrFingerprintMismatch: the client request id was used before with
+	// different content (422). Nothing was changed.
+	ErrFingerprintMismatch = errors.New("request: client request id reused with different content")
+	// ErrAgentFailed: the agent function returned an error. The request is
+	// marked error and can be retried with the same client request id.
+	ErrAgentFailed = errors.New("request: agent failed")
+)
+
+// Columns are the shipped request table's lease columns.
+var Columns = lease.Columns{
+	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+}
+
+// Beginner is a database that can begin transactions: *sql.DB or *sqlx.DB.
+type Beginner = toolexec.Beginner
+
+// Config configures a Runner. DB is required; the rest have defaults.
+type Config struct {
+	DB Beginner
+	// Dialect; zero means detect it from DB.
+	Dialect lease.Dialect
+	// TTL of every lease of a flow; default 30s.
+	TTL time.Duration
+	// HeartbeatInterval between renewals; default TTL/3. It must be at most TTL/3.
+	HeartbeatInterval time.Duration
+	// ReleaseTimeout bounds the final writes and releases, which run even
+	// when the caller's context is already cancelled; default 5s.
+	ReleaseTimeout time.Duration
+	// HolderPrefix names this process in holder columns; default host:pid.
+	HolderPrefix string
+	// Session configures the session lock (table, column mapping). Its
+	// Dialect and Lease fields are filled in from this Config.
+	Session session.Config
+	// Tools are the tools a run may call; nil means none.
+	Tools *toolexec.Registry
+	// Lease options (safety margin, clock) for every level.
+	Lease lease.Options
+	// Logger; nil means slog.Default(). Tokens are never logged.
+	Logger *slog.Logger
+}
+
+// Runner runs messages through the three-level lock. It is safe for
+// concurrent use.
+type Runner struct {
+	cfg      Config
+	db       Beginner
+	d        lease.Dialect
+	sessions *session.Locker
+	req      *lease.Lease[string]
+	tools    *toolexec.Store
+	log      *slog.Logger
+	findQ    string
+	priorQ   string
+}
+
+// New validates cfg and returns a Runner.
+func New(cfg Config) (*Runner, error) {
+	if cfg.DB == nil {
+		return nil, &lease.ValidationError{Field: "db", Reason: "nil"}
+	}
+	if cfg.Dialect == 0 {
+		d, err := lease.DetectDialect(cfg.DB)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Dialect = d
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 30 * time.Second
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = cfg.TTL / 3
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = 5 * time.Second
+	}
+	if cfg.HolderPrefix == "" {
+		host, _ := os.Hostname()
+		cfg.HolderPrefix = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if len(cfg.HolderPrefix) > 120 {
+		return nil, &lease.ValidationError{Field: "holder prefix", Reason: "longer than 120 bytes"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// Validate TTL and interval once, as the heartbeat will.
+	if _, err := heartbeat.New(heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}); err != nil {
+		return nil, err
+	}
+	sc := cfg.Session
+	sc.Dialect, sc.Lease = cfg.Dialect, cfg.Lease
+	sessions, err := session.New(sc)
+	if err != nil {
+		return nil, err
+	}
+	req, err := lease.New[string](cfg.Dialect, lease.MustTable(schema.RequestTable, Columns), cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Lease: cfg.Lease})
+	if err != nil {
+		return nil, err
+	}
+	qt, _ := cfg.Dialect.Quote(schema.RequestTable)
+	tt, _ := cfg.Dialect.Quote(schema.ToolExecutionTable)
+	r := &Runner{cfg: cfg, db: cfg.DB, d: cfg.Dialect, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
+	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), COALESCE(error, ''), generation, " +
+		"CASE WHEN token IS NOT NULL AND expires_at > " + cfg.Dialect.Now() + " THEN 1 ELSE 0 END FROM " + qt +
+		" WHERE session_key = ? AND client_request_id = ?")
+	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tt +
+		" WHERE session_key = ? AND request_id = ? AND status = 'success' ORDER BY created_at, id")
+	return r, nil
+}
+
+// Sessions returns the session locker (to create sessions, inspect them).
+func (r *Runner) Sessions() *session.Locker { return r.sessions }
+
+// Message is one user message.
+type Message struct {
+	SessionKey      string
+	ClientRequestID string // the client's idempotency key for this message
+	Content         string
+	// Fingerprint identifies the content; empty means the hex SHA-256 of
+	// Content. The same ClientRequestID with another fingerprint is
+	// ErrFingerprintMismatch.
+	Fingerprint string
+}
+
+// Answer is what an agent returns.
+type Answer struct {
+	Reply  string
+	Result json.RawMessage // optional JSON stored with the reply (e.g. result ids)
+}
+
+// Outcome is what Handle returns.
+type Outcome struct {
+	RequestID string
+	Reply     string
+	Result    json.RawMessage
+	Replayed  bool  // a stored success, returned without running anything or taking any lock
+	Resumed   bool  // this run took the request over from a failed or crashed run
+	Attempt   int64 // the request's generation: 1 for the first run
+}
+
+// ToolRecord is a tool call of this request that already succeeded (in an
+// earlier run that crashed or failed).
+type ToolRecord struct {
+	ExecutionID   string
+	Tool          string
+	ArgumentsHash string
+	Result        json.RawMessage
+}
+
+// Agent is the caller's work: model rounds and tool calls. ctx dies as
+// soon as any lease of the flow is lost (cause matches lease.ErrLost).
+type Agent func(ctx context.Context, run *Run) (Answer, error)
+
+func validate(m *Message) error {
+	switch {
+	case m.SessionKey == "" || len(m.SessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(m.SessionKey):
+		return &lease.ValidationError{Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
+	case m.ClientRequestID == "" || len(m.ClientRequestID) > schema.MaxClientRequestIDLen || !utf8.ValidString(m.ClientRequestID):
+		return &lease.ValidationError{Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
+	case !utf8.ValidString(m.Content):
+		return &lease.ValidationError{Field: "content", Reason: "not UTF-8"}
+	}
+	if m.Fingerprint == "" {
+		sum := sha256.Sum256([]byte(m.Content))
+		m.Fingerprint = hex.EncodeToString(sum[:])
+	} else if len(m.Fingerprint) > 64 {
+		return &lease.ValidationError{Field: "fingerprint", Reason: "longer than 64 bytes"}
+	}
+	return nil
+}
+
+type existing struct {
+	id, fingerprint, status, reply, result, errText string
+	generation                                      int64
+	held                                            bool
+}
+
+// Handle runs one message through the whole flow:
+//
+//  1. find or create the request (one INSERT; a duplicate reads the row);
+//  2. a stored success is replayed, taking no lock; another fingerprint
+//     is ErrFingerprintMismatch; a live run is ErrInFlight;
+//  3. take the session, then the request — for an existing request both in
+//     one transaction, so they succeed or fail together;
+//  4. on a takeover, read the tool calls that already committed;
+//  5. run agent under a heartbeat, with a context that dies on lease loss;
+//  6. mark success (storing the reply) or error, token-checked;
+//  7. release the session, with a bounded timeout even if ctx is done.
+func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (Outcome, error) {
+	if agent == nil {
+		return Outcome{}, &lease.ValidationError{Field: "agent", Reason: "nil"}
+	}
+	if err := validate(&msg); err != nil {
+		return Outcome{}, err
+	}
+	run, out, err := r.begin(ctx, msg)
+	if err != nil || run == nil {
+		return out, err
+	}
+	return r.execute(ctx, run, agent)
+}
+
+func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewString()[:13] }
+
+// begin takes the locks, or returns a replayed outcome.
+func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
+	holder := r.holder()
+	id := uuid.NewString()
+	g, err := r.req.Create(ctx, r.db, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+		lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
+		lease.Set(schema.ColFingerprint, msg.Fingerprint),
+	}})
+	if err == nil {
+		// A new request, born held by us. Now the session.
+		sg, err := r.sessions.Acquire(ctx, r.db, msg.SessionKey, id, r.cfg.TTL)
+		if err != nil {
+			// Give our own fresh request back (still processing, now free),
+			// so a retry of the same client request id can run it.
+			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, g) })
+			if errors.Is(err, session.ErrBusy) {
+				return nil, Outcome{}, fmt.Errorf("%w: %w", ErrSessionBusy, err)
+			}
+			return nil, Outcome{}, err
+		}
+		return &Run{r: r, msg: msg, id: id, holder: holder, sess: sg, req: g}, Outcome{}, nil
+	}
+	if !errors.Is(err, lease.ErrExists) {
+		return nil, Outcome{}, err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		ex, err := r.find(ctx, msg)
+		if err != nil {
+			return nil, Outcome{}, err
+		}
+		if ex.fingerprint != msg.Fingerprint {
+			return nil, Outcome{}, ErrFingerprintMismatch
+		}
+		switch {
+		case ex.status == schema.StatusSuccess:
+			return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
+		case ex.status == schema.StatusProcessing && ex.held:
+			st, _ := r.req.Inspect(ctx, r.db, ex.id)
+			return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
+				&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
+		}
+		run, err := r.takeOver(ctx, msg, ex, holder)
+		if errors.Is(err, lease.ErrState) {
+			continue // it finished or failed under us: look again
+		}
+		return run, Outcome{}, err
+	}
+	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
+}
+
+// takeOver takes the session and then an existing request (failed, or
+// left by a run whose lease expired) in one transaction: both or neither.
+func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder string) (run *Run, err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	sg, err := r.sessions.Acquire(ctx, tx, msg.SessionKey, ex.id, r.cfg.TTL)
+	if err != nil {
+		if errors.Is(err, session.ErrBusy) {
+			return nil, fmt.Errorf("%w: %w", ErrSessionBusy, err)
+		}
+		return nil, err
+	}
+	opts := lease.AcquireOptions{InStates: []string{ex.status}, SetState: schema.StatusProcessing}
+	if ex.status == schema.StatusError {
+		opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
+	}
+	g, err := r.req.AcquireWith(ctx, tx, ex.id, holder, r.cfg.TTL, opts)
+	if err != nil {
+		if errors.Is(err, lease.ErrHeld) {
+			return nil, fmt.Errorf("%w: %w", ErrInFlight, err)
+		}
+		return nil, err
+	}
+	prior, err := r.prior(ctx, tx, msg.SessionKey, ex.id)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior}, nil
+}
+
+func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
+	var ex existing
+	var held int
+	err := r.db.QueryRowContext(ctx, r.findQ, msg.SessionKey, msg.ClientRequestID).
+		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.errText, &ex.generation, &held)
+	if err != nil {
+		return ex, fmt.Errorf("request: reading the existing request: %w", err)
+	}
+	ex.held = held == 1
+	return ex, nil
+}
+
+func (r *Runner) prior(ctx context.Context, db lease.DB, sessionKey, requestID string) ([]ToolRecord, error) {
+	rows, err := db.QueryContext(ctx, r.priorQ, sessionKey, requestID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ToolRecord
+	for rows.Next() {
+		var t ToolRecord
+		var res string
+		if err := rows.Scan(&t.ExecutionID, &t.Tool, &t.ArgumentsHash, &res); err != nil {
+			return nil, err
+		}
+		t.Result = rawOrNil(res)
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+func rawOrNil(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
+}
+
+// releaseQuietly runs a clean-up write with a bounded context that
+// survives the caller's cancellation, and logs (never returns) a failure.
+func (r *Runner) releaseQuietly(ctx context.Context, f func(context.Context) error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	if err := f(cctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		r.log.Warn("rowlease: release failed; the lease will expire after its TTL", "err", err)
+	}
+}
+
+// Run is one run of a request, handed to the Agent.
+type Run struct {
+	r       *Runner
+	msg     Message
+	id      string
+	holder  string
+	sess    session.Grant
+	req     lease.Grant[string]
+	resumed bool
+	prior   []ToolRecord
+	sup     *heartbeat.Supervisor
+
+	abandoned chan struct{}
+}
+
+// RequestID is the request's id (the session lock's holder).
+func (run *Run) RequestID() string { return run.id }
+
+// SessionKey is the session's key.
+func (run *Run) SessionKey() string { return run.msg.SessionKey }
+
+// ClientRequestID is the client's id of the message.
+func (run *Run) ClientRequestID() string { return run.msg.ClientRequestID }
+
+// Content is the message.
+func (run *Run) Content() string { return run.msg.Content }
+
+// Resumed reports whether this run took over a failed or crashed run.
+func (run *Run) Resumed() bool { return run.resumed }
+
+// Prior lists tool calls of this request that committed in earlier runs.
+func (run *Run) Prior() []ToolRecord { return append([]ToolRecord(nil), run.prior...) }
+
+// Generations are the fencing generations of the session and the request.
+func (run *Run) Generations() (sessionGen, requestGen int64) {
+	return run.sess.Generation, run.req.Generation
+}
+
+// Fences check, inside a transaction, that the session and the request
+// are still held by this run (see lease.Fence). CallTool uses them.
+func (run *Run) Fences() []lease.Fence {
+	return []lease.Fence{run.r.sessions.Fence(run.sess), run.r.req.Fence("request", run.req)}
+}
+
+// CallTool runs a registered tool through toolexec: a previous success of
+// the same call (same request, tool and canonical arguments) is returned
+// without running it again; the side effect commits in one transaction
+// with the fences of the session, the request and the tool. A tool's own
+// failure is a *toolexec.FailedError (give its text to the model); an
+// unknown tool is an error matching toolexec.ErrUnknownTool.
+func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (toolexec.Result, error) {
+	fn, err := run.r.cfg.Tools.Lookup(tool)
+	if err != nil {
+		return toolexec.Result{}, err
+	}
+	return run.r.tools.Run(ctx, run.r.db, toolexec.Call{
+		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
+	}, toolexec.RunOptions{
+		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout,
+		Watch: func(g toolexec.Grant) func() {
+			if run.sup == nil {
+				return func() {}
+			}
+			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), run.r.db, g, run.r.cfg.TTL))
+		},
+	}, fn)
+}
+
+// Abandon stops the heartbeat and makes Handle return without writing or
+// releasing anything, as if the process had crashed: the leases expire
+// after their TTL and another run takes the request over. It is for crash
+// tests and hard shutdowns. The agent should return soon after.
+func (run *Run) Abandon() {
+	select {
+	case <-run.abandoned:
+	default:
+		close(run.abandoned)
+	}
+	if run.sup != nil {
+		run.sup.Stop()
+	}
+}
+
+func (run *Run) isAbandoned() bool {
+	select {
+	case <-run.abandoned:
+		return true
+	default:
+		return false
+	}
+}
+
+// execute runs the agent under supervision and finishes the request.
+func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
+	run.abandoned = make(chan struct{})
+	sup, err := heartbeat.New(heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Logger: r.log})
+	if err != nil {
+		r.releaseAll(ctx, run)
+		return Outcome{}, err
+	}
+	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), r.db, run.sess, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("request", r.req, r.db, run.req, r.cfg.TTL))
+	work, err := sup.Start(ctx)
+	if err != nil {
+		r.releaseAll(ctx, run)
+		return Outcome{}, err
+	}
+	run.sup = sup
+	ans, aerr := runAgent(work, run, agent)
+	sup.Stop()
+	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
+
+	if run.isAbandoned() {
+		return base, fmt.Errorf("request: run abandoned: %w", context.Canceled)
+	}
+	if lost := sup.Lost(); lost != nil || errors.Is(aerr, lease.ErrLost) {
+		if lost == nil {
+			lost = aerr
+		}
+		// Give back whatever we may still hold; token-checked, so nothing
+		// changes where someone else holds it now.
+		r.releaseAll(ctx, run)
+		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
+	}
+	if ctx.Err() != nil {
+		// The caller gave up (shutdown, client gone): leave the request
+		// processing but free, so a retry resumes it.
+		r.releaseAll(ctx, run)
+		return base, context.Cause(ctx)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	if aerr != nil {
+		_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
+			From: []string{schema.StatusProcessing}, To: schema.StatusError,
+			Set: []lease.Assignment{lease.Set(schema.ColError, truncate(aerr.Error(), 4000))},
+		})
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+		if errors.Is(merr, lease.ErrLost) {
+			return base, fmt.Errorf("%w: %w", ErrTakenOver, merr)
+		}
+		return base, errors.Join(fmt.Errorf("%w: %w", ErrAgentFailed, aerr), merr)
+	}
+	set := []lease.Assignment{lease.Set(schema.ColReply, ans.Reply)}
+	if len(ans.Result) > 0 {
+		set = append(set, lease.Set(schema.ColResult, string(ans.Result)))
+	}
+	if _, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
+		From: []string{schema.StatusProcessing}, To: schema.StatusSuccess, Set: set,
+	}); err != nil {
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+		if errors.Is(err, lease.ErrLost) {
+			return base, fmt.Errorf("%w: %w", ErrTakenOver, err)
+		}
+		return base, err
+	}
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+	base.Reply, base.Result = ans.Reply, ans.Result
+	return base, nil
+}
+
+// runAgent calls the agent and turns a panic into an error, so the locks
+// are still released.
+func runAgent(ctx context.Context, run *Run, agent Agent) (ans Answer, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("request: agent panicked: %v", p)
+		}
+	}()
+	return agent(ctx, run)
+}
+
+func (r *Runner) releaseAll(ctx context.Context, run *Run) {
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, run.req) })
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+

@@ -1,0 +1,143 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// ErrBusy means the session is running another request. A web handler maps
+// it to 409 Conflict ("session busy"). Errors that match it also match
+// lease.ErrHeld and unwrap to a *lease.ConflictError naming the holder (the
+// request id) and the time left.
+var ErrBusy = errors.New("session: busy")
+
+// ErrNotFound means the session has no lock row (and AutoCreate is off).
+var ErrNotFound = errors.New("session: not found")
+
+// Grant is a held session lock. Its Holder is the request id running in
+// the session.
+type Grant = lease.Grant[string]
+
+// Columns are the shipped table's lock columns.
+var Columns = lease.Columns{
+	Key: schema.ColSessionKey, Holder: schema.ColHolder, Token: schema.ColToken,
+	ExpiresAt: schema.ColExpiresAt, Generation: schema.ColGeneration, UpdatedAt: schema.ColUpdatedAt,
+}
+
+// Config describes where the session lock lives.
+type Config struct {
+	Dialect lease.Dialect
+	// Table is the lock table; empty means schema.SessionTable. To put the
+	// lock on your own session table (the article's chat_session shape),
+	// name it here and map its columns in Columns.
+	Table string
+	// Columns maps the lock columns; the zero value means the shipped
+	// table's columns. Holder holds the current request id.
+	Columns lease.Columns
+	// AutoCreate inserts a missing lock row on Acquire (one extra statement,
+	// only the first time). Leave it off for a user table whose rows are
+	// created elsewhere.
+	AutoCreate bool
+	// Lease are the lease options (safety margin, clock).
+	Lease lease.Options
+}
+
+// Locker takes, touches and releases session locks. It is safe for
+// concurrent use.
+type Locker struct {
+	l          *lease.Lease[string]
+	autoCreate bool
+}
+
+// New validates cfg and returns a Locker.
+func New(cfg Config) (*Locker, error) {
+	name, cols := cfg.Table, cfg.Columns
+	if name == "" {
+		name = schema.SessionTable
+	}
+	if cols == (lease.Columns{}) {
+		cols = Columns
+	}
+	t, err := lease.NewTable(name, cols)
+	if err != nil {
+		return nil, err
+	}
+	l, err := lease.New[string](cfg.Dialect, t, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	return &Locker{l: l, autoCreate: cfg.AutoCreate}, nil
+}
+
+// Lease returns the underlying lease, for supervision and fencing.
+func (s *Locker) Lease() *lease.Lease[string] { return s.l }
+
+// Create inserts the session's lock row, free, unless it exists. One
+// statement.
+func (s *Locker) Create(ctx context.Context, db lease.DB, sessionKey string) error {
+	return s.l.Ensure(ctx, db, sessionKey, lease.CreateOptions{})
+}
+
+// Acquire takes the session for requestID. It is one statement when the row
+// exists. A session held by another request (live) gives an error matching
+// ErrBusy. A missing row gives ErrNotFound unless AutoCreate is set.
+func (s *Locker) Acquire(ctx context.Context, db lease.DB, sessionKey, requestID string, ttl time.Duration) (Grant, error) {
+	return s.acquire(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
+}
+
+// Reenter re-takes a session the caller already holds with g (same
+// request, same token): the generation is kept and the expiry extended.
+func (s *Locker) Reenter(ctx context.Context, db lease.DB, g Grant, ttl time.Duration) (Grant, error) {
+	return s.acquire(ctx, db, g.Key, g.Holder, ttl, lease.AcquireOptions{Token: g.Token})
+}
+
+func (s *Locker) acquire(ctx context.Context, db lease.DB, key, holder string, ttl time.Duration, o lease.AcquireOptions) (Grant, error) {
+	g, err := s.l.AcquireWith(ctx, db, key, holder, ttl, o)
+	if errors.Is(err, lease.ErrNotFound) && s.autoCreate {
+		if err = s.Create(ctx, db, key); err != nil {
+			return Grant{}, err
+		}
+		g, err = s.l.AcquireWith(ctx, db, key, holder, ttl, o)
+	}
+	return g, wrap(err)
+}
+
+func wrap(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, lease.ErrHeld):
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case errors.Is(err, lease.ErrNotFound):
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
+	}
+	return err
+}
+
+// Touch renews the session lock (the article's heartbeat). One statement;
+// a lost lock gives an error matching lease.ErrLost.
+func (s *Locker) Touch(ctx context.Context, db lease.DB, g Grant, ttl time.Duration) (Grant, error) {
+	return s.l.Renew(ctx, db, g, ttl)
+}
+
+// Release frees the session if g still holds it. One statement; when the
+// lock was taken over it changes nothing and returns an error matching
+// lease.ErrLost.
+func (s *Locker) Release(ctx context.Context, db lease.DB, g Grant) error {
+	return s.l.Release(ctx, db, g)
+}
+
+// Fence returns a check, for a side effect's transaction, that g still
+// holds the session.
+func (s *Locker) Fence(g Grant) lease.Fence { return s.l.Fence("session", g) }
+
+// Inspect reads who holds the session and for how long.
+func (s *Locker) Inspect(ctx context.Context, db lease.DB, sessionKey string) (lease.Status, error) {
+	st, err := s.l.Inspect(ctx, db, sessionKey)
+	return st, wrap(err)
+}

@@ -1,0 +1,362 @@
+package toolexec
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// Errors of this package; test with errors.Is.
+var (
+	// ErrUnknownTool means the tool name is not registered. Nothing is
+	// written, and it is never reported as a success.
+	ErrUnknownTool = errors.New("toolexec: unknown tool")
+	// ErrConflict means another live flow is running the same tool call.
+	// It also matches lease.ErrHeld.
+	ErrConflict = errors.New("toolexec: tool call running elsewhere")
+	// ErrToolFailed means the tool ran and failed; the failure is recorded
+	// (status error) and the call can be retried. The concrete error is a
+	// *FailedError.
+	ErrToolFailed = errors.New("toolexec: tool failed")
+)
+
+// FailedError carries a tool's own failure. It matches ErrToolFailed and
+// unwraps to the tool's error. Its message is what a model should see.
+type FailedError struct {
+	Tool string
+	Err  error
+}
+
+func (e *FailedError) Error() string { return fmt.Sprintf("tool %s failed: %v", e.Tool, e.Err) }
+
+// Is makes errors.Is(err, ErrToolFailed) true.
+func (e *FailedError) Is(target error) bool { return target == ErrToolFailed }
+
+// Unwrap returns the tool's error.
+func (e *FailedError) Unwrap() error { return e.Err }
+
+// Grant is a held tool execution.
+type Grant = lease.Grant[string]
+
+// Columns are the shipped tool-execution table's lease columns.
+var Columns = lease.Columns{
+	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+}
+
+// Call is one tool call of one request.
+type Call struct {
+	SessionKey string
+	RequestID  string
+	Tool       string
+	Arguments  json.RawMessage // a JSON object; canonicalized per RFC 8785
+}
+
+// Exec is what a side effect receives.
+type Exec struct {
+	// Tx is the transaction the side effect writes in. It also holds the
+	// fences' row locks and, at commit, the success mark.
+	Tx *sql.Tx
+	// Generation is the tool execution's fencing generation: hand it to
+	// systems outside the database, which must refuse a lower one.
+	Generation int64
+	// Fences are the generations of the other levels (session, request), by name.
+	Fences map[string]int64
+	// Call is the call, and Canonical its canonical arguments.
+	Call      Call
+	Canonical []byte
+	// ExecutionID is the tool execution's row id.
+	ExecutionID string
+}
+
+// SideEffect runs a tool. It returns the JSON result to store. Writes to
+// the database go through x.Tx; they commit if and only if the tool is
+// marked done in the same transaction.
+type SideEffect func(ctx context.Context, x Exec) (json.RawMessage, error)
+
+// Result is the outcome of a call.
+type Result struct {
+	ExecutionID string
+	Output      json.RawMessage // the stored result
+	Reused      bool            // true when a previous success was returned without running the tool
+	Generation  int64
+}
+
+// Beginner is a database that can also begin transactions (*sql.DB, *sqlx.DB).
+type Beginner interface {
+	lease.DB
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Config configures a Store.
+type Config struct {
+	Dialect lease.Dialect
+	// Table is the tool-execution table; empty means the shipped one.
+	Table string
+	// Lease are the lease options.
+	Lease lease.Options
+}
+
+// Store keeps tool executions. It is safe for concurrent use.
+type Store struct {
+	d     lease.Dialect
+	l     *lease.Lease[string]
+	table string
+	findQ string
+}
+
+// New validates cfg and returns a Store.
+func New(cfg Config) (*Store, error) {
+	name := cfg.Table
+	if name == "" {
+		name = schema.ToolExecutionTable
+	}
+	t, err := lease.NewTable(name, Columns)
+	if err != nil {
+		return nil, err
+	}
+	l, err := lease.New[string](cfg.Dialect, t, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	qt, err := cfg.Dialect.Quote(name)
+	if err != nil {
+		return nil, err
+	}
+	find := "SELECT id, status, COALESCE(result, ''), COALESCE(error, ''), generation, " +
+		"CASE WHEN token IS NOT NULL AND expires_at > " + cfg.Dialect.Now() + " THEN 1 ELSE 0 END " +
+		"FROM " + qt + " WHERE session_key = ? AND idempotency_key = ?"
+	return &Store{d: cfg.Dialect, l: l, table: name, findQ: cfg.Dialect.Rebind(find)}, nil
+}
+
+// Lease returns the underlying lease.
+func (s *Store) Lease() *lease.Lease[string] { return s.l }
+
+// RunOptions carry what a call needs besides the call itself.
+type RunOptions struct {
+	Holder string        // the flow running the call
+	TTL    time.Duration // the tool lease's TTL
+	// Fences are checked, in order, inside the side effect's transaction
+	// (session first, then request), so the side effect commits only if they
+	// all still hold.
+	Fences []lease.Fence
+	// Watch, when set, is called with the tool grant while the tool runs
+	// (e.g. to add it to a heartbeat); the returned func is called after.
+	Watch func(g Grant) (stop func())
+	// ReleaseTimeout bounds the clean-up writes made after a failure, even
+	// when ctx is already cancelled. Zero means 5s.
+	ReleaseTimeout time.Duration
+}
+
+type found struct {
+	id, status, result, errText string
+	generation                  int64
+	held                        bool
+}
+
+// IdempotencyKey is the key of one call: request id, tool name and the
+// hex SHA-256 of the canonical arguments.
+func IdempotencyKey(requestID, tool, argsHash string) string {
+	return requestID + ":" + tool + ":" + argsHash
+}
+
+func validateCall(c Call) error {
+	switch {
+	case c.SessionKey == "" || len(c.SessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(c.SessionKey):
+		return &lease.ValidationError{Field: "session key", Reason: "empty, too long or not UTF-8"}
+	case c.RequestID == "" || len(c.RequestID) > 36:
+		return &lease.ValidationError{Field: "request id", Reason: "empty or longer than 36"}
+	case c.Tool == "" || len(c.Tool) > schema.MaxToolNameLen || !utf8.ValidString(c.Tool):
+		return &lease.ValidationError{Field: "tool name", Reason: "empty, too long or not UTF-8"}
+	}
+	return nil
+}
+
+// Run runs one tool call with exactly-once commit of its side effect:
+//
+//   - a previous success returns its stored result without running fn;
+//   - a previous error is retried;
+//   - a call left processing by a holder whose lease expired is taken over;
+//   - a call processing under a live lease gives ErrConflict.
+//
+// fn runs in a transaction that first checks every fence (session, request)
+// and finally marks the tool done, token-checked; it commits only if all of
+// them still hold. If fn fails, the transaction rolls back and the failure
+// is recorded (status error) and returned as *FailedError. Invalid
+// arguments give ErrInvalidArguments and write nothing.
+func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, fn SideEffect) (Result, error) {
+	if db == nil {
+		return Result{}, &lease.ValidationError{Field: "db", Reason: "nil"}
+	}
+	if fn == nil {
+		return Result{}, &lease.ValidationError{Field: "side effect", Reason: "nil"}
+	}
+	if err := validateCall(call); err != nil {
+		return Result{}, err
+	}
+	canonical, hash, err := CanonicalArguments(call.Arguments)
+	if err != nil {
+		return Result{}, err
+	}
+	if o.ReleaseTimeout <= 0 {
+		o.ReleaseTimeout = 5 * time.Second
+	}
+	g, res, err := s.claim(ctx, db, call, hash, o)
+	if err != nil || res != nil {
+		if res != nil {
+			return *res, nil
+		}
+		return Result{}, err
+	}
+	// The tool lease is supervised while the side effect runs, and must be
+	// unwatched before the statement that marks or releases it, or a
+	// renewal racing with that statement would report a loss.
+	var once sync.Once
+	unwatch := func() {}
+	if o.Watch != nil {
+		stop := o.Watch(g)
+		unwatch = func() { once.Do(stop) }
+	}
+	defer unwatch()
+	out, err := s.runTx(ctx, db, call, canonical, g, o, fn, unwatch)
+	unwatch()
+	if err == nil {
+		return Result{ExecutionID: g.Key, Output: out, Generation: g.Generation}, nil
+	}
+	// Clean up with a bounded context, even if ctx is done.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
+	defer cancel()
+	var failed *FailedError
+	if errors.As(err, &failed) {
+		_, merr := s.l.Transition(cctx, db, g, lease.ChangeOptions{
+			From: []string{schema.StatusProcessing}, To: schema.StatusError,
+			Set: []lease.Assignment{lease.Set(schema.ColError, truncate(failed.Err.Error(), 4000))},
+		})
+		if merr != nil {
+			return Result{}, errors.Join(err, merr)
+		}
+		return Result{}, err
+	}
+	// Lost a fence, or the database failed: give our tool lease back so the
+	// flow that owns the request now can take the call over at once. It
+	// stays processing; nothing of the side effect committed.
+	if rerr := s.l.Release(cctx, db, g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
+		return Result{}, errors.Join(err, rerr)
+	}
+	return Result{}, err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// claim inserts the call held, or deals with the existing row. It returns
+// either a grant to run under, or a stored result.
+func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o RunOptions) (Grant, *Result, error) {
+	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
+	id := uuid.NewString()
+	g, err := s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
+		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
+		lease.Set(schema.ColIdempotencyKey, idem),
+	}})
+	if err == nil || !errors.Is(err, lease.ErrExists) {
+		return g, nil, err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		var f found
+		var held int
+		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem).
+			Scan(&f.id, &f.status, &f.result, &f.errText, &f.generation, &held)
+		if err != nil {
+			return Grant{}, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
+		}
+		f.held = held == 1
+		switch {
+		case f.status == schema.StatusSuccess:
+			return Grant{}, &Result{ExecutionID: f.id, Output: json.RawMessage(f.result), Reused: true, Generation: f.generation}, nil
+		case f.status == schema.StatusProcessing && f.held:
+			st, _ := s.l.Inspect(ctx, db, f.id)
+			return Grant{}, nil, fmt.Errorf("%w: %w", ErrConflict, &lease.ConflictError{Key: f.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
+		}
+		// error → retry; processing and not held → take over.
+		opts := lease.AcquireOptions{InStates: []string{f.status}}
+		if f.status == schema.StatusError {
+			opts.SetState = schema.StatusProcessing
+			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
+		}
+		g, err := s.l.AcquireWith(ctx, db, f.id, o.Holder, o.TTL, opts)
+		switch {
+		case err == nil:
+			return g, nil, nil
+		case errors.Is(err, lease.ErrHeld):
+			return Grant{}, nil, fmt.Errorf("%w: %w", ErrConflict, err)
+		case errors.Is(err, lease.ErrState):
+			continue // it moved on (e.g. to success) under us: read again
+		default:
+			return Grant{}, nil, err
+		}
+	}
+	return Grant{}, nil, fmt.Errorf("%w: the call kept changing state", ErrConflict)
+}
+
+func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o RunOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	gens := make(map[string]int64, len(o.Fences))
+	for _, f := range o.Fences {
+		if err := f.Check(ctx, tx); err != nil {
+			return nil, fmt.Errorf("toolexec: %s fence: %w", f.Name(), err)
+		}
+		gens[f.Name()] = f.Generation()
+	}
+	out, ferr := fn(ctx, Exec{Tx: tx, Generation: g.Generation, Fences: gens, Call: call, Canonical: canonical, ExecutionID: g.Key})
+	if ferr != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, &FailedError{Tool: call.Tool, Err: ferr}
+	}
+	if len(out) == 0 {
+		out = json.RawMessage("null")
+	}
+	if !json.Valid(out) {
+		return nil, &FailedError{Tool: call.Tool, Err: errors.New("result is not valid JSON")}
+	}
+	// From here the transaction holds the tool row until commit (the mark
+	// below is token-checked), so the heartbeat can let go of it.
+	unwatch()
+	if _, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
+		From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
+		Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
+	}); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("toolexec: commit (outcome unknown): %w", err)
+	}
+	return out, nil
+}
