@@ -379,7 +379,7 @@ func longTransactionExpiry(t *testing.T, e Env) {
 	e.Insert(t, "k")
 	tx, err := e.DB.BeginTxx(ctx, nil)
 	require.NoError(t, err)
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()                    //nolint:errcheck
 	_, err = e.Lease.Inspect(ctx, tx, "k") // the transaction has started
 	require.NoError(t, err)
 	timer := time.NewTimer(300 * time.Millisecond)

@@ -70,12 +70,24 @@ func SQLiteDSN(path string) string {
 // Open returns a fresh database of dialect d for this test, closed and
 // dropped at cleanup. It skips the test when the dialect's server is not
 // configured.
-func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
+func Open(t testing.TB, d lease.Dialect) *sqlx.DB { return OpenWith(t, d, sql.Open) }
+
+// OpenWith is Open with the *sql.DB opened by open (for example
+// countdb.OpenDB with a counter), given the driver name and the test
+// database's DSN.
+func OpenWith(t testing.TB, d lease.Dialect, open func(driver, dsn string) (*sql.DB, error)) *sqlx.DB {
 	t.Helper()
+	connect := func(driver, dsn string) (*sqlx.DB, error) {
+		db, err := open(driver, dsn)
+		if err != nil {
+			return nil, err
+		}
+		return sqlx.NewDb(db, driver), nil
+	}
 	name := "rl_" + randHex(6)
 	switch d {
 	case lease.SQLite:
-		db, err := sqlx.Open("sqlite", SQLiteDSN(filepath.Join(t.TempDir(), "test.db")))
+		db, err := connect("sqlite", SQLiteDSN(filepath.Join(t.TempDir(), "test.db")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,20 +111,7 @@ func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
 		// One round trip per statement: without it go-sql-driver prepares,
 		// executes and closes a statement for every query with arguments.
 		cfg.InterpolateParams = true
-		db, err := sqlx.Open("mysql", cfg.FormatDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		db.SetMaxOpenConns(40)
-		t.Cleanup(func() {
-			db.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
-				t.Logf("mysql: drop database %s: %v", name, err)
-			}
-		})
-		return db
+		return isolated(t, admin, "mysql", "DROP DATABASE IF EXISTS "+name)(connect("mysql", cfg.FormatDSN()))
 	case lease.Postgres:
 		dsn := os.Getenv(PostgresEnv)
 		if dsn == "" {
@@ -129,23 +128,32 @@ func Open(t testing.TB, d lease.Dialect) *sqlx.DB {
 		q := u.Query()
 		q.Set("search_path", name)
 		u.RawQuery = q.Encode()
-		db, err := sqlx.Open("pgx", u.String())
+		return isolated(t, admin, "postgres", "DROP SCHEMA IF EXISTS "+name+" CASCADE")(connect("pgx", u.String()))
+	}
+	t.Fatalf("unknown dialect %v", d)
+	return nil
+}
+
+// isolated finishes opening a per-test database: it fails the test on an
+// open error, and at cleanup closes the pool and runs drop on the admin
+// connection.
+func isolated(t testing.TB, admin *sql.DB, label, drop string) func(*sqlx.DB, error) *sqlx.DB {
+	return func(db *sqlx.DB, err error) *sqlx.DB {
+		t.Helper()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: open: %v", label, err)
 		}
 		db.SetMaxOpenConns(40)
 		t.Cleanup(func() {
 			db.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if _, err := admin.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+name+" CASCADE"); err != nil {
-				t.Logf("postgres: drop schema %s: %v", name, err)
+			if _, err := admin.ExecContext(ctx, drop); err != nil {
+				t.Logf("%s: %s: %v", label, drop, err)
 			}
 		})
 		return db
 	}
-	t.Fatalf("unknown dialect %v", d)
-	return nil
 }
 
 var (
