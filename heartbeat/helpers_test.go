@@ -6,22 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/testdb"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// internal/testdb keeps one admin pool per database server
-		// (adminDB) for the whole test binary, to create and drop the
-		// per-test databases; it is never closed, so its pool goroutine
-		// (and, for MySQL, its idle connection's watcher) outlive the
-		// tests. Every per-test pool is closed in t.Cleanup.
-		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
-		goleak.IgnoreTopFunction("github.com/go-sql-driver/mysql.(*mysqlConn).startWatcher.func1"),
-	)
-}
+// TestMain fails the run if the supervisor (or anything else) leaves a
+// goroutine behind.
+func TestMain(m *testing.M) { testdb.Main(m) }
 
 // limit bounds every wait on a signal, so that a bug fails the test
 // instead of hanging it. It is not a timing assertion.

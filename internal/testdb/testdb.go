@@ -23,6 +23,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
+	"go.uber.org/goleak"
 	_ "modernc.org/sqlite" // registers "sqlite"
 
 	"github.com/rowlease/rowlease/lease"
@@ -190,4 +191,25 @@ func randHex(n int) string {
 		panic(fmt.Sprintf("testdb: %v", err))
 	}
 	return hex.EncodeToString(b)
+}
+
+// Main runs a package's tests, then closes the shared admin pools and
+// fails the run if any goroutine is left behind (goleak). Use it as
+//
+//	func TestMain(m *testing.M) { testdb.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	adminMu.Lock()
+	for dsn, db := range adminDBs {
+		db.Close()
+		delete(adminDBs, dsn)
+	}
+	adminMu.Unlock()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines left behind after the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
