@@ -106,6 +106,11 @@ func (t Table) isLeaseColumn(col string) bool {
 	return false
 }
 
+// Quoted returns the table name quoted for d (each part of a
+// schema-qualified name quoted on its own), for callers writing their own
+// SQL against the table.
+func (t Table) Quoted(d Dialect) string { return t.qname(d) }
+
 func (t Table) qname(d Dialect) string {
 	parts := strings.Split(t.name, ".")
 	for i, p := range parts {

@@ -102,4 +102,3 @@ func BenchmarkLockPath(b *testing.B) {
 		})
 	}
 }
-

@@ -568,4 +568,3 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
-

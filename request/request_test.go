@@ -26,9 +26,9 @@ type env struct {
 	// from the statement count.
 	pauseSideEffect *countdb.Counter
 	db              *sqlx.DB
-	d      lease.Dialect
-	r      *Runner
-	writes atomic.Int64 // side effects committed by the "write" tool
+	d               lease.Dialect
+	r               *Runner
+	writes          atomic.Int64 // side effects committed by the "write" tool
 }
 
 const ledgerDDL = "CREATE TABLE ledger_entry (request_id VARCHAR(64) NOT NULL, amount VARCHAR(32) NOT NULL)"
@@ -380,7 +380,11 @@ func TestBusyRequestIsFreeForRetry(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "a", Content: "x"},
-				func(ctx context.Context, run *Run) (Answer, error) { close(entered); <-release; return Answer{Reply: "a"}, nil })
+				func(ctx context.Context, run *Run) (Answer, error) {
+					close(entered)
+					<-release
+					return Answer{Reply: "a"}, nil
+				})
 			done <- err
 		}()
 		<-entered

@@ -15,12 +15,12 @@
 //
 // # States
 //
-//	         Acquire(request R)                 Touch (R, same token)
-//	  free ─────────────────────▶ held by R ◀───────────────┐
-//	   ▲                           │   │  └─────────────────┘
-//	   └──── Release (token) ──────┘   │ expires_at passes (R's process died)
-//	                                   ▼
-//	                          expired ── Acquire(request S) ──▶ held by S
+//	       Acquire(request R)                 Touch (R, same token)
+//	free ─────────────────────▶ held by R ◀───────────────┐
+//	 ▲                           │   │  └─────────────────┘
+//	 └──── Release (token) ──────┘   │ expires_at passes (R's process died)
+//	                                 ▼
+//	                        expired ── Acquire(request S) ──▶ held by S
 //
 // # Guarantees
 //

@@ -10,12 +10,12 @@
 //
 // # States
 //
-//	            INSERT (held by the caller)
-//	  (none) ──────────────────────────────▶ processing ── side effect + mark, one tx ──▶ success
-//	                                          │   ▲   ▲                                   (result stored;
-//	                     tool failed (tx      │   │   │ lease expired: taken over          replayed, never
-//	                     rolled back)         ▼   │   └───────────────                     re-run)
-//	                                        error ┘ retried
+//	          INSERT (held by the caller)
+//	(none) ──────────────────────────────▶ processing ── side effect + mark, one tx ──▶ success
+//	                                        │   ▲   ▲                                   (result stored;
+//	                   tool failed (tx      │   │   │ lease expired: taken over          replayed, never
+//	                   rolled back)         ▼   │   └───────────────                     re-run)
+//	                                      error ┘ retried
 //
 // Run takes the four branches: success → the stored result, nothing re-run;
 // error → retried; processing and expired → taken over; processing and
@@ -35,6 +35,13 @@
 //     tool gives ErrUnknownTool, never a success.
 //
 // # What it does not do
+//
+// A stored success is returned without checking the fences: reading it
+// writes nothing, so a flow that lost its locks may still see it.
+//
+// On SQLite a side effect's transaction holds the database write lock, so a
+// second flow running the same call waits (busy timeout) instead of getting
+// ErrConflict at once.
 //
 // A side effect outside the database is fenced only if that system checks
 // the generation. A tool that is not idempotent outside its transaction

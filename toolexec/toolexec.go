@@ -129,10 +129,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	qt, err := cfg.Dialect.Quote(name)
-	if err != nil {
-		return nil, err
-	}
+	qt := t.Quoted(cfg.Dialect)
 	find := "SELECT id, status, COALESCE(result, ''), COALESCE(error, ''), generation, " +
 		"CASE WHEN token IS NOT NULL AND expires_at > " + cfg.Dialect.Now() + " THEN 1 ELSE 0 END " +
 		"FROM " + qt + " WHERE session_key = ? AND idempotency_key = ?"
@@ -284,6 +281,11 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		var held int
 		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem).
 			Scan(&f.id, &f.status, &f.result, &f.errText, &f.generation, &held)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The insert hit the (request, tool, arguments) key, but not
+			// under this session: the request id belongs to another session.
+			return Grant{}, nil, fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
+		}
 		if err != nil {
 			return Grant{}, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
 		}

@@ -1,0 +1,10 @@
+package session_test
+
+import (
+	"testing"
+
+	"github.com/rowlease/rowlease/internal/testdb"
+)
+
+// TestMain fails the run if any goroutine is left behind.
+func TestMain(m *testing.M) { testdb.Main(m) }

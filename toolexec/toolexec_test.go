@@ -1,0 +1,741 @@
+package toolexec_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// requestColumns are the lease columns of the shipped request table (as
+// package request maps them).
+var requestColumns = lease.Columns{
+	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+}
+
+const ledgerDDL = "CREATE TABLE ledger (execution_id VARCHAR(36) NOT NULL, request_id VARCHAR(36) NOT NULL, amount VARCHAR(32) NOT NULL)"
+
+// env is a fresh database with the lock tables, a ledger table, and the
+// three levels' lock objects.
+type env struct {
+	db       *sqlx.DB
+	d        lease.Dialect
+	store    *toolexec.Store
+	sessions *session.Locker
+	req      *lease.Lease[string]
+	calls    atomic.Int64 // invocations of the ledger side effect
+}
+
+func newEnv(t *testing.T, db *sqlx.DB) *env {
+	t.Helper()
+	ctx := bg(t)
+	d, err := lease.DetectDialect(db)
+	require.NoError(t, err)
+	require.NoError(t, schema.Apply(ctx, db, d.String()))
+	_, err = db.ExecContext(ctx, ledgerDDL)
+	require.NoError(t, err)
+	e := &env{db: db, d: d}
+	e.store, err = toolexec.New(toolexec.Config{Dialect: d})
+	require.NoError(t, err)
+	e.sessions, err = session.New(session.Config{Dialect: d, AutoCreate: true})
+	require.NoError(t, err)
+	e.req, err = lease.New[string](d, lease.MustTable(schema.RequestTable, requestColumns), lease.Options{})
+	require.NoError(t, err)
+	return e
+}
+
+func bg(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// flow is one run of a request: it holds the session and the request.
+type flow struct {
+	sessionKey, requestID, holder string
+	sess                          session.Grant
+	req                           lease.Grant[string]
+}
+
+// newFlow creates a request row held by a new flow and takes the session
+// for it, as request.Runner does for a new message.
+func (e *env) newFlow(t *testing.T, sessionKey string, ttl time.Duration) *flow {
+	t.Helper()
+	ctx := bg(t)
+	f := &flow{sessionKey: sessionKey, requestID: uuid.NewString(), holder: "flow-" + uuid.NewString()[:8]}
+	var err error
+	f.req, err = e.req.Create(ctx, e.db, f.requestID, f.holder, ttl, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+		lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColClientRequestID, "client-"+f.requestID),
+		lease.Set(schema.ColFingerprint, "fp"),
+	}})
+	require.NoError(t, err)
+	f.sess, err = e.sessions.Acquire(ctx, e.db, sessionKey, f.requestID, ttl)
+	require.NoError(t, err)
+	return f
+}
+
+func (e *env) fences(f *flow) []lease.Fence {
+	return []lease.Fence{e.sessions.Fence(f.sess), e.req.Fence("request", f.req)}
+}
+
+func (e *env) opts(f *flow, ttl time.Duration) toolexec.RunOptions {
+	return toolexec.RunOptions{Holder: f.holder, TTL: ttl, Fences: e.fences(f)}
+}
+
+func (f *flow) call(args string) toolexec.Call {
+	return toolexec.Call{SessionKey: f.sessionKey, RequestID: f.requestID, Tool: "create_transaction", Arguments: json.RawMessage(args)}
+}
+
+// ledger is the side effect: it writes one ledger row in x.Tx.
+func (e *env) ledger(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+	e.calls.Add(1)
+	var args struct {
+		A json.Number `json:"a"`
+	}
+	if err := json.Unmarshal(x.Canonical, &args); err != nil {
+		return nil, err
+	}
+	if _, err := x.Tx.ExecContext(ctx, e.d.Rebind("INSERT INTO ledger (execution_id, request_id, amount) VALUES (?, ?, ?)"),
+		x.ExecutionID, x.Call.RequestID, args.A.String()); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(fmt.Sprintf(`{"amount":%q,"generation":%d}`, args.A, x.Generation)), nil
+}
+
+func (e *env) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, e.db.GetContext(bg(t), &n, "SELECT COUNT(*) FROM "+table))
+	return n
+}
+
+func (e *env) ledgerRows(t *testing.T) int { return e.count(t, "ledger") }
+
+// row reads a tool execution's lease status and its result and error.
+type toolRow struct {
+	lease.Status
+	result, errText string
+	resultNull      bool
+	errNull         bool
+}
+
+func (e *env) toolRow(t *testing.T, id string) toolRow {
+	t.Helper()
+	ctx := bg(t)
+	st, err := e.store.Lease().Inspect(ctx, e.db, id)
+	require.NoError(t, err)
+	r := toolRow{Status: st}
+	var res, msg *string
+	require.NoError(t, e.db.QueryRowContext(ctx, e.d.Rebind("SELECT result, error FROM "+schema.ToolExecutionTable+" WHERE id = ?"), id).Scan(&res, &msg))
+	r.resultNull, r.errNull = res == nil, msg == nil
+	if res != nil {
+		r.result = *res
+	}
+	if msg != nil {
+		r.errText = *msg
+	}
+	return r
+}
+
+// onlyToolID returns the id of the single tool execution row.
+func (e *env) onlyToolID(t *testing.T) string {
+	t.Helper()
+	var ids []string
+	require.NoError(t, e.db.SelectContext(bg(t), &ids, "SELECT id FROM "+schema.ToolExecutionTable))
+	require.Len(t, ids, 1)
+	return ids[0]
+}
+
+// waitFor polls cond, bounded.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached in 30s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const ttl = 10 * time.Second
+
+func TestNewThenReused(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		f := e.newFlow(t, "s1", ttl)
+
+		first, err := e.store.Run(ctx, db, f.call(`{"b":1,"a":35}`), e.opts(f, ttl), e.ledger)
+		require.NoError(t, err)
+		assert.False(t, first.Reused)
+		assert.Equal(t, int64(1), first.Generation)
+		assert.JSONEq(t, `{"amount":"35","generation":1}`, string(first.Output))
+		assert.Equal(t, int64(1), e.calls.Load())
+		assert.Equal(t, 1, e.ledgerRows(t))
+		row := e.toolRow(t, first.ExecutionID)
+		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.False(t, row.Held, "a finished call holds no lease")
+		assert.Equal(t, "", row.Holder)
+		assert.JSONEq(t, string(first.Output), row.result)
+		assert.True(t, row.errNull)
+
+		// The same call, spelled differently: the stored result, not a re-run.
+		again, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1,"b":1.0}`), e.opts(f, ttl), e.ledger)
+		require.NoError(t, err)
+		assert.True(t, again.Reused)
+		assert.Equal(t, first.ExecutionID, again.ExecutionID)
+		assert.Equal(t, first.Generation, again.Generation)
+		assert.JSONEq(t, string(first.Output), string(again.Output))
+		assert.Equal(t, int64(1), e.calls.Load(), "the side effect did not run again")
+		assert.Equal(t, 1, e.ledgerRows(t))
+		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
+
+		// Other arguments, or another tool, are another call.
+		other, err := e.store.Run(ctx, db, f.call(`{"a":36,"b":1}`), e.opts(f, ttl), e.ledger)
+		require.NoError(t, err)
+		assert.False(t, other.Reused)
+		assert.NotEqual(t, first.ExecutionID, other.ExecutionID)
+		c := f.call(`{"b":1,"a":35}`)
+		c.Tool = "create_transaction_v2"
+		other, err = e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+		require.NoError(t, err)
+		assert.False(t, other.Reused)
+		assert.Equal(t, int64(3), e.calls.Load())
+		assert.Equal(t, 3, e.ledgerRows(t))
+
+		// A side effect that returns nothing stores JSON null.
+		c.Tool = "noop"
+		res, err := e.store.Run(ctx, db, c, e.opts(f, ttl), func(context.Context, toolexec.Exec) (json.RawMessage, error) { return nil, nil })
+		require.NoError(t, err)
+		assert.Equal(t, "null", string(res.Output))
+		res, err = e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+		require.NoError(t, err)
+		assert.True(t, res.Reused)
+		assert.Equal(t, "null", string(res.Output))
+	})
+}
+
+func TestFailedThenRetried(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		f := e.newFlow(t, "s1", ttl)
+		boom := errors.New("bank says no")
+		failing := func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			// It writes, then fails: the write must roll back.
+			if _, err := e.ledger(ctx, x); err != nil {
+				return nil, err
+			}
+			return nil, boom
+		}
+
+		_, err := e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), failing)
+		var fe *toolexec.FailedError
+		require.ErrorAs(t, err, &fe)
+		assert.ErrorIs(t, err, toolexec.ErrToolFailed)
+		assert.ErrorIs(t, err, boom)
+		assert.Equal(t, "create_transaction", fe.Tool)
+		assert.Contains(t, fe.Error(), "bank says no")
+		assert.Equal(t, 0, e.ledgerRows(t), "the failed side effect's writes rolled back")
+		id := e.onlyToolID(t)
+		row := e.toolRow(t, id)
+		assert.Equal(t, schema.StatusError, row.State)
+		assert.False(t, row.Held)
+		assert.Equal(t, "bank says no", row.errText)
+		assert.Equal(t, int64(1), row.Generation)
+
+		// A result that is not JSON is a failure too, and rolls back.
+		_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			if _, err := e.ledger(ctx, x); err != nil {
+				return nil, err
+			}
+			return json.RawMessage(`{not json`), nil
+		})
+		require.ErrorIs(t, err, toolexec.ErrToolFailed)
+		assert.Equal(t, 0, e.ledgerRows(t))
+		row = e.toolRow(t, id)
+		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, int64(2), row.Generation, "the retry took the call with a new generation")
+
+		// Retried: it runs, in the same row, with the next generation.
+		before := e.calls.Load()
+		res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+		require.NoError(t, err)
+		assert.False(t, res.Reused)
+		assert.Equal(t, id, res.ExecutionID)
+		assert.Equal(t, int64(3), res.Generation)
+		assert.Equal(t, before+1, e.calls.Load())
+		assert.Equal(t, 1, e.ledgerRows(t))
+		row = e.toolRow(t, id)
+		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.True(t, row.errNull, "the error is cleared on retry")
+		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
+	})
+}
+
+// TestLiveConflict holds a call processing under a live lease while another
+// holder runs the same call. The first run is held either inside its side
+// effect (its transaction is open) or before it (in the Watch hook, with no
+// transaction open). On SQLite a transaction holds the database's write
+// lock, so a second run would wait on it rather than see the conflict: only
+// the Watch variant runs there.
+func TestLiveConflict(t *testing.T) {
+	for _, where := range []string{"side effect", "watch"} {
+		t.Run(where, func(t *testing.T) {
+			testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+				e := newEnv(t, db)
+				if where == "side effect" && e.d == lease.SQLite {
+					t.Skip("sqlite: an open transaction holds the database write lock")
+				}
+				ctx := bg(t)
+				f := e.newFlow(t, "s-"+uuid.NewString()[:8], ttl)
+				entered, release := make(chan struct{}), make(chan struct{})
+				hold := func() { close(entered); <-release }
+				o := e.opts(f, ttl)
+				fn := e.ledger
+				if where == "watch" {
+					o.Watch = func(toolexec.Grant) func() { hold(); return func() {} }
+				} else {
+					fn = func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) { hold(); return e.ledger(ctx, x) }
+				}
+				type outcome struct {
+					res toolexec.Result
+					err error
+				}
+				done := make(chan outcome, 1)
+				go func() {
+					res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), o, fn)
+					done <- outcome{res, err}
+				}()
+				<-entered
+
+				other := toolexec.RunOptions{Holder: "other-flow", TTL: ttl, Fences: e.fences(f)}
+				_, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1}`), other, e.ledger)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, toolexec.ErrConflict)
+				assert.ErrorIs(t, err, lease.ErrHeld)
+				var ce *lease.ConflictError
+				require.ErrorAs(t, err, &ce)
+				assert.Equal(t, f.holder, ce.Holder)
+				assert.Equal(t, int64(1), ce.Generation)
+				assert.Greater(t, ce.Remaining, time.Duration(0))
+				id := e.onlyToolID(t)
+				row := e.toolRow(t, id)
+				assert.Equal(t, schema.StatusProcessing, row.State)
+				assert.True(t, row.Held)
+				assert.Equal(t, f.holder, row.Holder, "the loser changed nothing")
+
+				close(release)
+				out := <-done
+				require.NoError(t, out.err)
+				assert.False(t, out.res.Reused)
+				assert.Equal(t, id, out.res.ExecutionID)
+				assert.Equal(t, int64(1), e.calls.Load())
+				assert.Equal(t, 1, e.ledgerRows(t))
+
+				// Now the other holder gets the stored result.
+				res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), other, e.ledger)
+				require.NoError(t, err)
+				assert.True(t, res.Reused)
+				assert.Equal(t, int64(1), e.calls.Load())
+			})
+		})
+	}
+}
+
+func TestExpiredTakenOver(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		f := e.newFlow(t, "s1", ttl)
+		call := f.call(`{"b":1,"a":35}`)
+
+		// A crashed holder left the call processing under a 50ms lease.
+		_, hash, err := toolexec.CanonicalArguments(call.Arguments)
+		require.NoError(t, err)
+		id := uuid.NewString()
+		_, err = e.store.Lease().Create(ctx, db, id, "crashed-flow", 50*time.Millisecond, lease.CreateOptions{
+			State: schema.StatusProcessing, Set: []lease.Assignment{
+				lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
+				lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
+				lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(call.RequestID, call.Tool, hash)),
+			}})
+		require.NoError(t, err)
+		waitFor(t, "the crashed lease expires", func() bool {
+			st, err := e.store.Lease().Inspect(ctx, db, id)
+			require.NoError(t, err)
+			return !st.Held
+		})
+
+		var watched toolexec.Grant
+		o := e.opts(f, ttl)
+		o.Watch = func(g toolexec.Grant) func() { watched = g; return func() {} }
+		res, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1,"b":1}`), o, e.ledger)
+		require.NoError(t, err)
+		assert.False(t, res.Reused)
+		assert.Equal(t, id, res.ExecutionID, "the crashed row is taken over, not duplicated")
+		assert.Equal(t, int64(2), res.Generation)
+		assert.Equal(t, int64(2), watched.Generation)
+		assert.Equal(t, f.holder, watched.Holder)
+		assert.Equal(t, int64(1), e.calls.Load())
+		assert.Equal(t, 1, e.ledgerRows(t))
+		row := e.toolRow(t, id)
+		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, int64(2), row.Generation)
+		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
+	})
+}
+
+func TestFenceLost(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+
+		t.Run("session taken over", func(t *testing.T) {
+			f := e.newFlow(t, "s-session", ttl)
+			// The session is released and taken by another request.
+			require.NoError(t, e.sessions.Release(ctx, db, f.sess))
+			_, err := e.sessions.Acquire(ctx, db, f.sessionKey, uuid.NewString(), ttl)
+			require.NoError(t, err)
+
+			calls := e.calls.Load()
+			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, lease.ErrLost)
+			assert.NotErrorIs(t, err, toolexec.ErrToolFailed)
+			assert.Contains(t, err.Error(), "session fence")
+			assert.Equal(t, calls, e.calls.Load(), "the side effect did not run")
+			assert.Equal(t, 0, e.ledgerRows(t), "nothing written")
+			var id string
+			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
+			row := e.toolRow(t, id)
+			assert.Equal(t, schema.StatusProcessing, row.State, "left processing")
+			assert.False(t, row.Held, "and free")
+			assert.Equal(t, "", row.Holder)
+		})
+
+		t.Run("request taken over", func(t *testing.T) {
+			f := e.newFlow(t, "s-request", ttl)
+			// Another flow takes the request over (its lease was given back)
+			// and the session with it.
+			require.NoError(t, e.req.Release(ctx, db, f.req))
+			require.NoError(t, e.sessions.Release(ctx, db, f.sess))
+			g := &flow{sessionKey: f.sessionKey, requestID: f.requestID, holder: "new-flow"}
+			var err error
+			g.sess, err = e.sessions.Acquire(ctx, db, f.sessionKey, f.requestID, ttl)
+			require.NoError(t, err)
+			g.req, err = e.req.AcquireWith(ctx, db, f.requestID, g.holder, ttl, lease.AcquireOptions{InStates: []string{schema.StatusProcessing}})
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), g.req.Generation)
+
+			calls := e.calls.Load()
+			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+			assert.ErrorIs(t, err, lease.ErrLost)
+			assert.Equal(t, calls, e.calls.Load())
+			assert.Equal(t, 0, e.ledgerRows(t))
+
+			// The new owner takes the call over at once (no TTL wait) and
+			// runs it once.
+			res, err := e.store.Run(ctx, db, g.call(`{"a":35}`), e.opts(g, ttl), e.ledger)
+			require.NoError(t, err)
+			assert.False(t, res.Reused)
+			assert.Equal(t, int64(2), res.Generation)
+			assert.Equal(t, calls+1, e.calls.Load())
+			assert.Equal(t, 1, e.ledgerRows(t))
+		})
+	})
+}
+
+func TestExecFields(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		f := e.newFlow(t, "s1", ttl)
+		// Give the session generation 2, so it differs from the request's 1.
+		require.NoError(t, e.sessions.Release(ctx, db, f.sess))
+		var err error
+		f.sess, err = e.sessions.Acquire(ctx, db, f.sessionKey, f.requestID, ttl)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), f.sess.Generation)
+
+		var (
+			watched               toolexec.Grant
+			watchCalls, stopCalls int
+			stateAtStop           string
+			got                   toolexec.Exec
+		)
+		o := e.opts(f, ttl)
+		o.Watch = func(g toolexec.Grant) func() {
+			watchCalls++
+			watched = g
+			return func() {
+				stopCalls++
+				// Stop comes before the success mark.
+				st, err := e.store.Lease().Inspect(context.Background(), db, g.Key)
+				if assert.NoError(t, err) {
+					stateAtStop = st.State
+				}
+			}
+		}
+		call := f.call(`{ "b" : 1, "a" : 35 }`)
+		res, err := e.store.Run(ctx, db, call, o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			got = x
+			assert.Equal(t, 1, watchCalls, "watched before the side effect runs")
+			assert.Equal(t, 0, stopCalls)
+			return e.ledger(ctx, x)
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 1, watchCalls)
+		assert.Equal(t, 1, stopCalls, "stop is called once, before Run returns")
+		assert.Equal(t, schema.StatusProcessing, stateAtStop)
+
+		assert.Equal(t, watched.Generation, got.Generation)
+		assert.Equal(t, res.Generation, got.Generation)
+		assert.Equal(t, int64(1), got.Generation)
+		assert.Equal(t, map[string]int64{"session": 2, "request": 1}, got.Fences)
+		assert.Equal(t, watched.Key, got.ExecutionID)
+		assert.Equal(t, res.ExecutionID, got.ExecutionID)
+		assert.Equal(t, f.holder, watched.Holder)
+		assert.False(t, watched.Token.IsZero())
+		assert.Equal(t, call, got.Call)
+		assert.Equal(t, `{"a":35,"b":1}`, string(got.Canonical))
+		assert.NotNil(t, got.Tx)
+
+		// Stop is called on the failure path too.
+		watchCalls, stopCalls = 0, 0
+		_, err = e.store.Run(ctx, db, f.call(`{"a":1}`), o, func(context.Context, toolexec.Exec) (json.RawMessage, error) {
+			return nil, errors.New("no")
+		})
+		require.ErrorIs(t, err, toolexec.ErrToolFailed)
+		assert.Equal(t, 1, watchCalls)
+		assert.Equal(t, 1, stopCalls)
+
+		// And when a fence fails (the side effect never runs).
+		watchCalls, stopCalls = 0, 0
+		require.NoError(t, e.sessions.Release(ctx, db, f.sess))
+		_, err = e.store.Run(ctx, db, f.call(`{"a":2}`), o, e.ledger)
+		require.ErrorIs(t, err, lease.ErrLost)
+		assert.Equal(t, 1, watchCalls)
+		assert.Equal(t, 1, stopCalls)
+
+		// A reused result is not watched: nothing runs.
+		watchCalls, stopCalls = 0, 0
+		res, err = e.store.Run(ctx, db, call, o, e.ledger)
+		require.NoError(t, err)
+		assert.True(t, res.Reused)
+		assert.Equal(t, 0, watchCalls)
+	})
+}
+
+func TestInvalidInput(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		f := e.newFlow(t, "s1", ttl)
+		for _, args := range []string{`[1]`, `{"a":`, `{"a":1,"a":2}`, `"x"`, ``, `null`, `{"a":"\ud800"}`, `{"a":1} {}`} {
+			_, err := e.store.Run(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
+			assert.ErrorIs(t, err, toolexec.ErrInvalidArguments, "arguments %q", args)
+		}
+		for name, c := range map[string]toolexec.Call{
+			"no session": {RequestID: f.requestID, Tool: "t", Arguments: json.RawMessage(`{}`)},
+			"no request": {SessionKey: "s1", Tool: "t", Arguments: json.RawMessage(`{}`)},
+			"long request": {SessionKey: "s1", RequestID: f.requestID + "-toolong", Tool: "t",
+				Arguments: json.RawMessage(`{}`)},
+			"no tool": {SessionKey: "s1", RequestID: f.requestID, Arguments: json.RawMessage(`{}`)},
+		} {
+			_, err := e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+			assert.ErrorIs(t, err, lease.ErrInvalid, name)
+		}
+		_, err := e.store.Run(ctx, db, f.call(`{}`), e.opts(f, ttl), nil)
+		assert.ErrorIs(t, err, lease.ErrInvalid, "nil side effect")
+		_, err = e.store.Run(ctx, nil, f.call(`{}`), e.opts(f, ttl), e.ledger)
+		assert.ErrorIs(t, err, lease.ErrInvalid, "nil db")
+		_, err = e.store.Run(ctx, db, f.call(`{}`), toolexec.RunOptions{Holder: f.holder}, e.ledger)
+		assert.ErrorIs(t, err, lease.ErrInvalid, "zero TTL")
+
+		assert.Equal(t, int64(0), e.calls.Load())
+		assert.Equal(t, 0, e.count(t, schema.ToolExecutionTable), "no row written")
+		assert.Equal(t, 0, e.ledgerRows(t))
+	})
+}
+
+func TestConcurrentSameCall(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		f := e.newFlow(t, "s1", ttl)
+		const n = 16
+		var (
+			wg                     sync.WaitGroup
+			mu                     sync.Mutex
+			ran, reused, conflicts int
+			others                 []error
+			start                  = make(chan struct{})
+		)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				o := e.opts(f, ttl)
+				o.Holder = fmt.Sprintf("flow-%d", i)
+				res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), o, e.ledger)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil && res.Reused:
+					reused++
+				case err == nil:
+					ran++
+				case errors.Is(err, toolexec.ErrConflict):
+					conflicts++
+				default:
+					others = append(others, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		require.Empty(t, others)
+		assert.Equal(t, 1, ran)
+		assert.Equal(t, n-1, reused+conflicts)
+		assert.Equal(t, int64(1), e.calls.Load())
+		assert.Equal(t, 1, e.ledgerRows(t))
+		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
+	})
+}
+
+// TestLongSideEffectUnderHeartbeat: a side effect holds its transaction
+// (and with it the fences' row locks, or SQLite's write lock) for longer
+// than a heartbeat interval while a supervisor renews the session, request
+// and tool leases. The renewals wait for the transaction; nothing is lost.
+func TestLongSideEffectUnderHeartbeat(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		const (
+			interval = 50 * time.Millisecond
+			hbTTL    = 300 * time.Millisecond
+			hold     = 150 * time.Millisecond
+		)
+		e := newEnv(t, db)
+		ctx := bg(t)
+		var mu sync.Mutex
+		renewed := map[string]int{}
+		var events []heartbeat.Event
+		sup, err := heartbeat.New(heartbeat.Config{Interval: interval, TTL: hbTTL, OnEvent: func(ev heartbeat.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, ev)
+			if ev.Kind == heartbeat.EventRenewed {
+				renewed[ev.Lease]++
+			}
+		}})
+		require.NoError(t, err)
+		f := e.newFlow(t, "s1", hbTTL)
+		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), db, f.sess, hbTTL))
+		sup.Add(heartbeat.ForLease("request", e.req, db, f.req, hbTTL))
+		work, err := sup.Start(ctx)
+		require.NoError(t, err)
+		defer sup.Stop()
+
+		// A model round longer than the TTL: the heartbeat keeps the leases.
+		time.Sleep(hbTTL + 100*time.Millisecond)
+
+		o := e.opts(f, hbTTL)
+		var toolGen int64
+		o.Watch = func(g toolexec.Grant) func() {
+			toolGen = g.Generation
+			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), db, g, hbTTL))
+		}
+		res, err := e.store.Run(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			timer := time.NewTimer(hold)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			return e.ledger(ctx, x)
+		})
+		require.NoError(t, err)
+		assert.False(t, res.Reused)
+		assert.Equal(t, toolGen, res.Generation)
+		assert.Equal(t, 1, e.ledgerRows(t))
+
+		// Keep going a little: the renewals that waited on the transaction
+		// went through, and the removed tool lease is not missed.
+		time.Sleep(2 * interval)
+		require.NoError(t, sup.Lost())
+		require.NoError(t, work.Err())
+		sup.Stop()
+		mu.Lock()
+		for _, ev := range events {
+			assert.NotEqual(t, heartbeat.EventLost, ev.Kind, "event %v on %s: %v", ev.Kind, ev.Lease, ev.Err)
+		}
+		assert.GreaterOrEqual(t, renewed["session"], 3)
+		assert.GreaterOrEqual(t, renewed["request"], 3)
+		mu.Unlock()
+		for name, check := range map[string]func() (lease.Status, error){
+			"session": func() (lease.Status, error) { return e.sessions.Inspect(ctx, db, f.sessionKey) },
+			"request": func() (lease.Status, error) { return e.req.Inspect(ctx, db, f.requestID) },
+		} {
+			st, err := check()
+			require.NoError(t, err)
+			assert.True(t, st.Held, name)
+			assert.Equal(t, int64(1), st.Generation, name)
+		}
+		row := e.toolRow(t, res.ExecutionID)
+		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.False(t, row.Held)
+	})
+}
+
+func TestRegistry(t *testing.T) {
+	r := toolexec.NewRegistry()
+	noop := func(context.Context, toolexec.Exec) (json.RawMessage, error) { return nil, nil }
+	require.NoError(t, r.Register("create_transaction", noop))
+	require.NoError(t, r.Register("balance", noop))
+	assert.Error(t, r.Register("create_transaction", noop), "registered twice")
+	assert.Error(t, r.Register("", noop), "empty name")
+	assert.Error(t, r.Register("x", nil), "nil side effect")
+	assert.Equal(t, []string{"balance", "create_transaction"}, r.Names())
+
+	fn, err := r.Lookup("create_transaction")
+	require.NoError(t, err)
+	assert.NotNil(t, fn)
+	_, err = r.Lookup("delete_everything")
+	assert.ErrorIs(t, err, toolexec.ErrUnknownTool)
+	assert.Contains(t, err.Error(), "delete_everything")
+	var nilReg *toolexec.Registry
+	_, err = nilReg.Lookup("create_transaction")
+	assert.ErrorIs(t, err, toolexec.ErrUnknownTool)
+}
+
+func TestNewInvalid(t *testing.T) {
+	for name, cfg := range map[string]toolexec.Config{
+		"zero dialect": {},
+		"bad table":    {Dialect: lease.SQLite, Table: "tool execution"},
+		"bad margin":   {Dialect: lease.MySQL, Lease: lease.Options{SafetyMargin: -1}},
+	} {
+		s, err := toolexec.New(cfg)
+		assert.ErrorIs(t, err, lease.ErrInvalid, name)
+		assert.Nil(t, s, name)
+	}
+}
