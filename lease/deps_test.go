@@ -1,0 +1,34 @@
+package lease_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestLibraryLinksNoOtherDriver: a program that imports the library (lease
+// and the three levels) for MySQL links neither pgx nor SQLite; PostgreSQL
+// and SQLite errors are recognised through their methods.
+func TestLibraryLinksNoOtherDriver(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list dependencies: %v", err)
+	}
+	pkgs := []string{"lease", "schema", "heartbeat", "session", "toolexec", "request"}
+	for i, p := range pkgs {
+		pkgs[i] = "github.com/rowlease/rowlease/" + p
+	}
+	out, err := exec.Command(gobin, append([]string{"list", "-deps"}, pkgs...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := string(out)
+	if !strings.Contains(deps, "github.com/go-sql-driver/mysql\n") {
+		t.Fatalf("expected go-sql-driver/mysql among the dependencies; the listing looks wrong:\n%s", deps)
+	}
+	for _, banned := range []string{"github.com/jackc/pgx", "modernc.org/sqlite", "github.com/mattn/go-sqlite3", "github.com/lib/pq"} {
+		if strings.Contains(deps, banned) {
+			t.Errorf("the library links %s", banned)
+		}
+	}
+}
