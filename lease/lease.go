@@ -42,6 +42,10 @@ type Options struct {
 	SafetyMargin time.Duration
 	// Clock is the local monotonic clock; nil means time.Now.
 	Clock Clock
+	// Prepare says whether statements run on a pool (*sql.DB, *sqlx.DB)
+	// are prepared once and kept; see PrepareMode. Statements inside a
+	// transaction or on a *sql.Conn are always sent as text.
+	Prepare PrepareMode
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -121,6 +125,8 @@ type Lease[K Key] struct {
 	table   Table
 	margin  time.Duration
 	clock   Clock
+	prepare PrepareMode
+	stmts   stmtCache
 	b       sqlBuilder
 
 	acquireQ, renewQ, releaseQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
@@ -140,14 +146,17 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if opts.SafetyMargin >= MaxTTL {
 		return nil, invalid("safety margin", "not below the largest TTL")
 	}
-	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock}
+	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
+		return nil, invalid("prepare mode", "unknown")
+	}
+	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock, prepare: opts.Prepare}
 	if l.clock == nil {
 		l.clock = systemClock{}
 	}
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
-	l.releaseQ = compile(dialect, l.b.change(nil, false, nil, false))
+	l.releaseQ = compile(dialect, l.b.release())
 	l.verifyQ = compile(dialect, l.b.verify(false))
 	l.verifyLockQ = compile(dialect, l.b.verify(true))
 	l.inspectQ = compile(dialect, l.b.inspect())
@@ -301,13 +310,13 @@ func addSet(m map[string]any, set []Assignment) {
 func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any) (gen int64, ok bool, err error) {
 	args := c.args(m)
 	if l.dialect != MySQL {
-		err = db.QueryRowContext(ctx, c.query, args...).Scan(&gen)
+		err = l.queryRow(ctx, db, c.query, args).Scan(&gen)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return gen, err == nil, err
 	}
-	res, err := db.ExecContext(ctx, c.query, args...)
+	res, err := l.execQ(ctx, db, c.query, args)
 	if err != nil {
 		return 0, false, err
 	}
@@ -451,7 +460,19 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	_, ok, err := l.exec(ctx, db, l.releaseQ, vals("key", g.Key, "tok", g.Token.Secret()))
+	m := vals("key", g.Key, "tok", g.Token.Secret())
+	var ok bool
+	var err error
+	if l.dialect == MySQL {
+		_, ok, err = l.exec(ctx, db, l.releaseQ, m)
+	} else {
+		var res sql.Result
+		if res, err = l.execQ(ctx, db, l.releaseQ.query, l.releaseQ.args(m)); err == nil {
+			var n int64
+			n, err = res.RowsAffected()
+			ok = n == 1
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -528,7 +549,7 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (in
 		c = l.verifyLockQ
 	}
 	var gen int64
-	err := db.QueryRowContext(ctx, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret()))...).Scan(&gen)
+	err := l.queryRow(ctx, db, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret()))).Scan(&gen)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &LostError{Key: keyText(g.Key), Op: "check"}
 	}
@@ -547,7 +568,7 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (Status, error) {
 	var st Status
 	var held int
 	var micros int64
-	err := db.QueryRowContext(ctx, l.inspectQ.query, l.inspectQ.args(vals("key", key))...).
+	err := l.queryRow(ctx, db, l.inspectQ.query, l.inspectQ.args(vals("key", key))).
 		Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
@@ -596,7 +617,7 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	if _, err := db.ExecContext(ctx, c.query, c.args(m)...); err != nil {
+	if _, err := l.execQ(ctx, db, c.query, c.args(m)); err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,

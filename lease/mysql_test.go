@@ -358,3 +358,47 @@ func mysqlCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestMySQLPreparedPath: on a pool the lease runs prepared statements
+// (binary protocol). The generation still comes back through
+// LAST_INSERT_ID in the OK packet, and a renewal in the same second on a
+// second-precision column is still a success.
+func TestMySQLPreparedPath(t *testing.T) {
+	t.Parallel()
+	db := testdb.Open(t, lease.MySQL)
+	ctx := mysqlCtx(t)
+	_, err := db.ExecContext(ctx, secondTableDDL)
+	require.NoError(t, err)
+	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
+		ExpiresAt: "lease_until", Generation: "fence"})
+	require.NoError(t, err)
+	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{})
+	require.NoError(t, err)
+	pool := mysqlPools(t, db)["changedRows"]
+	pool.SetMaxOpenConns(1) // one session: its pinned clock holds for every statement
+	pool.SetMaxIdleConns(1)
+	_, err = pool.ExecContext(ctx, "SET timestamp = "+pinnedClock)
+	require.NoError(t, err)
+	prepared := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, pool.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n))
+		return n
+	}
+	require.NoError(t, l.Ensure(ctx, pool, 1, lease.CreateOptions{}))
+	before := prepared()
+	g, err := l.Acquire(ctx, pool, 1, "alice", 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), g.Generation)
+	for i := range 3 {
+		g2, err := l.Renew(ctx, pool, g, 5*time.Second)
+		require.NoError(t, err, "renew %d in the same second", i)
+		assert.Equal(t, int64(1), g2.Generation)
+	}
+	assert.Equal(t, before+2, prepared(), "acquire and renew were each prepared once, then reused")
+	_, err = l.Acquire(ctx, pool, 1, "bob", time.Second)
+	assert.ErrorIs(t, err, lease.ErrHeld)
+	require.NoError(t, l.Release(ctx, pool, g))
+	require.ErrorIs(t, l.Release(ctx, pool, g), lease.ErrLost)
+	require.NoError(t, l.Close())
+}

@@ -91,6 +91,7 @@ const (
 	kindVerify                // SELECT generation
 	kindInspect               // SELECT the status columns
 	kindInsert                // INSERT: Exec everywhere
+	kindRelease               // Release: Exec everywhere (no generation needed back)
 )
 
 // mockOp is one operation with its pinned SQL and arguments per dialect.
@@ -218,15 +219,15 @@ func mockOps() []mockOp {
 			},
 		},
 		{
-			name: "Release", kind: kindUpdate,
+			name: "Release", kind: kindRelease,
 			sql: map[lease.Dialect]any{
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
 					"`expires_at` = NULL, `token` = NULL, `holder` = NULL, `updated_at` = " + myNow + " " +
 					"WHERE `item_key` = ? AND `token` = ?",
 				lease.Postgres: `UPDATE "app"."lease_item" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, ` +
-					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $1 AND "token" = $2 RETURNING "generation"`,
+					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $1 AND "token" = $2`,
 				lease.SQLite: `UPDATE "app"."lease_item" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, ` +
-					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? RETURNING "generation"`,
+					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ?`,
 			},
 			args: map[lease.Dialect]any{
 				lease.MySQL:    []any{"k", mockTok},
@@ -476,7 +477,7 @@ func newMock(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
 
 func newMockLease(t *testing.T, d lease.Dialect) *lease.Lease[string] {
 	t.Helper()
-	l, err := lease.New[string](d, mockTable, lease.Options{})
+	l, err := lease.New[string](d, mockTable, lease.Options{Prepare: lease.PrepareNever})
 	require.NoError(t, err)
 	return l
 }
@@ -510,7 +511,7 @@ func expectOp(t *testing.T, mock sqlmock.Sqlmock, d lease.Dialect, op mockOp, g 
 		*seen = g.Token.Secret()
 	}
 	args := mockArgs(op.args[d].([]any), tok)
-	exec := op.kind == kindInsert || (op.kind == kindUpdate && d == lease.MySQL)
+	exec := op.kind == kindInsert || op.kind == kindRelease || (op.kind == kindUpdate && d == lease.MySQL)
 	if exec {
 		e := mock.ExpectExec(q).WithArgs(args...)
 		switch {

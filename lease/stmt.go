@@ -134,13 +134,22 @@ func (s sqlBuilder) returning() string {
 }
 
 func (s sqlBuilder) update(assigns []string, where string) string {
+	return s.updateR(assigns, where, true)
+}
+
+// updateR is update with RETURNING only when ret is set.
+func (s sqlBuilder) updateR(assigns []string, where string, ret bool) string {
 	var parts []string
 	for _, a := range assigns {
 		if a != "" {
 			parts = append(parts, a)
 		}
 	}
-	return "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(parts, ", ") + " WHERE " + where + s.returning()
+	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(parts, ", ") + " WHERE " + where
+	if ret {
+		q += s.returning()
+	}
+	return q
 }
 
 func (s sqlBuilder) keyIs() string { return s.col(s.t.cols.Key) + " = {key}" }
@@ -161,8 +170,19 @@ func (s sqlBuilder) renew() string {
 	return s.update(assigns, s.keyIs()+" AND "+s.col(s.t.cols.Token)+" = {tok}")
 }
 
-// release frees the lease (holder, token and expiry to NULL); with keep it
-// instead renews it, which Transition uses.
+// release is the plain Release: it needs no generation back, so on
+// PostgreSQL and SQLite it has no RETURNING and succeeds on one row
+// affected. (On MySQL the token goes from a value to NULL, so the row
+// always changes; the LAST_INSERT_ID assignment is kept for one code path.)
+func (s sqlBuilder) release() string {
+	c := s.t.cols
+	assigns := []string{s.genAssign(false), s.col(c.ExpiresAt) + " = NULL", s.col(c.Token) + " = NULL", s.col(c.Holder) + " = NULL"}
+	assigns = append(assigns, s.tail(false, nil)...)
+	return s.updateR(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok}", false)
+}
+
+// change frees the lease (holder, token and expiry to NULL); with keep it
+// instead renews it. Transition uses it.
 func (s sqlBuilder) change(inStates []string, setState bool, set []Assignment, keep bool) string {
 	c := s.t.cols
 	assigns := []string{s.genAssign(false)}
