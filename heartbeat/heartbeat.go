@@ -193,6 +193,7 @@ type LostError struct {
 	Err error
 }
 
+// Error describes the failure; it never contains a token.
 func (e *LostError) Error() string {
 	s := fmt.Sprintf("heartbeat: lease %q lost: %s", e.Lease, e.Reason)
 	if e.Err != nil {

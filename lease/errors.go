@@ -47,6 +47,7 @@ type ConflictError struct {
 	Remaining  time.Duration // time left before the lease expires, by the database clock
 }
 
+// Error describes the failure; it never contains a token.
 func (e *ConflictError) Error() string {
 	return fmt.Sprintf("lease: held by another holder (key %q, holder %q, generation %d, %s left)",
 		e.Key, e.Holder, e.Generation, e.Remaining.Round(time.Millisecond))
@@ -62,6 +63,7 @@ type LostError struct {
 	Op  string // the operation that found the loss: "renew", "release", "transition", "check"
 }
 
+// Error describes the failure; it never contains a token.
 func (e *LostError) Error() string {
 	return fmt.Sprintf("lease: lost (key %q, %s: token no longer matches: taken over, released or in another state)", e.Key, e.Op)
 }
@@ -77,6 +79,7 @@ type StateError struct {
 	Want  []string // the states the operation accepts
 }
 
+// Error describes the failure; it never contains a token.
 func (e *StateError) Error() string {
 	return fmt.Sprintf("lease: row in another state (key %q, state %q, want one of %q)", e.Key, e.State, e.Want)
 }
@@ -91,6 +94,7 @@ type ValidationError struct {
 	Reason string
 }
 
+// Error describes the failure; it never contains a token.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("lease: invalid %s: %s", e.Field, e.Reason)
 }
@@ -135,6 +139,7 @@ type DuplicateKeyError struct {
 	Err error
 }
 
+// Error describes the failure; it never contains a token.
 func (e *DuplicateKeyError) Error() string {
 	return fmt.Sprintf("lease: already exists (key %q): %v", e.Key, e.Err)
 }

@@ -76,6 +76,7 @@ const (
 	kindObject
 )
 
+// String names the value.
 func (k valueKind) String() string {
 	switch k {
 	case kindNull:
@@ -100,6 +101,7 @@ type syntaxError struct {
 	offset int
 }
 
+// Error describes the failure; it never contains a token.
 func (e *syntaxError) Error() string {
 	return fmt.Sprintf("%s at offset %d", e.msg, e.offset)
 }

@@ -37,6 +37,7 @@ type FailedError struct {
 	Err  error
 }
 
+// Error describes the failure; it never contains a token.
 func (e *FailedError) Error() string { return fmt.Sprintf("tool %s failed: %v", e.Tool, e.Err) }
 
 // Is makes errors.Is(err, ErrToolFailed) true.
