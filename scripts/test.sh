@@ -213,6 +213,28 @@ if [[ -n ${ROWLEASE_BENCH:-} ]]; then
     go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...
 else
     go vet ./...
+    # -v so the log shows which dialect each case ran on; the full log is
+    # printed only for a failure, a summary per dialect always.
+    log_file="$TMP/go-test.log"
+    set +e
     # shellcheck disable=SC2086
-    go test -race -count=1 -timeout 40m ${GOTEST_FLAGS:-} ./...
+    go test -race -count=1 -timeout 40m -v ${GOTEST_FLAGS:-} ./... >"$log_file" 2>&1
+    rc=$?
+    set -e
+    if ((rc != 0)); then
+        cat "$log_file"
+    fi
+    for d in sqlite mysql postgres; do
+        pass=$(grep -cE -- "--- PASS: [^ ]*/$d( |/)" "$log_file" || true)
+        skip=$(grep -cE -- "--- SKIP: [^ ]*/$d( |/)" "$log_file" || true)
+        fail=$(grep -cE -- "--- FAIL: [^ ]*/$d( |/)" "$log_file" || true)
+        log "dialect $d: $pass cases passed, $fail failed, $skip skipped"
+        if [[ -n ${ROWLEASE_REQUIRE_ALL:-} ]] && ((skip > 0)); then
+            grep -E -- "--- SKIP: [^ ]*/$d( |/)" "$log_file" | head -5
+            log "a dialect skipped while every server was running"
+            rc=1
+        fi
+    done
+    grep -E '^(ok|FAIL|---|\?) ' "$log_file" | grep -v -- '^--- PASS' || true
+    exit "$rc"
 fi

@@ -298,13 +298,19 @@ func TestFailedThenRetried(t *testing.T) {
 // lock, so a second run would wait on it rather than see the conflict: only
 // the Watch variant runs there.
 func TestLiveConflict(t *testing.T) {
+	dialects := map[string][]lease.Dialect{
+		"side effect": {lease.MySQL, lease.Postgres},
+		"watch":       testdb.Dialects(),
+	}
 	for _, where := range []string{"side effect", "watch"} {
 		t.Run(where, func(t *testing.T) {
-			testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
-				e := newEnv(t, db)
-				if where == "side effect" && e.d == lease.SQLite {
-					t.Skip("sqlite: an open transaction holds the database write lock")
+			each := func(fn func(t *testing.T, db *sqlx.DB)) {
+				for _, d := range dialects[where] {
+					t.Run(d.String(), func(t *testing.T) { t.Parallel(); fn(t, testdb.Open(t, d)) })
 				}
+			}
+			each(func(t *testing.T, db *sqlx.DB) {
+				e := newEnv(t, db)
 				ctx := bg(t)
 				f := e.newFlow(t, "s-"+uuid.NewString()[:8], ttl)
 				entered, release := make(chan struct{}), make(chan struct{})
