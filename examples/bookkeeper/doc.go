@@ -1,0 +1,62 @@
+// Command bookkeeper is rowlease's example: a small bookkeeping agent
+// service. Users chat with it ("中午吃粉花了 35", "taxi 18 yesterday", "how
+// much did I spend today"); a model turns each message into tool calls that
+// write to, or read from, a ledger in SQL.
+//
+// It shows the three-level lock that rowlease provides, on a service that
+// could run for real:
+//
+//   - session: one conversation runs one message at a time. A second
+//     message sent meanwhile (another device) gets 409 session-busy with
+//     Retry-After.
+//   - request: one message (session, client_request_id) runs once. The
+//     same id sent again replays the stored reply; sent while running, it
+//     is 409 request-in-flight; sent with other content, it is 422. When
+//     the process dies mid-request, the request's lease expires and a retry
+//     takes it over.
+//   - tool execution: create_transaction commits the ledger row in one
+//     transaction with the fences of all three leases and the tool's
+//     success mark, so a taken-over request never writes a second row; the
+//     ledger's UNIQUE (request_id) says so again.
+//
+// # Usage
+//
+//	go run ./examples/bookkeeper [serve] [flags]   # the HTTP service
+//	go run ./examples/bookkeeper demo [flags]      # a self-checking load demo
+//
+// serve flags:
+//
+//	-addr            listen address (default 127.0.0.1:8080)
+//	-db              sqlite:PATH | mysql://user:pass@host:port/db | postgres://…
+//	                 (default sqlite:bookkeeper.db, created on first run)
+//	-llm             rule (offline, default) | openai
+//	-llm-latency     delay of each rule-model round (default 1s), to make
+//	                 concurrency visible
+//	-llm-base-url    OpenAI-compatible API root (default https://api.openai.com/v1)
+//	-llm-model       model name for -llm openai (default gpt-4o-mini); the key
+//	                 is read from OPENAI_API_KEY
+//	-lease-ttl       TTL of every lease (default 30s)
+//	-heartbeat       renewal interval (default a third of the TTL)
+//	-shutdown-grace  how long in-flight requests may finish after SIGINT or
+//	                 SIGTERM before they are abandoned (default 10s)
+//	-v               debug logging
+//
+// The demo starts the service in-process on a fresh SQLite file (or -db),
+// plays many devices and sessions against it over HTTP, prints a table and
+// checks against the database that no client request id produced more
+// than one transaction; it exits non-zero when a check fails. It defaults
+// -llm-latency to 500ms (half the server's) so it finishes in about 12 seconds.
+//
+// # Shutdown
+//
+// On SIGINT or SIGTERM the server stops accepting connections, lets
+// in-flight requests finish for -shutdown-grace, then cancels the rest:
+// rowlease releases their leases (within a bounded timeout) and they answer
+// 503, so a retry with the same client_request_id — on this or another
+// process — resumes them at once instead of waiting for the TTL. A process
+// that is killed outright (SIGKILL, power loss) leaves its leases to expire
+// after -lease-ttl; a retry then takes the request over, and the tool calls
+// that committed are reused, not repeated.
+//
+// See README.md for a walk-through with curl.
+package main

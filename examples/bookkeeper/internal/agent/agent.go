@@ -1,0 +1,353 @@
+package agent
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxRounds is how many model rounds a request may use.
+	DefaultMaxRounds = 3
+	// DefaultHistoryLimit is how many earlier messages of the session the
+	// model sees.
+	DefaultHistoryLimit = 20
+	// maxCallsPerRound bounds the tool calls run for one model response.
+	maxCallsPerRound = 4
+)
+
+// ErrModel is wrapped by the error of a run whose model call failed (not
+// counting cancellation). The request is then marked failed and may be
+// retried with the same client request id.
+var ErrModel = errors.New("agent: model failed")
+
+// Config configures an Agent.
+type Config struct {
+	// Store is the database. Required.
+	Store *store.Store
+	// Model answers the conversation. Required.
+	Model llm.Model
+	// MaxRounds bounds the model calls per request; 0 means 3.
+	MaxRounds int
+	// HistoryLimit bounds the earlier messages sent to the model; 0 means 20.
+	HistoryLimit int
+	// Now gives "today" for transactions without a date; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Agent runs user messages. It is safe for concurrent use.
+type Agent struct {
+	cfg   Config
+	st    *store.Store
+	tools *toolexec.Registry
+	log   *slog.Logger
+}
+
+// New validates cfg and returns an Agent with its tools registered.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Store == nil || cfg.Model == nil {
+		return nil, errors.New("agent: Store and Model are required")
+	}
+	if cfg.MaxRounds <= 0 {
+		cfg.MaxRounds = DefaultMaxRounds
+	}
+	if cfg.HistoryLimit <= 0 {
+		cfg.HistoryLimit = DefaultHistoryLimit
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a := &Agent{cfg: cfg, st: cfg.Store, tools: toolexec.NewRegistry(), log: cfg.Logger}
+	for name, fn := range map[string]toolexec.SideEffect{
+		llm.ToolCreateTransaction: a.createTransaction,
+		llm.ToolListCategories:    a.listCategories,
+		llm.ToolListTransactions:  a.listTransactions,
+	} {
+		if err := a.tools.Register(name, fn); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Tools is the registry to hand to request.Config.Tools.
+func (a *Agent) Tools() *toolexec.Registry { return a.tools }
+
+// Result is the JSON stored with a reply (request.Answer.Result).
+type Result struct {
+	// TransactionID is the transaction the message recorded, or nil.
+	TransactionID *string `json:"transaction_id"`
+	// Resumed: the run that answered picked up the work of an earlier run
+	// of the same message that had started (stored the user message or
+	// committed tool calls) and then crashed, failed or was abandoned.
+	Resumed bool `json:"resumed,omitempty"`
+}
+
+// ParseResult reads a stored Result; an empty one has no transaction.
+func ParseResult(raw json.RawMessage) (Result, error) {
+	var r Result
+	if len(raw) == 0 {
+		return r, nil
+	}
+	err := json.Unmarshal(raw, &r)
+	return r, err
+}
+
+// Handle runs one message (see the package documentation). It is a
+// request.Agent.
+func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, error) {
+	key, client := run.SessionKey(), run.ClientRequestID()
+	if m, ok, err := a.st.FindMessage(ctx, a.st.DB, key, client, store.RoleAssistant); err != nil {
+		return request.Answer{}, err
+	} else if ok {
+		return a.answer(ctx, run, m.Content, true)
+	}
+	history, err := a.st.History(ctx, a.st.DB, key, client, a.cfg.HistoryLimit)
+	if err != nil {
+		return request.Answer{}, err
+	}
+	var inserted bool
+	if err := a.fenced(ctx, run, func(tx *sql.Tx) (err error) {
+		inserted, err = a.st.AppendMessage(ctx, tx, store.Message{SessionKey: key, ClientRequestID: client,
+			RequestID: run.RequestID(), Role: store.RoleUser, Content: run.Content()})
+		return err
+	}); err != nil {
+		return request.Answer{}, err
+	}
+	// A run that was only refused (session busy) never stored the message:
+	// taking its request over is not resuming anything.
+	resumed := !inserted || len(run.Prior()) > 0
+
+	zh := hasHan(run.Content())
+	ctx = context.WithValue(ctx, langKey{}, zh)
+	msgs := make([]llm.Message, 0, len(history)+8)
+	msgs = append(msgs, llm.Message{Role: llm.RoleSystem, Content: systemPrompt(a.cfg.Now())})
+	for _, m := range history {
+		msgs = append(msgs, llm.Message{Role: llm.Role(m.Role), Content: m.Content})
+	}
+	msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: run.Content()})
+	msgs = append(msgs, priorMessages(run.Prior())...)
+
+	reply, err := a.converse(ctx, run, msgs, zh)
+	if err != nil {
+		return request.Answer{}, err
+	}
+	if err := a.fenced(ctx, run, func(tx *sql.Tx) error {
+		_, err := a.st.AppendMessage(ctx, tx, store.Message{SessionKey: key, ClientRequestID: client,
+			RequestID: run.RequestID(), Role: store.RoleAssistant, Content: reply})
+		return err
+	}); err != nil {
+		return request.Answer{}, err
+	}
+	return a.answer(ctx, run, reply, resumed)
+}
+
+// answer builds the Answer: the reply and the request's transaction, read
+// from the ledger (the one source of truth, whichever run wrote it).
+func (a *Agent) answer(ctx context.Context, run *request.Run, reply string, resumed bool) (request.Answer, error) {
+	res := Result{Resumed: resumed}
+	t, ok, err := a.st.TransactionByRequest(ctx, a.st.DB, run.RequestID())
+	if err != nil {
+		return request.Answer{}, err
+	}
+	if ok {
+		res.TransactionID = &t.ID
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return request.Answer{}, err
+	}
+	return request.Answer{Reply: reply, Result: b}, nil
+}
+
+// fenced runs fn in a transaction that first checks that this run still
+// holds its session and request: fn's writes commit only if it does.
+func (a *Agent) fenced(ctx context.Context, run *request.Run, fn func(tx *sql.Tx) error) (err error) {
+	tx, err := a.st.DB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	for _, f := range run.Fences() {
+		if err := f.Check(ctx, tx); err != nil {
+			return fmt.Errorf("agent: %s fence: %w", f.Name(), err)
+		}
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// converse runs the model rounds and the tool calls, and returns the reply.
+func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Message, zh bool) (string, error) {
+	tools := llm.BookkeeperTools()
+	for round := 1; round <= a.cfg.MaxRounds; round++ {
+		resp, err := a.cfg.Model.Complete(ctx, llm.Request{Messages: msgs, Tools: tools})
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", context.Cause(ctx)
+			}
+			return "", fmt.Errorf("%w: round %d: %w", ErrModel, round, err)
+		}
+		m := resp.Message
+		if len(m.ToolCalls) == 0 {
+			if reply := strings.TrimSpace(m.Content); reply != "" {
+				return reply, nil
+			}
+			break
+		}
+		if round == a.cfg.MaxRounds {
+			// No round is left to read the results: run nothing more.
+			a.log.Info("agent: out of model rounds", "request", run.RequestID(), "rounds", round)
+			break
+		}
+		m.Role = llm.RoleAssistant
+		for i := range m.ToolCalls {
+			if m.ToolCalls[i].ID == "" {
+				m.ToolCalls[i].ID = fmt.Sprintf("call_r%d_%d", round, i+1)
+			}
+			m.ToolCalls[i].Type = llm.ToolCallTypeFunction
+		}
+		msgs = append(msgs, m)
+		for i, tc := range m.ToolCalls {
+			content := errorJSON(fmt.Sprintf("at most %d tool calls per round; call it again in the next round", maxCallsPerRound))
+			if i < maxCallsPerRound {
+				if content, err = a.callTool(ctx, run, tc); err != nil {
+					return "", err
+				}
+			}
+			msgs = append(msgs, llm.Message{Role: llm.RoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: content})
+		}
+	}
+	return a.fallbackReply(ctx, run, zh)
+}
+
+// callTool runs one tool call and returns the tool message's content. The
+// tool's own failures, unknown tools and bad arguments become {"error":…}
+// for the model; anything else (lease lost, cancelled, database down,
+// the same call running elsewhere) ends the run.
+func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall) (string, error) {
+	args := strings.TrimSpace(tc.Function.Arguments)
+	if args == "" {
+		args = "{}"
+	}
+	res, err := run.CallTool(ctx, tc.Function.Name, json.RawMessage(args))
+	var failed *toolexec.FailedError
+	switch {
+	case err == nil:
+		a.log.Debug("agent: tool done", "request", run.RequestID(), "tool", tc.Function.Name, "reused", res.Reused)
+		return string(res.Output), nil
+	case errors.As(err, &failed):
+		var te *toolError
+		if errors.As(failed.Err, &te) {
+			return errorJSON(te.msg), nil
+		}
+		a.log.Warn("agent: tool failed", "request", run.RequestID(), "tool", tc.Function.Name, "err", failed.Err)
+		return errorJSON("the ledger could not complete this call; it may be retried"), nil
+	case errors.Is(err, toolexec.ErrUnknownTool):
+		return errorJSON(fmt.Sprintf("unknown tool %q; the tools are %s", truncate(tc.Function.Name, 64),
+			strings.Join(a.tools.Names(), ", "))), nil
+	case errors.Is(err, toolexec.ErrInvalidArguments):
+		return errorJSON("arguments must be a JSON object: " + truncate(err.Error(), 200)), nil
+	}
+	return "", err
+}
+
+// fallbackReply answers when the model used up its rounds or said nothing.
+func (a *Agent) fallbackReply(ctx context.Context, run *request.Run, zh bool) (string, error) {
+	t, ok, err := a.st.TransactionByRequest(ctx, a.st.DB, run.RequestID())
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case ok && zh:
+		return fmt.Sprintf("已记账：%s %s 元（%s），但我没能在 %d 步之内完成回答。", typeWord(t.Type, true), t.Amount(), t.Category, a.cfg.MaxRounds), nil
+	case ok:
+		return fmt.Sprintf("Recorded %s %s (%s), but I could not finish my answer within %d steps.", t.Type, t.Amount(), t.CategoryEN, a.cfg.MaxRounds), nil
+	case zh:
+		return fmt.Sprintf("抱歉，我没能在 %d 步之内完成这个请求，请换个说法再试一次。", a.cfg.MaxRounds), nil
+	}
+	return fmt.Sprintf("Sorry, I could not complete that within %d steps. Please rephrase and try again.", a.cfg.MaxRounds), nil
+}
+
+// priorMessages turns the tool calls that committed in a crashed run into
+// an assistant message and its tool results, so the model sees them as done.
+func priorMessages(prior []request.ToolRecord) []llm.Message {
+	if len(prior) == 0 {
+		return nil
+	}
+	call := llm.Message{Role: llm.RoleAssistant}
+	var results []llm.Message
+	for i, p := range prior {
+		id := fmt.Sprintf("prior_%d", i+1)
+		call.ToolCalls = append(call.ToolCalls, llm.ToolCall{ID: id, Type: llm.ToolCallTypeFunction,
+			Function: llm.FunctionCall{Name: p.Tool, Arguments: "{}"}})
+		content := string(p.Result)
+		if content == "" {
+			content = "null"
+		}
+		results = append(results, llm.Message{Role: llm.RoleTool, ToolCallID: id, Name: p.Tool, Content: content})
+	}
+	return append([]llm.Message{call}, results...)
+}
+
+func systemPrompt(now time.Time) string {
+	return "You are a bookkeeping assistant. Record the user's income and expenses with create_transaction " +
+		"(at most one transaction per user message), answer questions about them with list_transactions, " +
+		"and show the categories with list_categories. Amounts are positive, with at most two decimals. " +
+		"Today is " + now.Format(store.DateLayout) + ". Answer briefly, in the user's language."
+}
+
+func errorJSON(msg string) string {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	return string(b)
+}
+
+func hasHan(s string) bool {
+	for _, r := range s {
+		if unicode.Is(unicode.Han, r) {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string, n int) string {
+	rs := []rune(s)
+	if len(rs) <= n {
+		return s
+	}
+	return string(rs[:n]) + "…"
+}
+
+func typeWord(typ string, zh bool) string {
+	switch {
+	case zh && typ == store.TypeIncome:
+		return "收入"
+	case zh:
+		return "支出"
+	}
+	return typ
+}

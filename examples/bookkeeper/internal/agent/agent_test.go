@@ -1,0 +1,319 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/request"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// scripted is a model whose answer to round n (1-based, counted over the
+// model's life) is next(n, req). It records every request.
+type scripted struct {
+	mu   sync.Mutex
+	reqs []llm.Request
+	next func(n int, req llm.Request) (llm.Message, error)
+}
+
+func (s *scripted) Complete(ctx context.Context, req llm.Request) (llm.Response, error) {
+	s.mu.Lock()
+	s.reqs = append(s.reqs, llm.Request{Messages: append([]llm.Message(nil), req.Messages...), Tools: req.Tools})
+	n := len(s.reqs)
+	s.mu.Unlock()
+	m, err := s.next(n, req)
+	return llm.Response{Message: m}, err
+}
+
+func (s *scripted) calls() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.reqs) }
+
+func (s *scripted) request(n int) llm.Request { s.mu.Lock(); defer s.mu.Unlock(); return s.reqs[n-1] }
+
+func call(id, name, args string) llm.ToolCall {
+	return llm.ToolCall{ID: id, Type: llm.ToolCallTypeFunction, Function: llm.FunctionCall{Name: name, Arguments: args}}
+}
+
+func calls(cs ...llm.ToolCall) llm.Message {
+	return llm.Message{Role: llm.RoleAssistant, ToolCalls: cs}
+}
+
+func final(s string) llm.Message { return llm.Message{Role: llm.RoleAssistant, Content: s} }
+
+// toolResults returns the tool messages after the last user message.
+func toolResults(req llm.Request) map[string]string {
+	out := map[string]string{}
+	for _, m := range req.Messages {
+		if m.Role == llm.RoleTool {
+			out[m.ToolCallID] = m.Content
+		}
+	}
+	return out
+}
+
+type env struct {
+	st     *store.Store
+	runner *request.Runner
+	ag     *agent.Agent
+	sid    string
+}
+
+func newEnv(t *testing.T, db *sqlx.DB, model llm.Model, ttl time.Duration) *env {
+	t.Helper()
+	ctx := context.Background()
+	d, err := lease.DetectDialect(db)
+	require.NoError(t, err)
+	st := store.New(db.DB, d)
+	require.NoError(t, st.Migrate(ctx))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Logger: log,
+		Now: func() time.Time { return time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC) }})
+	require.NoError(t, err)
+	r, err := request.New(request.Config{DB: st.DB, Dialect: d, TTL: ttl, Tools: ag.Tools(), Logger: log})
+	require.NoError(t, err)
+	sess, err := st.CreateSession(ctx, r.Sessions())
+	require.NoError(t, err)
+	return &env{st: st, runner: r, ag: ag, sid: sess.ID}
+}
+
+func (e *env) handle(t *testing.T, content, id string) (request.Outcome, agent.Result) {
+	t.Helper()
+	out, err := e.runner.Handle(context.Background(), request.Message{SessionKey: e.sid, ClientRequestID: id, Content: content}, e.ag.Handle)
+	require.NoError(t, err)
+	res, err := agent.ParseResult(out.Result)
+	require.NoError(t, err)
+	return out, res
+}
+
+func (e *env) count(t *testing.T) int {
+	n, err := e.st.CountTransactions(context.Background(), e.st.DB)
+	require.NoError(t, err)
+	return n
+}
+
+func TestToolErrorsGoBackToTheModel(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		m := &scripted{}
+		m.next = func(n int, req llm.Request) (llm.Message, error) {
+			switch n {
+			case 1:
+				return calls(
+					call("a", "fly_to_the_moon", `{}`),
+					call("b", llm.ToolCreateTransaction, `{"type":"expense","amount":-5}`),
+					call("c", llm.ToolCreateTransaction, `not json`),
+					call("d", llm.ToolCreateTransaction, `{"type":"expense","amount":5,"colour":"red"}`),
+				), nil
+			case 2:
+				return calls(call("e", llm.ToolCreateTransaction, `{"type":"expense","amount":12.5,"category_name":"food","note":"noodles"}`)), nil
+			}
+			return final("done"), nil
+		}
+		e := newEnv(t, db, m, 10*time.Second)
+		out, res := e.handle(t, "noodles 12.5", "c1")
+		assert.Equal(t, "done", out.Reply)
+		require.NotNil(t, res.TransactionID)
+		assert.Equal(t, 3, m.calls())
+		assert.Equal(t, 1, e.count(t))
+
+		got := toolResults(m.request(2))
+		assert.Contains(t, got["a"], `"error"`)
+		assert.Contains(t, got["a"], `unknown tool \"fly_to_the_moon\"`)
+		assert.Contains(t, got["b"], "not positive")
+		assert.Contains(t, got["c"], "arguments must be a JSON object")
+		assert.Contains(t, got["d"], `unknown field \"colour\"`)
+		var created map[string]any
+		require.NoError(t, json.Unmarshal([]byte(toolResults(m.request(3))["e"]), &created))
+		assert.Equal(t, *res.TransactionID, created["transaction_id"])
+		assert.Equal(t, "12.50", created["amount"])
+		assert.Equal(t, "Food", created["category"])
+		assert.Equal(t, "2024-05-01", created["occur_date"], "no date means today")
+
+		// The conversation the model saw: system prompt, then the user.
+		first := m.request(1).Messages
+		assert.Equal(t, llm.RoleSystem, first[0].Role)
+		assert.Contains(t, first[0].Content, "2024-05-01")
+		assert.Equal(t, llm.Message{Role: llm.RoleUser, Content: "noodles 12.5"}, first[len(first)-1])
+		assert.Len(t, m.request(1).Tools, 3)
+	})
+}
+
+func TestAtMostThreeRounds(t *testing.T) {
+	m := &scripted{next: func(n int, req llm.Request) (llm.Message, error) {
+		return calls(call("x", llm.ToolListCategories, `{}`)), nil
+	}}
+	e := newEnv(t, testdb.Open(t, lease.SQLite), m, 10*time.Second)
+	out, res := e.handle(t, "show categories", "c1")
+	assert.Equal(t, agent.DefaultMaxRounds, m.calls())
+	assert.Contains(t, out.Reply, "within 3 steps")
+	assert.Nil(t, res.TransactionID)
+}
+
+func TestOneTransactionPerRequest(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		m := &scripted{}
+		m.next = func(n int, req llm.Request) (llm.Message, error) {
+			switch n {
+			case 1:
+				return calls(call("a", llm.ToolCreateTransaction, `{"type":"expense","amount":10}`)), nil
+			case 2:
+				return calls(call("b", llm.ToolCreateTransaction, `{"type":"expense","amount":20}`)), nil
+			}
+			return final("ok"), nil
+		}
+		e := newEnv(t, db, m, 10*time.Second)
+		_, res := e.handle(t, "10 and 20", "c1")
+		require.NotNil(t, res.TransactionID)
+		assert.Equal(t, 1, e.count(t))
+		assert.Contains(t, toolResults(m.request(3))["b"], "only one transaction per message")
+		tr, ok, err := e.st.TransactionByRequest(context.Background(), e.st.DB, mustRequestID(t, e, "c1"))
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, "10.00", tr.Amount())
+		assert.Equal(t, store.OtherCategoryID, tr.CategoryID, "no category: the catch-all")
+	})
+}
+
+func mustRequestID(t *testing.T, e *env, client string) string {
+	t.Helper()
+	var id string
+	require.NoError(t, e.st.DB.QueryRow(e.st.Dialect.Rebind("SELECT id FROM rowlease_request WHERE client_request_id = ?"), client).Scan(&id))
+	return id
+}
+
+func TestCreateTransactionArguments(t *testing.T) {
+	db := testdb.Open(t, lease.SQLite)
+	var args string
+	m := &scripted{}
+	m.next = func(n int, req llm.Request) (llm.Message, error) {
+		if len(toolResults(req)) == 0 {
+			return calls(call("a", llm.ToolCreateTransaction, args)), nil
+		}
+		return final(toolResults(req)["a"]), nil
+	}
+	e := newEnv(t, db, m, 10*time.Second)
+	for i, tc := range []struct {
+		args, want string
+	}{
+		{`{"type":"expense","amount":35,"category_name":"餐饮"}`, `"category":"餐饮"`},
+		{`{"type":"expense","amount":"35.5","category_name":"TRANSPORT"}`, `"amount":"35.50"`},
+		{`{"type":"income","amount":2000,"category_name":"Salary","occur_date":"2024-04-30"}`, `"occur_date":"2024-04-30"`},
+		{`{"type":"income","amount":20,"category_name":"Gifts"}`, `"category":"Gifts"`},
+		{`{"type":"income","amount":20,"category_name":"Food"}`, `category \"Food\" is for expense, not income`},
+		{`{"type":"expense","amount":20,"category_name":"Spaceships"}`, `unknown category \"Spaceships\"; use one of: Food, Transport`},
+		{`{"type":"expense","amount":1.234}`, "more than two decimal places"},
+		{`{"type":"expense","amount":1e12}`, "larger than"},
+		{`{"type":"expense","amount":"ten"}`, "invalid arguments"},
+		{`{"type":"expense"}`, "amount is required"},
+		{`{"amount":3}`, "type is required"},
+		{`{"type":"refund","amount":3}`, "type is required"},
+		{`{"type":"expense","amount":3,"occur_date":"yesterday"}`, "is not a date"},
+		{`{"type":"expense","amount":3,"note":"` + strings.Repeat("n", agent.MaxNoteLen+1) + `"}`, "note is longer"},
+	} {
+		args = tc.args
+		out, _ := e.handle(t, "test", "c"+string(rune('a'+i)))
+		assert.Contains(t, out.Reply, tc.want, tc.args)
+	}
+	assert.Equal(t, 4, e.count(t))
+}
+
+func TestListTools(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, llm.NewRuleModel(llm.RuleOptions{Now: func() time.Time { return time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC) }}), 10*time.Second)
+		e.handle(t, "中午吃粉花了 35", "c1")
+		e.handle(t, "taxi 18 yesterday", "c2")
+		e.handle(t, "got paid 2000 salary", "c3")
+		out, res := e.handle(t, "今天花了多少", "c4")
+		assert.Nil(t, res.TransactionID)
+		assert.Contains(t, out.Reply, "35.00")
+		assert.NotContains(t, out.Reply, "18.00")
+		out, _ = e.handle(t, "show categories", "c5")
+		assert.Contains(t, out.Reply, "Food")
+		assert.Contains(t, out.Reply, "Side job")
+		out, _ = e.handle(t, "有哪些分类", "c6")
+		assert.Contains(t, out.Reply, "餐饮")
+		assert.Equal(t, 3, e.count(t))
+	})
+}
+
+// A run that dies after create_transaction committed: the next run (after
+// the TTL) sees the committed call as done, answers without calling the
+// tool again, and the user message is stored once.
+func TestResumeAfterCrash(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		ttl := 500 * time.Millisecond
+		var crashing *request.Run
+		m := &scripted{}
+		m.next = func(n int, req llm.Request) (llm.Message, error) {
+			if n == 1 {
+				return calls(call("call_1", llm.ToolCreateTransaction, `{"type":"expense","amount":35,"category_name":"餐饮","note":"中午吃粉"}`)), nil
+			}
+			crashing.Abandon() // the process dies in the second round
+			return llm.Message{}, errors.New("crashed")
+		}
+		e := newEnv(t, db, m, ttl)
+		msg := request.Message{SessionKey: e.sid, ClientRequestID: "c1", Content: "中午吃粉花了 35"}
+		_, err := e.runner.Handle(context.Background(), msg, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+			crashing = run
+			return e.ag.Handle(ctx, run)
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, 1, e.count(t))
+
+		rule := &scripted{next: func(n int, req llm.Request) (llm.Message, error) {
+			r, err := llm.NewRuleModel(llm.RuleOptions{}).Complete(context.Background(), req)
+			return r.Message, err
+		}}
+		e2 := &env{st: e.st, sid: e.sid}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		e2.ag, err = agent.New(agent.Config{Store: e.st, Model: rule, Logger: log})
+		require.NoError(t, err)
+		e2.runner, err = request.New(request.Config{DB: e.st.DB, TTL: ttl, Tools: e2.ag.Tools(), Logger: log})
+		require.NoError(t, err)
+		var out request.Outcome
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			out, err = e2.runner.Handle(context.Background(), msg, e2.ag.Handle)
+			if !errors.Is(err, request.ErrInFlight) && !errors.Is(err, request.ErrSessionBusy) {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the dead run's leases never expired")
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.NoError(t, err)
+		res, err := agent.ParseResult(out.Result)
+		require.NoError(t, err)
+		assert.True(t, res.Resumed)
+		require.NotNil(t, res.TransactionID)
+		assert.Contains(t, out.Reply, "已记账：支出 35.00 元（餐饮）")
+		assert.Equal(t, 1, rule.calls(), "the committed tool call was handed to the model, which only had to answer")
+		var sawPrior bool
+		for _, m := range rule.request(1).Messages {
+			if m.Role == llm.RoleTool && strings.Contains(m.Content, *res.TransactionID) {
+				sawPrior = true
+			}
+		}
+		assert.True(t, sawPrior)
+		assert.Equal(t, 1, e.count(t))
+		ms, err := e.st.Messages(context.Background(), e.st.DB, e.sid, 0)
+		require.NoError(t, err)
+		require.Len(t, ms, 2)
+		assert.Equal(t, store.RoleUser, ms[0].Role)
+		assert.Equal(t, out.Reply, ms[1].Content)
+	})
+}

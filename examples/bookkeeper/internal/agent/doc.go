@@ -1,0 +1,36 @@
+// Package agent is the bookkeeper's agent: the model rounds of one user
+// message and the three tools it may call, all run under rowlease's
+// three-level lock.
+//
+// Agent.Handle is a request.Agent. For one message it
+//
+//  1. returns the stored reply at once if a previous run of the same
+//     request already wrote it (that run crashed between writing the reply
+//     and marking the request done);
+//  2. appends the user message to the conversation, in a transaction fenced
+//     by the session and request leases (Run.Fences), deduplicated by
+//     (session, client request id, role);
+//  3. calls the model at most MaxRounds (3) times. The conversation holds
+//     the system prompt, the session's recent messages, the user message
+//     and — when this run took over a crashed one — the results of the
+//     tool calls that already committed (Run.Prior), so the model does not
+//     ask for them again;
+//  4. runs every tool call through Run.CallTool (toolexec): a side effect
+//     commits in the tool's own transaction (Exec.Tx) together with the
+//     fences and the tool's success mark, and a repeated call returns the
+//     stored result instead of running again. A tool's own failure
+//     (*toolexec.FailedError), an unknown tool or invalid arguments go back
+//     to the model as a tool result {"error": "..."}; only lease loss,
+//     cancellation and database failures end the run;
+//  5. appends the reply, fenced like the user message, and answers with
+//     Result {"transaction_id": id or null}, read from the ledger.
+//
+// # Tools
+//
+//   - create_transaction (type and amount required; category_name, note,
+//     occur_date optional) inserts one ledger_transaction row. At most one
+//     per request: the tool refuses a second, and UNIQUE (request_id)
+//     refuses it again in the database.
+//   - list_categories and list_transactions only read, inside the same
+//     fenced transaction.
+package agent

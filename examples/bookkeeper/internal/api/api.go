@@ -1,0 +1,498 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// Input limits.
+const (
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes = 64 << 10
+	// MaxContentLen bounds a message's content, in characters.
+	MaxContentLen = 2000
+	// MaxClientRequestIDLen bounds a client request id, in bytes.
+	MaxClientRequestIDLen = schema.MaxClientRequestIDLen
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxRetryAfter caps the Retry-After of a 409.
+	DefaultMaxRetryAfter = 5 * time.Second
+	// DefaultRunTimeout bounds one agent run.
+	DefaultRunTimeout = 3 * time.Minute
+)
+
+// ErrShuttingDown is the cause with which Close cancels running agents.
+var ErrShuttingDown = errors.New("api: server shutting down")
+
+// errRunTimeout is the cause of a run that exceeded RunTimeout.
+var errRunTimeout = errors.New("api: run timed out")
+
+// Config configures a Server.
+type Config struct {
+	// Store is the database. Required.
+	Store *store.Store
+	// Runner runs messages under rowlease's three-level lock. Required.
+	Runner *request.Runner
+	// Agent answers a message. Required.
+	Agent *agent.Agent
+	// MaxRetryAfter caps Retry-After; 0 means DefaultMaxRetryAfter.
+	MaxRetryAfter time.Duration
+	// RunTimeout bounds one agent run; 0 means DefaultRunTimeout.
+	RunTimeout time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Server is the HTTP API. It is an http.Handler, safe for concurrent use.
+type Server struct {
+	cfg Config
+	st  *store.Store
+	log *slog.Logger
+	mux *http.ServeMux
+
+	// work is the parent of every agent run; Close cancels it.
+	work       context.Context
+	cancelWork context.CancelCauseFunc
+
+	mu      sync.Mutex
+	active  int           // message handlers running
+	closing bool          // Close was called: no new runs
+	drained chan struct{} // closed when closing and active == 0
+}
+
+// New validates cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Runner == nil || cfg.Agent == nil {
+		return nil, errors.New("api: Store, Runner and Agent are required")
+	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
+	if cfg.RunTimeout <= 0 {
+		cfg.RunTimeout = DefaultRunTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, st: cfg.Store, log: cfg.Logger, mux: http.NewServeMux(), drained: make(chan struct{})}
+	s.work, s.cancelWork = context.WithCancelCause(context.Background())
+	routes := []struct {
+		path    string
+		methods map[string]http.HandlerFunc
+	}{
+		{"/api/sessions", map[string]http.HandlerFunc{http.MethodPost: s.createSession}},
+		{"/api/sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getSession}},
+		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.postMessage, http.MethodGet: s.listMessages}},
+		{"/api/sessions/{id}/transactions", map[string]http.HandlerFunc{http.MethodGet: s.listTransactions}},
+		{"/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz}},
+	}
+	for _, rt := range routes {
+		var allow []string
+		for m, h := range rt.methods {
+			s.mux.HandleFunc(m+" "+rt.path, h)
+			allow = append(allow, m)
+			if m == http.MethodGet {
+				allow = append(allow, http.MethodHead)
+			}
+		}
+		// Other methods: a problem+json 405 rather than the mux's plain text.
+		slices.Sort(allow)
+		allowed := strings.Join(allow, ", ")
+		s.mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allowed)
+			writeProblem(w, r, http.StatusMethodNotAllowed, ProblemMethodNotAllowed, "Method not allowed",
+				fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allowed), 0)
+		})
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, r, http.StatusNotFound, ProblemNotFound, "Not found", "no such endpoint", 0)
+	})
+	return s, nil
+}
+
+// ServeHTTP routes a request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	s.mux.ServeHTTP(rw, r)
+	s.log.Info("http", "method", r.Method, "path", r.URL.Path, "status", rw.status, "took", time.Since(start).Round(time.Millisecond))
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// WriteHeader records the status and sends it.
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Close cancels every running agent run (with cause ErrShuttingDown) and
+// refuses new ones with 503. The runs release their leases (bounded by
+// the Runner's ReleaseTimeout) and their handlers answer 503; Wait waits
+// for them. Call it when a graceful drain ran out of time. It is safe to
+// call more than once.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
+	s.closing = true
+	s.cancelWork(ErrShuttingDown)
+	if s.active == 0 {
+		close(s.drained)
+	}
+}
+
+// Wait waits, after Close, until every message handler has returned, or
+// until ctx is done.
+func (s *Server) Wait(ctx context.Context) error {
+	select {
+	case <-s.drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.active++
+	return true
+}
+
+func (s *Server) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.closing && s.active == 0 {
+		close(s.drained)
+	}
+}
+
+// runContext is the context of one agent run: not cancelled when the
+// client goes away (WithoutCancel), but cancelled by Close and bounded by
+// RunTimeout.
+func (s *Server) runContext(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	stop := context.AfterFunc(s.work, func() { cancel(context.Cause(s.work)) })
+	tctx, tcancel := context.WithTimeoutCause(ctx, s.cfg.RunTimeout, errRunTimeout)
+	return tctx, func() {
+		tcancel()
+		stop()
+		cancel(nil)
+	}
+}
+
+// sessionJSON is a session as the API shows it.
+type sessionJSON struct {
+	ID        string    `json:"id"`
+	LedgerID  string    `json:"ledger_id"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	sess, err := s.st.CreateSession(r.Context(), s.cfg.Runner.Sessions())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/api/sessions/"+sess.ID)
+	writeJSON(w, http.StatusCreated, sessionJSON{ID: sess.ID, LedgerID: sess.LedgerID, CreatedAt: sess.CreatedAt})
+}
+
+// session reads the {id} session, answering 404 when it does not exist.
+func (s *Server) session(w http.ResponseWriter, r *http.Request) (store.Session, bool) {
+	id := r.PathValue("id")
+	if id == "" || len(id) > schema.MaxSessionKeyLen || !utf8.ValidString(id) {
+		writeProblem(w, r, http.StatusNotFound, ProblemSessionNotFound, "Session not found", "no session has this id", 0)
+		return store.Session{}, false
+	}
+	sess, err := s.st.GetSession(r.Context(), s.st.DB, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return store.Session{}, false
+	}
+	return sess, true
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	if sess, ok := s.session(w, r); ok {
+		writeJSON(w, http.StatusOK, sessionJSON{ID: sess.ID, LedgerID: sess.LedgerID, CreatedAt: sess.CreatedAt})
+	}
+}
+
+// MessageRequest is the body of POST /api/sessions/{id}/messages.
+type MessageRequest struct {
+	// Content is the user's message, 1 to MaxContentLen characters.
+	Content string `json:"content"`
+	// ClientRequestID is the client's idempotency key for this message,
+	// unique per session, at most MaxClientRequestIDLen bytes.
+	ClientRequestID string `json:"client_request_id"`
+}
+
+// MessageResponse is the answer to a message.
+type MessageResponse struct {
+	// Reply is the agent's answer.
+	Reply string `json:"reply"`
+	// TransactionID is the transaction the message recorded, or null.
+	TransactionID *string `json:"transaction_id"`
+	// Replayed: the stored reply of an earlier run, nothing was run.
+	Replayed bool `json:"replayed"`
+	// Resumed: the answer comes from a run that took over the work of a
+	// crashed, failed or abandoned run of the same message (agent.Result).
+	Resumed bool `json:"resumed"`
+}
+
+// badRequest is a 400 with a detail for the client.
+type badRequest struct{ detail string }
+
+// Error returns the detail shown to the client.
+func (e *badRequest) Error() string { return e.detail }
+
+func decodeMessage(w http.ResponseWriter, r *http.Request) (MessageRequest, error) {
+	var in MessageRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		var tooBig *http.MaxBytesError
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &tooBig):
+			return in, &badRequest{fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)}
+		case errors.Is(err, io.EOF):
+			return in, &badRequest{"the body is empty; send a JSON object"}
+		case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+			return in, &badRequest{"the body is not valid JSON"}
+		case errors.As(err, &typ):
+			if typ.Field == "" {
+				return in, &badRequest{"the body must be a JSON object"}
+			}
+			return in, &badRequest{fmt.Sprintf("field %q must be a %s", typ.Field, "string")}
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return in, &badRequest{"unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")}
+		}
+		return in, &badRequest{"the body is not a valid message: " + err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return in, &badRequest{fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)}
+		}
+		return in, &badRequest{"unexpected data after the JSON object"}
+	}
+	switch {
+	case strings.TrimSpace(in.Content) == "":
+		return in, &badRequest{`"content" is required`}
+	case utf8.RuneCountInString(in.Content) > MaxContentLen:
+		return in, &badRequest{fmt.Sprintf(`"content" is longer than %d characters`, MaxContentLen)}
+	case in.ClientRequestID == "":
+		return in, &badRequest{`"client_request_id" is required`}
+	case len(in.ClientRequestID) > MaxClientRequestIDLen:
+		return in, &badRequest{fmt.Sprintf(`"client_request_id" is longer than %d bytes`, MaxClientRequestIDLen)}
+	case strings.IndexFunc(in.ClientRequestID, unicode.IsControl) >= 0 || strings.TrimSpace(in.ClientRequestID) != in.ClientRequestID:
+		return in, &badRequest{`"client_request_id" has control characters or surrounding spaces`}
+	}
+	return in, nil
+}
+
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	in, err := decodeMessage(w, r)
+	if err != nil {
+		writeProblem(w, r, http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", err.Error(), 0)
+		return
+	}
+	if !s.begin() {
+		s.fail(w, r, ErrShuttingDown)
+		return
+	}
+	defer s.end()
+	ctx, cancel := s.runContext(r)
+	defer cancel()
+	out, err := s.cfg.Runner.Handle(ctx, request.Message{SessionKey: sess.ID, ClientRequestID: in.ClientRequestID,
+		Content: in.Content}, s.cfg.Agent.Handle)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := agent.ParseResult(out.Result)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("api: stored result: %w", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, MessageResponse{Reply: out.Reply, TransactionID: res.TransactionID,
+		Replayed: out.Replayed, Resumed: res.Resumed})
+}
+
+// MessageJSON is a chat message as the API shows it.
+type MessageJSON struct {
+	Seq             int64     `json:"seq"`               // position in the session, from 1
+	Role            string    `json:"role"`              // "user" or "assistant"
+	Content         string    `json:"content"`           // the text
+	ClientRequestID string    `json:"client_request_id"` // the message it belongs to
+	CreatedAt       time.Time `json:"created_at"`        // when it was stored
+}
+
+func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	ms, err := s.st.Messages(r.Context(), s.st.DB, sess.ID, 0)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Messages []MessageJSON `json:"messages"`
+	}{Messages: make([]MessageJSON, 0, len(ms))}
+	for _, m := range ms {
+		out.Messages = append(out.Messages, MessageJSON{Seq: m.Seq, Role: m.Role, Content: m.Content,
+			ClientRequestID: m.ClientRequestID, CreatedAt: m.CreatedAt})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// TransactionJSON is a ledger transaction as the API shows it.
+type TransactionJSON struct {
+	ID              string    `json:"id"`                // transaction id (UUID)
+	Type            string    `json:"type"`              // "income" or "expense"
+	Amount          string    `json:"amount"`            // decimal with two places, "35.00"
+	Category        string    `json:"category"`          // Chinese category name
+	CategoryEN      string    `json:"category_en"`       // English category name
+	Note            string    `json:"note"`              // free text, usually the user's words
+	OccurDate       string    `json:"occur_date"`        // YYYY-MM-DD
+	ClientRequestID string    `json:"client_request_id"` // the message that recorded it
+	CreatedAt       time.Time `json:"created_at"`        // when it was written
+}
+
+// maxListedTransactions bounds GET …/transactions.
+const maxListedTransactions = 500
+
+func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	ts, err := s.st.Transactions(r.Context(), s.st.DB, store.TransactionFilter{LedgerID: sess.LedgerID, Limit: maxListedTransactions})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := struct {
+		Transactions []TransactionJSON `json:"transactions"`
+		TotalIncome  string            `json:"total_income"`
+		TotalExpense string            `json:"total_expense"`
+	}{Transactions: make([]TransactionJSON, 0, len(ts))}
+	var income, expense int64
+	for _, t := range ts {
+		if t.Type == store.TypeIncome {
+			income += t.AmountCents
+		} else {
+			expense += t.AmountCents
+		}
+		out.Transactions = append(out.Transactions, TransactionJSON{ID: t.ID, Type: t.Type, Amount: t.Amount(),
+			Category: t.Category, CategoryEN: t.CategoryEN, Note: t.Note, OccurDate: t.OccurDate,
+			ClientRequestID: t.ClientRequestID, CreatedAt: t.CreatedAt})
+	}
+	out.TotalIncome, out.TotalExpense = store.FormatCents(income), store.FormatCents(expense)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.st.DB.PingContext(ctx); err != nil {
+		s.log.Warn("healthz: database unreachable", "err", err)
+		writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the database is unreachable", 1)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "dialect": s.st.Dialect.String()})
+}
+
+// retryAfter is the Retry-After of a conflict, in whole seconds: the time
+// left on the lease in the way, capped by MaxRetryAfter, at least 1.
+func (s *Server) retryAfter(err error) int {
+	d := s.cfg.MaxRetryAfter
+	var ce *lease.ConflictError
+	if errors.As(err, &ce) && ce.Remaining > 0 && ce.Remaining < d {
+		d = ce.Remaining
+	}
+	return max(1, int(math.Ceil(d.Seconds())))
+}
+
+// fail maps an error to a problem response.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, request.ErrFingerprintMismatch):
+		writeProblem(w, r, http.StatusUnprocessableEntity, ProblemIDReused, "Client request id reused",
+			"this client_request_id was already used in this session with different content; use a new id for a new message", 0)
+	case errors.Is(err, request.ErrSessionBusy):
+		writeProblem(w, r, http.StatusConflict, ProblemSessionBusy, "Session busy",
+			"the session is answering another message; retry with the same client_request_id after Retry-After seconds", s.retryAfter(err))
+	case errors.Is(err, request.ErrInFlight):
+		writeProblem(w, r, http.StatusConflict, ProblemRequestInFlight, "Request in flight",
+			"this client_request_id is being answered right now (another device or an earlier try); retry after Retry-After seconds to get its reply", s.retryAfter(err))
+	case errors.Is(err, request.ErrTakenOver):
+		writeProblem(w, r, http.StatusConflict, ProblemTakenOver, "Taken over",
+			"this run lost its lease to another run of the same message; retry to get its reply", 1)
+	case errors.Is(err, toolexec.ErrConflict):
+		writeProblem(w, r, http.StatusConflict, ProblemToolInFlight, "Tool call in flight",
+			"a tool call of this message is still running elsewhere; retry after Retry-After seconds", s.retryAfter(err))
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, session.ErrNotFound):
+		writeProblem(w, r, http.StatusNotFound, ProblemSessionNotFound, "Session not found", "no session has this id", 0)
+	case errors.Is(err, ErrShuttingDown):
+		writeProblem(w, r, http.StatusServiceUnavailable, ProblemShuttingDown, "Shutting down",
+			"the server is shutting down; retry with the same client_request_id (the work done so far is kept)", 1)
+	case errors.Is(err, errRunTimeout):
+		writeProblem(w, r, http.StatusGatewayTimeout, ProblemTimeout, "Timeout",
+			"the agent took too long; retry with the same client_request_id to resume it", 0)
+	case errors.Is(err, request.ErrAgentFailed) && errors.Is(err, agent.ErrModel):
+		s.log.Warn("model failed", "path", r.URL.Path, "err", err)
+		writeProblem(w, r, http.StatusBadGateway, ProblemModelFailed, "Model failed",
+			"the language model failed; retry with the same client_request_id", 0)
+	case errors.Is(err, request.ErrAgentFailed):
+		s.log.Error("agent failed", "path", r.URL.Path, "err", err)
+		writeProblem(w, r, http.StatusInternalServerError, ProblemAgentFailed, "Agent failed",
+			"the agent failed; retry with the same client_request_id", 0)
+	case errors.Is(err, lease.ErrInvalid):
+		writeProblem(w, r, http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", err.Error(), 0)
+	default:
+		s.log.Error("internal error", "path", r.URL.Path, "err", err)
+		writeProblem(w, r, http.StatusInternalServerError, ProblemInternal, "Internal error", "an unexpected error occurred", 0)
+	}
+}

@@ -1,0 +1,10 @@
+package store
+
+import (
+	"testing"
+
+	"github.com/rowlease/rowlease/internal/testdb"
+)
+
+// TestMain fails the run if a goroutine is left behind.
+func TestMain(m *testing.M) { testdb.Main(m) }

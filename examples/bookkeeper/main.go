@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/demo"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage:
+  bookkeeper [serve] [flags]   run the HTTP service
+  bookkeeper demo [flags]      run the self-checking demo
+  bookkeeper <command> -h      show a command's flags
+`
+
+// run runs a command and returns the exit code: 0, 1 for a failure, 2 for
+// bad usage.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr)
+	case "demo":
+		return runDemo(ctx, args, stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "bookkeeper: unknown command %q\n%s", cmd, usage)
+	return 2
+}
+
+// common are the flags serve and demo share.
+type common struct {
+	cfg     service.Config
+	verbose bool
+}
+
+func (c *common) register(fs *flag.FlagSet, dbDefault string, latency time.Duration) {
+	fs.StringVar(&c.cfg.DB, "db", dbDefault, "database: sqlite:PATH, mysql://user:pass@host:port/db or postgres://user:pass@host:port/db")
+	fs.DurationVar(&c.cfg.LLMLatency, "llm-latency", latency, "delay of each rule-model round (makes concurrency visible); 0 for none")
+	fs.DurationVar(&c.cfg.LeaseTTL, "lease-ttl", service.DefaultLeaseTTL, "TTL of every lease (session, request, tool execution)")
+	fs.DurationVar(&c.cfg.Heartbeat, "heartbeat", 0, "lease renewal interval (default a third of -lease-ttl)")
+	fs.BoolVar(&c.verbose, "v", false, "debug logging")
+}
+
+func (c *common) logger(stderr io.Writer, level slog.Level) *slog.Logger {
+	if c.verbose {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+func (c *common) finish() {
+	if c.cfg.LLMLatency == 0 {
+		c.cfg.LLMLatency = -1 // an explicit 0: no delay (the zero Config value means the default)
+	}
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs, store.DefaultDB, service.DefaultLLMLatency)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&c.cfg.LLM, "llm", service.LLMRule, "model: rule (offline keyword rules) or openai")
+	fs.StringVar(&c.cfg.LLMBaseURL, "llm-base-url", llm.DefaultOpenAIBaseURL, "OpenAI-compatible API root, for -llm openai")
+	fs.StringVar(&c.cfg.LLMModel, "llm-model", service.DefaultOpenAIModel, "model name, for -llm openai (key from OPENAI_API_KEY)")
+	fs.DurationVar(&c.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bookkeeper: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	c.finish()
+	c.cfg.LLMAPIKey = os.Getenv("OPENAI_API_KEY")
+	log := c.logger(stderr, slog.LevelInfo)
+	c.cfg.Logger = log
+	if c.cfg.LLM == service.LLMOpenAI && c.cfg.LLMAPIKey == "" {
+		log.Warn("OPENAI_API_KEY is not set; requests are sent without a key")
+	}
+
+	svc, err := service.Open(ctx, c.cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "bookkeeper: %v\n", err)
+		return 1
+	}
+	defer svc.Close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "bookkeeper: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "bookkeeper listening on http://%s (database: %s, model: %s)\n", ln.Addr(), svc.Store.Dialect, c.cfg.LLM)
+	if err := svc.Serve(ctx, ln); err != nil {
+		fmt.Fprintf(stderr, "bookkeeper: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs, "", demo.DefaultLatency)
+	fs.Lookup("db").Usage += " (default: a fresh SQLite file in a temporary directory)"
+	var dc demo.Config
+	fs.IntVar(&dc.Sessions, "sessions", demo.DefaultSessions, "sessions (users) played in parallel, three devices each")
+	fs.IntVar(&dc.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "attempts per message; a 409 is retried after Retry-After")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bookkeeper demo: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	c.finish()
+	c.cfg.Logger = c.logger(stderr, slog.LevelWarn)
+	dc.Service = c.cfg
+	ok, err := demo.Run(ctx, dc, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "bookkeeper demo: %v\n", err)
+		return 1
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
