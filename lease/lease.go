@@ -624,6 +624,33 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
 }
 
+// Delete removes the row if g still holds it, in one token-checked
+// statement: for a row the holder created and gives up before anything
+// came of it. A token that no longer matches gives *LostError and deletes
+// nothing.
+func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) error {
+	if err := l.checkDB(db); err != nil {
+		return err
+	}
+	if err := l.checkGrant(g); err != nil {
+		return err
+	}
+	c := compile(l.dialect, "DELETE FROM "+l.table.qname(l.dialect)+" WHERE "+l.b.keyIs()+
+		" AND "+l.b.col(l.table.cols.Token)+" = {tok}")
+	res, err := l.execQ(ctx, db, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret())))
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return &LostError{Key: keyText(g.Key), Op: "delete"}
+	}
+	return nil
+}
+
 // Ensure inserts a free row for key (generation 0) unless one exists. It
 // is one statement and never fails on an existing row.
 func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) error {

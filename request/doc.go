@@ -38,9 +38,9 @@
 //  2. Existing: another fingerprint → ErrFingerprintMismatch (422), nothing
 //     changed. success → replay, no lock. processing under a live lease →
 //     ErrInFlight (409), nothing changed.
-//  3. New: take the session for it (one statement). Session busy → give the
-//     fresh request's lease back (it stays processing and free, so a retry
-//     runs it) and return ErrSessionBusy. Existing and failed or stale: take
+//  3. New: take the session for it (one statement). Session busy → delete
+//     the fresh request (token-checked; nothing ran, so a retry starts it
+//     anew) and return ErrSessionBusy. Existing and failed or stale: take
 //     the session, then the request, in one transaction — both or neither.
 //  4. On a takeover, read the tool calls that already committed (Run.Prior).
 //  5. Run the agent under a heartbeat (session, request, and the running

@@ -256,9 +256,9 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 		// A new request, born held by us. Now the session.
 		sg, err := r.sessions.Acquire(ctx, r.db, msg.SessionKey, id, r.cfg.TTL)
 		if err != nil {
-			// Give our own fresh request back (still processing, now free),
-			// so a retry of the same client request id can run it.
-			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, g) })
+			// Nothing ran: remove our own fresh request (token-checked), so
+			// a retry of the same client request id starts it anew.
+			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
 			if errors.Is(err, session.ErrBusy) {
 				return nil, Outcome{}, fmt.Errorf("%w: %w", ErrSessionBusy, err)
 			}
@@ -431,7 +431,8 @@ func (run *Run) Fences() []lease.Fence {
 // without running it again; the side effect commits in one transaction
 // with the fences of the session, the request and the tool. A tool's own
 // failure is a *toolexec.FailedError (give its text to the model); an
-// unknown tool is an error matching toolexec.ErrUnknownTool.
+// unknown tool is an error matching toolexec.ErrUnknownTool. ctx (with its
+// values) is passed on to the side effect.
 func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (toolexec.Result, error) {
 	fn, err := run.r.cfg.Tools.Lookup(tool)
 	if err != nil {

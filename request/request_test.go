@@ -2,6 +2,7 @@ package request
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -391,15 +392,16 @@ func TestBusyRequestIsFreeForRetry(t *testing.T) {
 		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "b", Content: "y"},
 			func(context.Context, *Run) (Answer, error) { return Answer{Reply: "b"}, nil })
 		require.ErrorIs(t, err, ErrSessionBusy)
-		st, held := e.status(t, "s", "b")
-		assert.Equal(t, "processing", st)
-		assert.False(t, held, "the busy request gave its own lease back")
+		_, err = e.r.find(ctx, Message{SessionKey: "s", ClientRequestID: "b"})
+		require.ErrorIs(t, err, sql.ErrNoRows, "the busy request removed its own fresh row")
 		close(release)
 		require.NoError(t, <-done)
 		out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "b", Content: "y"},
 			func(context.Context, *Run) (Answer, error) { return Answer{Reply: "b"}, nil })
 		require.NoError(t, err)
 		assert.Equal(t, "b", out.Reply)
+		assert.False(t, out.Resumed, "nothing had run before")
+		assert.Equal(t, int64(1), out.Attempt)
 	})
 }
 

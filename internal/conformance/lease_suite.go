@@ -41,6 +41,7 @@ func RunLease(t *testing.T, d lease.Dialect) {
 		{"TTLHonoured", ttlHonoured},
 		{"BadInputWritesNothing", badInputWritesNothing},
 		{"LongTransactionGetsTrueExpiry", longTransactionExpiry},
+		{"DeleteIsTokenChecked", deleteIsTokenChecked},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -453,4 +454,20 @@ func badInputWritesNothing(t *testing.T, e Env) {
 	assert.Equal(t, before, e.ReadRow(t, "k"), "nothing was written")
 	_, err = e.Lease.Inspect(ctx, e.DB, "new")
 	assert.ErrorIs(t, err, lease.ErrNotFound)
+}
+
+func deleteIsTokenChecked(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	g, err := e.Lease.Create(ctx, e.DB, "d", "a", 5*time.Millisecond, lease.CreateOptions{})
+	require.NoError(t, err)
+	e.WaitFree(t, "d", 5*time.Second)
+	g2, err := e.Lease.Acquire(ctx, e.DB, "d", "b", 30*time.Second)
+	require.NoError(t, err)
+	before := e.ReadRow(t, "d")
+	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g), lease.ErrLost, "the old holder deletes nothing")
+	assert.Equal(t, before, e.ReadRow(t, "d"))
+	require.NoError(t, e.Lease.Delete(ctx, e.DB, g2))
+	_, err = e.Lease.Inspect(ctx, e.DB, "d")
+	assert.ErrorIs(t, err, lease.ErrNotFound)
+	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g2), lease.ErrLost)
 }
