@@ -101,6 +101,11 @@
 // expiry at microsecond precision so that rows affected is always 1 on
 // success.
 //
+// Prepared statements: on SQLite and MySQL a Lease prepares its statements
+// once per pool (*sql.DB, *sqlx.DB) and keeps them (Options.Prepare; Close
+// releases them). On SQLite parsing a statement costs as much as running
+// it. Statements inside a transaction or on a *sql.Conn are sent as text.
+//
 // PostgreSQL: expires_at is timestamptz.
 //
 // SQLite: expires_at is an INTEGER of microseconds since the Unix epoch.
