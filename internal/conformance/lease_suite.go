@@ -42,6 +42,7 @@ func RunLease(t *testing.T, d lease.Dialect) {
 		{"BadInputWritesNothing", badInputWritesNothing},
 		{"LongTransactionGetsTrueExpiry", longTransactionExpiry},
 		{"DeleteIsTokenChecked", deleteIsTokenChecked},
+		{"EveryHandleType", everyHandleType},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -470,4 +471,54 @@ func deleteIsTokenChecked(t *testing.T, e Env) {
 	_, err = e.Lease.Inspect(ctx, e.DB, "d")
 	assert.ErrorIs(t, err, lease.ErrNotFound)
 	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g2), lease.ErrLost)
+}
+
+// everyHandleType runs acquire, renew, inspect and release through each
+// kind of handle the DB interface is meant for.
+func everyHandleType(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	conn, err := e.DB.DB.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	handles := []struct {
+		name   string
+		open   func() (lease.DB, func() error)
+		commit bool
+	}{
+		{"*sqlx.DB", func() (lease.DB, func() error) { return e.DB, nil }, false},
+		{"*sql.DB", func() (lease.DB, func() error) { return e.DB.DB, nil }, false},
+		{"*sql.Conn", func() (lease.DB, func() error) { return conn, nil }, false},
+		{"*sql.Tx", func() (lease.DB, func() error) {
+			tx, err := e.DB.DB.BeginTx(ctx, nil)
+			require.NoError(t, err)
+			return tx, tx.Commit
+		}, true},
+		{"*sqlx.Tx", func() (lease.DB, func() error) {
+			tx, err := e.DB.BeginTxx(ctx, nil)
+			require.NoError(t, err)
+			return tx, tx.Commit
+		}, true},
+	}
+	for i, h := range handles {
+		key := fmt.Sprintf("h%d", i)
+		e.Insert(t, key)
+		db, commit := h.open()
+		g, err := e.Lease.Acquire(ctx, db, key, "a", 30*time.Second)
+		require.NoError(t, err, h.name)
+		g, err = e.Lease.Renew(ctx, db, g, 30*time.Second)
+		require.NoError(t, err, h.name)
+		st, err := e.Lease.Inspect(ctx, db, key)
+		require.NoError(t, err, h.name)
+		assert.True(t, st.Held, h.name)
+		_, err = e.Lease.Verify(ctx, db, g, h.commit)
+		require.NoError(t, err, h.name)
+		require.NoError(t, e.Lease.Release(ctx, db, g), h.name)
+		if commit != nil {
+			require.NoError(t, commit(), h.name)
+		}
+		st, err = e.Lease.Inspect(ctx, e.DB, key)
+		require.NoError(t, err, h.name)
+		assert.False(t, st.Held, h.name)
+		assert.Equal(t, int64(1), st.Generation, h.name)
+	}
 }
