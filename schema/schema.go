@@ -276,6 +276,11 @@ func Migrations(dialect, tool string) (fs.FS, error) {
 	return sub, nil
 }
 
+// SplitStatements splits an SQL script written in the style of the
+// embedded files into statements, for running them one at a time (MySQL
+// without multiStatements takes one per call).
+func SplitStatements(src string) []string { return splitStatements(src) }
+
 // splitStatements splits an SQL script into statements. Lines whose first
 // non-blank characters are "--" and blank lines are dropped; a statement ends
 // at a line whose last non-blank character is ';', which is removed. Text after

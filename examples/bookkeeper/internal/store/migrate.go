@@ -21,7 +21,7 @@ func DDL(d lease.Dialect) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: no DDL for dialect %s", d)
 	}
-	return splitStatements(string(b)), nil
+	return schema.SplitStatements(string(b)), nil
 }
 
 // Migrate creates, if missing, rowlease's lock tables and the example's
@@ -88,29 +88,4 @@ func isCreateRace(err error) bool {
 		return true
 	}
 	return false
-}
-
-// splitStatements splits a DDL file: comment and blank lines are dropped,
-// and a statement ends at a line ending in ';'.
-func splitStatements(src string) []string {
-	var stmts, cur []string
-	flush := func() {
-		st := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(strings.Join(cur, "\n")), ";"))
-		if st != "" {
-			stmts = append(stmts, st)
-		}
-		cur = cur[:0]
-	}
-	for line := range strings.Lines(src) {
-		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
-			continue
-		}
-		cur = append(cur, strings.TrimRight(line, " \t\r\n"))
-		if strings.HasSuffix(t, ";") {
-			flush()
-		}
-	}
-	flush()
-	return stmts
 }
