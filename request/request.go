@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -394,7 +395,8 @@ type Run struct {
 	prior   []ToolRecord
 	sup     *heartbeat.Supervisor
 
-	abandoned chan struct{}
+	abandoned   chan struct{}
+	abandonOnce sync.Once
 }
 
 // RequestID is the request's id (the session lock's holder).
@@ -456,11 +458,7 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 // after their TTL and another run takes the request over. It is for crash
 // tests and hard shutdowns. The agent should return soon after.
 func (run *Run) Abandon() {
-	select {
-	case <-run.abandoned:
-	default:
-		close(run.abandoned)
-	}
+	run.abandonOnce.Do(func() { close(run.abandoned) })
 	if run.sup != nil {
 		run.sup.Stop()
 	}
