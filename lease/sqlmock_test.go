@@ -239,6 +239,22 @@ func mockOps() []mockOp {
 			},
 		},
 		{
+			name: "Delete", kind: kindRelease,
+			sql: map[lease.Dialect]any{
+				lease.MySQL:    "DELETE FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ?",
+				lease.Postgres: `DELETE FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2`,
+				lease.SQLite:   `DELETE FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ?`,
+			},
+			args: map[lease.Dialect]any{
+				lease.MySQL:    []any{"k", mockTok},
+				lease.Postgres: []any{"k", mockTok},
+				lease.SQLite:   []any{"k", mockTok},
+			},
+			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
+				return -1, lease.Token{}, l.Delete(ctx, db, g)
+			},
+		},
+		{
 			name: "TransitionKeep", kind: kindUpdate,
 			sql: map[lease.Dialect]any{
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
@@ -696,7 +712,7 @@ func TestSQLMockResultErrors(t *testing.T) {
 // naming the operation, and nothing more is read.
 func TestSQLMockNoMatchIsLost(t *testing.T) {
 	cases := map[string]string{ // op → LostError.Op
-		"Renew": "renew", "Release": "release", "TransitionKeep": "transition",
+		"Renew": "renew", "Release": "release", "Delete": "delete", "TransitionKeep": "transition",
 		"TransitionRelease": "transition", "Verify": "check", "VerifyLock": "check",
 	}
 	for _, d := range mockDialects {
@@ -717,7 +733,7 @@ func TestSQLMockNoMatchIsLost(t *testing.T) {
 				noSecret(t, err, g.Token.Secret())
 				if name == "Verify" || name == "VerifyLock" {
 					assert.Zero(t, gen)
-				} else if name != "Release" {
+				} else if name != "Release" && name != "Delete" {
 					assert.Equal(t, g.Generation, gen, "a lost grant comes back unchanged")
 					assert.True(t, tok.Equal(g.Token))
 				}
@@ -964,3 +980,43 @@ func TestSQLMockTokenIsSent(t *testing.T) {
 type argFunc func(driver.Value) bool
 
 func (f argFunc) Match(v driver.Value) bool { return f(v) }
+
+// TestSQLMockPreparedOnce: with the default options a Lease on SQLite or
+// MySQL prepares a statement once per pool and reuses it; inside a
+// transaction it sends text; on PostgreSQL it never prepares.
+func TestSQLMockPreparedOnce(t *testing.T) {
+	for _, d := range mockDialects {
+		t.Run(d.String(), func(t *testing.T) {
+			db, mock := newMock(t)
+			l, err := lease.New[string](d, mockTable, lease.Options{})
+			require.NoError(t, err)
+			g := mockGrant(t)
+			q := mockOp1(t, "Verify").sql[d].(string)
+			if d == lease.Postgres {
+				for range 2 {
+					mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+				}
+			} else {
+				p := mock.ExpectPrepare(q).WillBeClosed() // by l.Close below
+				for range 2 {
+					p.ExpectQuery().WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+				}
+			}
+			for range 2 {
+				gen, err := l.Verify(context.Background(), db, g, false)
+				require.NoError(t, err)
+				assert.Equal(t, int64(3), gen)
+			}
+			// In a transaction: text, never the pool's prepared statement.
+			mock.ExpectBegin()
+			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			mock.ExpectCommit()
+			tx, err := db.Begin()
+			require.NoError(t, err)
+			_, err = l.Verify(context.Background(), tx, g, false)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit())
+			require.NoError(t, l.Close())
+		})
+	}
+}
