@@ -21,7 +21,7 @@ const (
 	PrepareAlways
 )
 
-// maxPrepared bounds the statements one Lease keeps per pool; statements
+// maxPrepared bounds the statements one Lease keeps, over all pools; statements
 // beyond it are sent as text.
 const maxPrepared = 128
 
@@ -93,9 +93,11 @@ func (l *Lease[K]) stmt(ctx context.Context, db DB, q string) *sql.Stmt {
 	return s
 }
 
-// Close closes the prepared statements the Lease keeps. The Lease stays
-// usable (it prepares again on demand). Call it before closing a pool the
-// Lease was used with, or let the pool's Close do it.
+// Close closes the prepared statements the Lease keeps and drops its
+// references to their pools. The Lease stays usable (it prepares again on
+// demand). A Lease that outlives the pools it was used with should be
+// closed when they are, or it keeps their statements (at most 128 per
+// Lease in all) reachable.
 func (l *Lease[K]) Close() error {
 	l.stmts.mu.Lock()
 	defer l.stmts.mu.Unlock()
