@@ -43,6 +43,7 @@ func RunLease(t *testing.T, d lease.Dialect) {
 		{"LongTransactionGetsTrueExpiry", longTransactionExpiry},
 		{"DeleteIsTokenChecked", deleteIsTokenChecked},
 		{"EveryHandleType", everyHandleType},
+		{"ManyTakeOverOneExpiredLease", manyTakeOverOneExpired},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -521,4 +522,49 @@ func everyHandleType(t *testing.T, e Env) {
 		assert.False(t, st.Held, h.name)
 		assert.Equal(t, int64(1), st.Generation, h.name)
 	}
+}
+
+// manyTakeOverOneExpired: an expired lease taken over by many goroutines at
+// once still has exactly one new holder, with generation +1.
+func manyTakeOverOneExpired(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "x")
+	dead, err := e.Lease.Acquire(ctx, e.DB, "x", "dead", 2*time.Millisecond)
+	require.NoError(t, err)
+	e.WaitFree(t, "x", 5*time.Second)
+	const n = 32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make(chan error, n)
+	gens := make(chan int64, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			g, err := e.Lease.Acquire(ctx, e.DB, "x", fmt.Sprintf("t%02d", i), 30*time.Second)
+			if err == nil {
+				gens <- g.Generation
+			}
+			results <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	close(gens)
+	wins := 0
+	for err := range results {
+		if err == nil {
+			wins++
+			continue
+		}
+		require.ErrorIs(t, err, lease.ErrHeld)
+	}
+	assert.Equal(t, 1, wins)
+	for g := range gens {
+		assert.Equal(t, dead.Generation+1, g)
+	}
+	_, err = e.Lease.Renew(ctx, e.DB, dead, time.Second)
+	assert.ErrorIs(t, err, lease.ErrLost)
 }
