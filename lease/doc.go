@@ -16,15 +16,15 @@
 // inside your own transaction.
 //
 //	           Acquire (new token, generation+1)
-//	┌──────┐ ───────────────────────────────▶ ┌──────┐ ── Renew / reentry ──┐
-//	│ free │                                  │ held │ ◀────────────────────┘
-//	└──────┘ ◀── Release / Transition ─────── └──────┘   (token, generation kept)
-//	   ▲         (token checked)                  │
-//	   │                                          │ expires_at ≤ database now
-//	   │                                          ▼
-//	   │                                     ┌─────────┐  Acquire by anyone
-//	   └──────── (row stays as it is) ────── │ expired │ ─────────────────▶ held
-//	                                         └─────────┘  (new token, generation+1)
+//	┌──────┐ ─────────────────────────────────▶ ┌──────┐ ◀─┐ Renew, reentry
+//	│ free │                                    │ held │ ──┘ (token and generation kept)
+//	└──────┘ ◀──── Release / Transition ─────── └──────┘
+//	   ▲           (token-checked)                 │  ▲
+//	   │                                           │  │ Renew by the old holder
+//	   │                 expires_at ≤ database now ▼  │ (nobody took it over)
+//	   │  Release by the old holder           ┌─────────┐  Acquire by anyone else
+//	   └───────────────────────────────────── │ expired │ ──────────────────────▶ held
+//	                                          └─────────┘  (new token, generation+1)
 //
 // With a state column, Acquire and Transition can also require and set a
 // state (processing → success | error), in the same statement.
