@@ -99,7 +99,10 @@
 // every query with arguments (three messages instead of one). On engines
 // that speak the MySQL protocol but are not MySQL (Vitess, TiDB), keep the
 // expiry at microsecond precision so that rows affected is always 1 on
-// success.
+// success. Every lease statement sets the session's LAST_INSERT_ID(): read
+// your own insert id before running a lease operation on the same
+// connection. Ensure uses ON DUPLICATE KEY UPDATE, which on MySQL also
+// swallows a conflict on another unique key of the table.
 //
 // Prepared statements: on SQLite and MySQL a Lease prepares its statements
 // once per pool (*sql.DB, *sqlx.DB) and keeps them (Options.Prepare; Close

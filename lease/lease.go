@@ -97,7 +97,7 @@ type AcquireOptions struct {
 	Set []Assignment
 }
 
-// ChangeOptions refine Release and describe a Transition.
+// ChangeOptions describe a Transition.
 type ChangeOptions struct {
 	// From restricts the change to rows whose state is one of these.
 	From []string
