@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+
+	"github.com/rowlease/rowlease/lease"
 )
 
 // Table names.
@@ -140,18 +142,15 @@ var ddlFiles embed.FS
 //go:embed migrations
 var migrationFiles embed.FS
 
-// canonicalDialect maps an accepted dialect name to the directory and file
-// name used in this package: "mysql", "postgres" or "sqlite".
+// canonicalDialect maps an accepted dialect name (those lease.ParseDialect
+// takes) to the directory and file name used in this package: "mysql",
+// "postgres" or "sqlite".
 func canonicalDialect(name string) (string, error) {
-	switch strings.ToLower(strings.TrimSpace(name)) {
-	case "mysql", "mariadb":
-		return "mysql", nil
-	case "postgres", "postgresql", "pgx", "pgx/v5":
-		return "postgres", nil
-	case "sqlite", "sqlite3":
-		return "sqlite", nil
+	d, err := lease.ParseDialect(name)
+	if err != nil {
+		return "", fmt.Errorf("%w %q (want mysql, postgres or sqlite)", ErrUnknownDialect, name)
 	}
-	return "", fmt.Errorf("%w %q (want mysql, postgres or sqlite)", ErrUnknownDialect, name)
+	return d.String(), nil
 }
 
 // DDL returns the embedded DDL script for dialect, comments included. The
@@ -196,14 +195,27 @@ func Statements(dialect string) ([]string, error) {
 // ran before it are not undone (MySQL commits DDL implicitly anyway); fix the
 // cause and call Apply again.
 func Apply(ctx context.Context, db Execer, dialect string) error {
-	stmts, err := Statements(dialect)
+	src, err := DDL(dialect)
 	if err != nil {
 		return err
 	}
+	d, _ := canonicalDialect(dialect)
+	if err := ApplyScript(ctx, db, src); err != nil {
+		return fmt.Errorf("schema: apply %s DDL: %w", d, err)
+	}
+	return nil
+}
+
+// ApplyScript runs an SQL script written in the style of the embedded
+// files (a statement ends at a line ending in ';'; comments on lines of
+// their own) one statement at a time, as Apply does, with the same retry of
+// a statement that lost a creation race. It suits an application's own
+// CREATE … IF NOT EXISTS tables next to the lock tables.
+func ApplyScript(ctx context.Context, db Execer, script string) error {
 	if db == nil {
 		return errors.New("schema: Apply called with a nil Execer")
 	}
-	d, _ := canonicalDialect(dialect)
+	stmts := splitStatements(script)
 	for i, stmt := range stmts {
 		var err error
 		for attempt := 0; ; attempt++ {
@@ -213,8 +225,7 @@ func Apply(ctx context.Context, db Execer, dialect string) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("schema: apply %s DDL, statement %d of %d (%s): %w",
-				d, i+1, len(stmts), firstLine(stmt), err)
+			return fmt.Errorf("statement %d of %d (%s): %w", i+1, len(stmts), firstLine(stmt), err)
 		}
 	}
 	return nil
@@ -275,11 +286,6 @@ func Migrations(dialect, tool string) (fs.FS, error) {
 	}
 	return sub, nil
 }
-
-// SplitStatements splits an SQL script written in the style of the
-// embedded files into statements, for running them one at a time (MySQL
-// without multiStatements takes one per call).
-func SplitStatements(src string) []string { return splitStatements(src) }
 
 // splitStatements splits an SQL script into statements. Lines whose first
 // non-blank characters are "--" and blank lines are dropped; a statement ends

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -15,15 +14,6 @@ import (
 //go:embed sql/*.sql
 var ddlFiles embed.FS
 
-// DDL returns the statements of the example's own tables for dialect d.
-func DDL(d lease.Dialect) ([]string, error) {
-	b, err := ddlFiles.ReadFile("sql/" + d.String() + ".sql")
-	if err != nil {
-		return nil, fmt.Errorf("store: no DDL for dialect %s", d)
-	}
-	return schema.SplitStatements(string(b)), nil
-}
-
 // Migrate creates, if missing, rowlease's lock tables and the example's
 // tables, and seeds the default categories. It is idempotent and safe to
 // run from several processes at once.
@@ -31,20 +21,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := schema.Apply(ctx, s.DB, s.Dialect.String()); err != nil {
 		return err
 	}
-	stmts, err := DDL(s.Dialect)
+	script, err := ddlFiles.ReadFile("sql/" + s.Dialect.String() + ".sql")
 	if err != nil {
-		return err
+		return fmt.Errorf("store: no DDL for dialect %s", s.Dialect)
 	}
-	for i, stmt := range stmts {
-		var err error
-		for attempt := 0; attempt < 3; attempt++ {
-			if _, err = s.DB.ExecContext(ctx, stmt); err == nil || !isCreateRace(err) {
-				break
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("store: DDL statement %d of %d: %w", i+1, len(stmts), err)
-		}
+	if err := schema.ApplyScript(ctx, s.DB, string(script)); err != nil {
+		return fmt.Errorf("store: DDL: %w", err)
 	}
 	return s.seedCategories(ctx)
 }
@@ -73,19 +55,4 @@ func (s *Store) seedCategories(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// isCreateRace reports PostgreSQL's failure of a CREATE … IF NOT EXISTS
-// racing another session (see schema.Apply); running it again finds the
-// object.
-func isCreateRace(err error) bool {
-	var coded interface{ SQLState() string }
-	if !errors.As(err, &coded) {
-		return false
-	}
-	switch coded.SQLState() {
-	case "23505", "42P07", "42710":
-		return true
-	}
-	return false
 }
