@@ -82,7 +82,6 @@ type Config struct {
 type Runner struct {
 	cfg      Config
 	db       Beginner
-	d        lease.Dialect
 	sessions *session.Locker
 	req      *lease.Lease[string]
 	tools    *toolexec.Store
@@ -140,13 +139,10 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	qt, _ := cfg.Dialect.Quote(schema.RequestTable)
-	tt, _ := cfg.Dialect.Quote(schema.ToolExecutionTable)
-	r := &Runner{cfg: cfg, db: cfg.DB, d: cfg.Dialect, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
-	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), COALESCE(error, ''), generation, " +
-		"CASE WHEN token IS NOT NULL AND expires_at > " + cfg.Dialect.Now() + " THEN 1 ELSE 0 END FROM " + qt +
-		" WHERE session_key = ? AND client_request_id = ?")
-	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tt +
+	r := &Runner{cfg: cfg, db: cfg.DB, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
+	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation FROM " +
+		req.Table().Quoted(cfg.Dialect) + " WHERE session_key = ? AND client_request_id = ?")
+	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tools.Lease().Table().Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND request_id = ? AND status = 'success' ORDER BY created_at, id")
 	return r, nil
 }
@@ -213,9 +209,8 @@ func validate(m *Message) error {
 }
 
 type existing struct {
-	id, fingerprint, status, reply, result, errText string
-	generation                                      int64
-	held                                            bool
+	id, fingerprint, status, reply, result string
+	generation                             int64
 }
 
 // Handle runs one message through the whole flow:
@@ -278,13 +273,20 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 		if ex.fingerprint != msg.Fingerprint {
 			return nil, Outcome{}, ErrFingerprintMismatch
 		}
-		switch {
-		case ex.status == schema.StatusSuccess:
+		if ex.status == schema.StatusSuccess {
 			return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
-		case ex.status == schema.StatusProcessing && ex.held:
-			st, _ := r.req.Inspect(ctx, r.db, ex.id)
-			return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
-				&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
+		}
+		if ex.status == schema.StatusProcessing {
+			// Running now, or left by a run that died? The database clock
+			// says; a live run is in flight, and nothing is taken.
+			st, err := r.req.Inspect(ctx, r.db, ex.id)
+			if err != nil {
+				return nil, Outcome{}, err
+			}
+			if st.Held {
+				return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
+					&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
+			}
 		}
 		run, err := r.takeOver(ctx, msg, ex, holder)
 		if errors.Is(err, lease.ErrState) {
@@ -337,13 +339,11 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
 	var ex existing
-	var held int
 	err := r.db.QueryRowContext(ctx, r.findQ, msg.SessionKey, msg.ClientRequestID).
-		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.errText, &ex.generation, &held)
+		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation)
 	if err != nil {
 		return ex, fmt.Errorf("request: reading the existing request: %w", err)
 	}
-	ex.held = held == 1
 	return ex, nil
 }
 

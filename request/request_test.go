@@ -89,7 +89,9 @@ func (e *env) status(t *testing.T, session, client string) (status string, held 
 	t.Helper()
 	ex, err := e.r.find(context.Background(), Message{SessionKey: session, ClientRequestID: client})
 	require.NoError(t, err)
-	return ex.status, ex.held
+	st, err := e.r.req.Inspect(context.Background(), e.db, ex.id)
+	require.NoError(t, err)
+	return ex.status, st.Held
 }
 
 func each(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) { testdb.Each(t, fn) }

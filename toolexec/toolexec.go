@@ -110,9 +110,7 @@ type Config struct {
 
 // Store keeps tool executions. It is safe for concurrent use.
 type Store struct {
-	d     lease.Dialect
 	l     *lease.Lease[string]
-	table string
 	findQ string
 }
 
@@ -130,11 +128,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	qt := t.Quoted(cfg.Dialect)
-	find := "SELECT id, status, COALESCE(result, ''), COALESCE(error, ''), generation, " +
-		"CASE WHEN token IS NOT NULL AND expires_at > " + cfg.Dialect.Now() + " THEN 1 ELSE 0 END " +
-		"FROM " + qt + " WHERE session_key = ? AND idempotency_key = ?"
-	return &Store{d: cfg.Dialect, l: l, table: name, findQ: cfg.Dialect.Rebind(find)}, nil
+	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + t.Quoted(cfg.Dialect) +
+		" WHERE session_key = ? AND idempotency_key = ?"
+	return &Store{l: l, findQ: cfg.Dialect.Rebind(find)}, nil
 }
 
 // Lease returns the underlying lease.
@@ -156,11 +152,6 @@ type RunOptions struct {
 	ReleaseTimeout time.Duration
 }
 
-type found struct {
-	id, status, result, errText string
-	generation                  int64
-	held                        bool
-}
 
 // IdempotencyKey is the key of one call: request id, tool name and the
 // hex SHA-256 of the canonical arguments.
@@ -278,10 +269,9 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		return g, nil, err
 	}
 	for attempt := 0; attempt < 3; attempt++ {
-		var f found
-		var held int
-		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem).
-			Scan(&f.id, &f.status, &f.result, &f.errText, &f.generation, &held)
+		var id, status, result string
+		var generation int64
+		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem).Scan(&id, &status, &result, &generation)
 		if errors.Is(err, sql.ErrNoRows) {
 			// The insert hit the (request, tool, arguments) key, but not
 			// under this session: the request id belongs to another session.
@@ -290,21 +280,17 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		if err != nil {
 			return Grant{}, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
 		}
-		f.held = held == 1
-		switch {
-		case f.status == schema.StatusSuccess:
-			return Grant{}, &Result{ExecutionID: f.id, Output: json.RawMessage(f.result), Reused: true, Generation: f.generation}, nil
-		case f.status == schema.StatusProcessing && f.held:
-			st, _ := s.l.Inspect(ctx, db, f.id)
-			return Grant{}, nil, fmt.Errorf("%w: %w", ErrConflict, &lease.ConflictError{Key: f.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
+		if status == schema.StatusSuccess {
+			return Grant{}, &Result{ExecutionID: id, Output: json.RawMessage(result), Reused: true, Generation: generation}, nil
 		}
-		// error → retry; processing and not held → take over.
-		opts := lease.AcquireOptions{InStates: []string{f.status}}
-		if f.status == schema.StatusError {
+		// error → retry; processing → take over if its lease expired. The
+		// acquire itself decides: a live lease makes it a conflict.
+		opts := lease.AcquireOptions{InStates: []string{status}}
+		if status == schema.StatusError {
 			opts.SetState = schema.StatusProcessing
 			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 		}
-		g, err := s.l.AcquireWith(ctx, db, f.id, o.Holder, o.TTL, opts)
+		g, err := s.l.AcquireWith(ctx, db, id, o.Holder, o.TTL, opts)
 		switch {
 		case err == nil:
 			return g, nil, nil
