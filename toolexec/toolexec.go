@@ -152,7 +152,6 @@ type RunOptions struct {
 	ReleaseTimeout time.Duration
 }
 
-
 // IdempotencyKey is the key of one call: request id, tool name and the
 // hex SHA-256 of the canonical arguments.
 func IdempotencyKey(requestID, tool, argsHash string) string {
