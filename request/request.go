@@ -516,7 +516,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	if aerr != nil {
 		_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
 			From: []string{schema.StatusProcessing}, To: schema.StatusError,
-			Set: []lease.Assignment{lease.Set(schema.ColError, truncate(aerr.Error(), 4000))},
+			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))},
 		})
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		if errors.Is(merr, lease.ErrLost) {
@@ -556,14 +556,4 @@ func runAgent(ctx context.Context, run *Run, agent Agent) (ans Answer, err error
 func (r *Runner) releaseAll(ctx context.Context, run *Run) {
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, run.req) })
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/rowlease/rowlease/lease"
 )
@@ -120,6 +121,23 @@ const (
 	// MaxStatusLen bounds status.
 	MaxStatusLen = 16
 )
+
+// MaxErrorLen is the most bytes of an error message the library stores in
+// an error column.
+const MaxErrorLen = 4000
+
+// ErrorText cuts msg to at most MaxErrorLen bytes, on a UTF-8 boundary, for
+// an error column.
+func ErrorText(msg string) string {
+	n := MaxErrorLen
+	if len(msg) <= n {
+		return msg
+	}
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n--
+	}
+	return msg[:n]
+}
 
 // ErrUnknownDialect is wrapped by the error returned for a dialect name that
 // is not one of mysql, mariadb, postgres, postgresql, pgx, pgx/v5, sqlite or

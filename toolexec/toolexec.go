@@ -228,7 +228,7 @@ func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, f
 	if errors.As(err, &failed) {
 		_, merr := s.l.Transition(cctx, db, g, lease.ChangeOptions{
 			From: []string{schema.StatusProcessing}, To: schema.StatusError,
-			Set: []lease.Assignment{lease.Set(schema.ColError, truncate(failed.Err.Error(), 4000))},
+			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
 		if merr != nil {
 			return Result{}, errors.Join(err, merr)
@@ -242,16 +242,6 @@ func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, f
 		return Result{}, errors.Join(err, rerr)
 	}
 	return Result{}, err
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // claim inserts the call held, or deals with the existing row. It returns
