@@ -165,14 +165,13 @@ type Config struct {
 	OnEvent func(Event)
 }
 
-func (c Config) validate() error {
+// Validate reports a Config that New would reject, as a
+// *lease.ValidationError.
+func (c Config) Validate() error {
+	if err := lease.ValidateTTL(c.TTL); err != nil {
+		return err
+	}
 	switch {
-	case c.TTL <= 0:
-		return &lease.ValidationError{Field: "ttl", Reason: "must be positive"}
-	case c.TTL < lease.MinTTL:
-		return &lease.ValidationError{Field: "ttl", Reason: "below " + lease.MinTTL.String()}
-	case c.TTL > lease.MaxTTL:
-		return &lease.ValidationError{Field: "ttl", Reason: "above " + lease.MaxTTL.String()}
 	case c.Interval <= 0:
 		return &lease.ValidationError{Field: "interval", Reason: "must be positive"}
 	case c.Interval > c.TTL/3:
@@ -239,7 +238,7 @@ type Supervisor struct {
 // New validates cfg and returns a Supervisor that is not yet running. Bad
 // input gives a *lease.ValidationError, matching lease.ErrInvalid.
 func New(cfg Config) (*Supervisor, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger

@@ -129,7 +129,7 @@ type Lease[K Key] struct {
 	stmts   stmtCache
 	b       sqlBuilder
 
-	acquireQ, renewQ, releaseQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
+	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
 
 // New validates its input and returns a Lease for table in dialect.
@@ -157,6 +157,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
 	l.releaseQ = compile(dialect, l.b.release())
+	l.deleteQ = compile(dialect, l.b.delete())
 	l.verifyQ = compile(dialect, l.b.verify(false))
 	l.verifyLockQ = compile(dialect, l.b.verify(true))
 	l.inspectQ = compile(dialect, l.b.inspect())
@@ -208,7 +209,8 @@ func (l *Lease[K]) marginFor(ttl time.Duration) time.Duration {
 	return l.margin
 }
 
-func (l *Lease[K]) checkTTL(ttl time.Duration) error {
+// ValidateTTL reports a TTL outside MinTTL..MaxTTL as a *ValidationError.
+func ValidateTTL(ttl time.Duration) error {
 	switch {
 	case ttl <= 0:
 		return invalid("ttl", "must be positive")
@@ -216,7 +218,15 @@ func (l *Lease[K]) checkTTL(ttl time.Duration) error {
 		return invalid("ttl", "below "+MinTTL.String())
 	case ttl > MaxTTL:
 		return invalid("ttl", "above "+MaxTTL.String())
-	case l.marginFor(ttl) >= ttl:
+	}
+	return nil
+}
+
+func (l *Lease[K]) checkTTL(ttl time.Duration) error {
+	if err := ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if l.marginFor(ttl) >= ttl {
 		return invalid("ttl", "not above the safety margin "+l.margin.String())
 	}
 	return nil
@@ -466,12 +476,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
 	if l.dialect == MySQL {
 		_, ok, err = l.exec(ctx, db, l.releaseQ, m)
 	} else {
-		var res sql.Result
-		if res, err = l.execQ(ctx, db, l.releaseQ.query, l.releaseQ.args(m)); err == nil {
-			var n int64
-			n, err = res.RowsAffected()
-			ok = n == 1
-		}
+		ok, err = l.execOne(ctx, db, l.releaseQ, m)
 	}
 	if err != nil {
 		return err
@@ -635,20 +640,27 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) error {
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	c := compile(l.dialect, "DELETE FROM "+l.table.qname(l.dialect)+" WHERE "+l.b.keyIs()+
-		" AND "+l.b.col(l.table.cols.Token)+" = {tok}")
-	res, err := l.execQ(ctx, db, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret())))
+	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret()))
 	if err != nil {
 		return err
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n != 1 {
+	if !ok {
 		return &LostError{Key: keyText(g.Key), Op: "delete"}
 	}
 	return nil
+}
+
+// execOne runs a statement that needs nothing back and reports whether it
+// affected exactly one row. Only for statements that always change the row
+// they match (a token set to NULL, a row deleted), so that MySQL's
+// changed-rows count is as good as a matched-rows count.
+func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]any) (bool, error) {
+	res, err := l.execQ(ctx, db, c.query, c.args(m))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // Ensure inserts a free row for key (generation 0) unless one exists. It

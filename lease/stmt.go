@@ -181,6 +181,11 @@ func (s sqlBuilder) release() string {
 	return s.updateR(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok}", false)
 }
 
+// delete removes the row if the token still matches.
+func (s sqlBuilder) delete() string {
+	return "DELETE FROM " + s.t.qname(s.d) + " WHERE " + s.keyIs() + " AND " + s.col(s.t.cols.Token) + " = {tok}"
+}
+
 // change frees the lease (holder, token and expiry to NULL); with keep it
 // instead renews it. Transition uses it.
 func (s sqlBuilder) change(inStates []string, setState bool, set []Assignment, keep bool) string {

@@ -122,7 +122,7 @@ func New(cfg Config) (*Runner, error) {
 		cfg.Logger = slog.Default()
 	}
 	// Validate TTL and interval once, as the heartbeat will.
-	if _, err := heartbeat.New(heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}); err != nil {
+	if err := (heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}).Validate(); err != nil {
 		return nil, err
 	}
 	sc := cfg.Session
