@@ -700,6 +700,45 @@ type Fence interface {
 	Name() string
 }
 
+// TxBeginner is a database that can also begin transactions (*sql.DB,
+// *sqlx.DB).
+type TxBeginner interface {
+	DB
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// WithFences runs fn in a new transaction on db that first checks every
+// fence, in order (session, then request, then tool: the one lock order),
+// and commits only if fn succeeds. A fence that no longer holds rolls the
+// transaction back before fn runs and returns an error naming it that
+// matches ErrLost. A failed commit means the outcome is unknown.
+func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *sql.Tx) error) (err error) {
+	if isNil(db) {
+		return invalid("db", "nil")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	for _, f := range fences {
+		if err := f.Check(ctx, tx); err != nil {
+			return fmt.Errorf("lease: %s fence: %w", f.Name(), err)
+		}
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("lease: commit (outcome unknown): %w", err)
+	}
+	return nil
+}
+
 // Fence returns a Fence for g named name.
 func (l *Lease[K]) Fence(name string, g Grant[K]) Fence { return fence[K]{l: l, g: g, name: name} }
 

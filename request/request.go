@@ -3,6 +3,7 @@ package request
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -426,6 +427,14 @@ func (run *Run) Generations() (sessionGen, requestGen int64) {
 // are still held by this run (see lease.Fence). CallTool uses them.
 func (run *Run) Fences() []lease.Fence {
 	return []lease.Fence{run.r.sessions.Fence(run.sess), run.r.req.Fence("request", run.req)}
+}
+
+// InTx runs fn in a transaction that first checks the run's fences, so
+// fn's writes commit only if this run still holds its session and request
+// (see lease.WithFences). Use it for the flow's own writes that are not
+// tool calls, such as storing the conversation.
+func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return lease.WithFences(ctx, run.r.db, run.Fences(), fn)
 }
 
 // CallTool runs a registered tool through toolexec: a previous success of

@@ -94,10 +94,7 @@ type Result struct {
 }
 
 // Beginner is a database that can also begin transactions (*sql.DB, *sqlx.DB).
-type Beginner interface {
-	lease.DB
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
+type Beginner = lease.TxBeginner
 
 // Config configures a Store.
 type Config struct {
@@ -295,46 +292,36 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 }
 
 func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o RunOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
 	gens := make(map[string]int64, len(o.Fences))
 	for _, f := range o.Fences {
-		if err := f.Check(ctx, tx); err != nil {
-			return nil, fmt.Errorf("toolexec: %s fence: %w", f.Name(), err)
-		}
 		gens[f.Name()] = f.Generation()
 	}
-	out, ferr := fn(ctx, Exec{Tx: tx, Generation: g.Generation, Fences: gens, Call: call, Canonical: canonical, ExecutionID: g.Key})
-	if ferr != nil {
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+	err = lease.WithFences(ctx, db, o.Fences, func(tx *sql.Tx) error {
+		var ferr error
+		out, ferr = fn(ctx, Exec{Tx: tx, Generation: g.Generation, Fences: gens, Call: call, Canonical: canonical, ExecutionID: g.Key})
+		if ferr != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return &FailedError{Tool: call.Tool, Err: ferr}
 		}
-		return nil, &FailedError{Tool: call.Tool, Err: ferr}
-	}
-	if len(out) == 0 {
-		out = json.RawMessage("null")
-	}
-	if !json.Valid(out) {
-		return nil, &FailedError{Tool: call.Tool, Err: errors.New("result is not valid JSON")}
-	}
-	// From here the transaction holds the tool row until commit (the mark
-	// below is token-checked), so the heartbeat can let go of it.
-	unwatch()
-	if _, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-		From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
-		Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
-	}); err != nil {
+		if len(out) == 0 {
+			out = json.RawMessage("null")
+		}
+		if !json.Valid(out) {
+			return &FailedError{Tool: call.Tool, Err: errors.New("result is not valid JSON")}
+		}
+		// From here the transaction holds the tool row until commit (the
+		// mark below is token-checked), so the heartbeat can let go of it.
+		unwatch()
+		_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
+			From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
+			Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
+		})
+		return err
+	})
+	if err != nil {
 		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("toolexec: commit (outcome unknown): %w", err)
 	}
 	return out, nil
 }

@@ -124,7 +124,7 @@ func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, e
 		return request.Answer{}, err
 	}
 	var inserted bool
-	if err := a.fenced(ctx, run, func(tx *sql.Tx) (err error) {
+	if err := run.InTx(ctx, func(tx *sql.Tx) (err error) {
 		inserted, err = a.st.AppendMessage(ctx, tx, store.Message{SessionKey: key, ClientRequestID: client,
 			RequestID: run.RequestID(), Role: store.RoleUser, Content: run.Content()})
 		return err
@@ -149,7 +149,7 @@ func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, e
 	if err != nil {
 		return request.Answer{}, err
 	}
-	if err := a.fenced(ctx, run, func(tx *sql.Tx) error {
+	if err := run.InTx(ctx, func(tx *sql.Tx) error {
 		_, err := a.st.AppendMessage(ctx, tx, store.Message{SessionKey: key, ClientRequestID: client,
 			RequestID: run.RequestID(), Role: store.RoleAssistant, Content: reply})
 		return err
@@ -175,29 +175,6 @@ func (a *Agent) answer(ctx context.Context, run *request.Run, reply string, resu
 		return request.Answer{}, err
 	}
 	return request.Answer{Reply: reply, Result: b}, nil
-}
-
-// fenced runs fn in a transaction that first checks that this run still
-// holds its session and request: fn's writes commit only if it does.
-func (a *Agent) fenced(ctx context.Context, run *request.Run, fn func(tx *sql.Tx) error) (err error) {
-	tx, err := a.st.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	for _, f := range run.Fences() {
-		if err := f.Check(ctx, tx); err != nil {
-			return fmt.Errorf("agent: %s fence: %w", f.Name(), err)
-		}
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // converse runs the model rounds and the tool calls, and returns the reply.
