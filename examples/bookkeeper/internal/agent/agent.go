@@ -131,8 +131,9 @@ func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, e
 	}); err != nil {
 		return request.Answer{}, err
 	}
-	// A run that was only refused (session busy) never stored the message:
-	// taking its request over is not resuming anything.
+	// The reply says "resumed" only when an earlier run got somewhere: it
+	// stored the message or committed a tool call. Taking over a run that
+	// died before either is, to the user, a first answer.
 	resumed := !inserted || len(run.Prior()) > 0
 
 	zh := hasHan(run.Content())
