@@ -5,8 +5,10 @@
 #   gcc for -race, ca-certificates for module downloads).
 # - Never touches system services: servers run from a fresh temp dir on free
 #   loopback ports and are stopped (and the dir removed) on exit.
-# - Exports ROWLEASE_MYSQL_DSN / ROWLEASE_POSTGRES_DSN for the Go tests; a
-#   dialect whose server is unavailable is simply not exported (tests skip it).
+# - Exports ROWLEASE_MYSQL_DSN / ROWLEASE_POSTGRES_DSN for the Go tests. A
+#   dialect whose server is unavailable is not exported: its tests skip, and
+#   under CI (CI set) the run fails instead. With both servers up,
+#   ROWLEASE_REQUIRE_ALL makes any dialect skip a failure.
 # - ROWLEASE_BENCH=1 runs benchmarks instead of tests; GOTEST_FLAGS is passed
 #   through to `go test`.
 # The exit code is that of `go vet` / `go test`.
