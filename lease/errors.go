@@ -132,6 +132,27 @@ func IsDuplicateKey(err error) bool {
 	return false
 }
 
+// IsRetryable reports whether err is a database's way of saying "this
+// statement or transaction was rolled back to break a deadlock or a
+// serialization conflict; run it again": MySQL/MariaDB error 1213,
+// PostgreSQL SQLSTATE 40001 or 40P01. Nothing of the failed statement
+// took effect.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1213
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		s := pg.SQLState()
+		return s == "40001" || s == "40P01"
+	}
+	return false
+}
+
 // DuplicateKeyError wraps a driver's unique-key violation. It matches
 // ErrExists and unwraps to the driver error.
 type DuplicateKeyError struct {

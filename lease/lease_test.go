@@ -609,3 +609,27 @@ func TestErrorMessagesAndIs(t *testing.T) {
 	assert.False(t, lease.IsDuplicateKey(&fakeSQLiteError{19}), "a plain SQLITE_CONSTRAINT is not a duplicate")
 	assert.False(t, lease.IsDuplicateKey(&lease.ConflictError{}))
 }
+
+type sqlStateErr string
+
+func (e sqlStateErr) Error() string    { return "pg error " + string(e) }
+func (e sqlStateErr) SQLState() string { return string(e) }
+
+func TestIsRetryable(t *testing.T) {
+	cases := map[string]struct {
+		err  error
+		want bool
+	}{
+		"nil":                 {nil, false},
+		"mysql deadlock":      {&mysql.MySQLError{Number: 1213}, true},
+		"wrapped deadlock":    {fmt.Errorf("x: %w", &mysql.MySQLError{Number: 1213}), true},
+		"mysql duplicate":     {&mysql.MySQLError{Number: 1062}, false},
+		"pg serialization":    {sqlStateErr("40001"), true},
+		"pg deadlock":         {sqlStateErr("40P01"), true},
+		"pg unique violation": {sqlStateErr("23505"), false},
+		"plain":               {errors.New("boom"), false},
+	}
+	for name, c := range cases {
+		assert.Equal(t, c.want, lease.IsRetryable(c.err), name)
+	}
+}

@@ -244,6 +244,25 @@ func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewStr
 // begin takes the locks, or returns a replayed outcome.
 func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
 	holder := r.holder()
+	// A send refused by a busy session deletes the row it created, so a row
+	// seen as existing may be gone a moment later; and MySQL may break a
+	// deadlock between such a delete and concurrent inserts of the same key
+	// by rolling one back. Either way nothing was changed: start again.
+	for attempt := 0; attempt < 5; attempt++ {
+		run, out, err := r.beginOnce(ctx, msg, holder)
+		if errors.Is(err, errVanished) || lease.IsRetryable(err) {
+			continue
+		}
+		return run, out, err
+	}
+	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
+}
+
+// errVanished: the request row was deleted, or changed state, between two
+// statements of beginOnce; begin tries again.
+var errVanished = errors.New("request: row changed under us")
+
+func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
 	id := uuid.NewString()
 	g, err := r.req.Create(ctx, r.db, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
@@ -266,36 +285,39 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	if !errors.Is(err, lease.ErrExists) {
 		return nil, Outcome{}, err
 	}
-	for attempt := 0; attempt < 3; attempt++ {
-		ex, err := r.find(ctx, msg)
+	ex, err := r.find(ctx, msg)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, Outcome{}, errVanished
+	}
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	if ex.fingerprint != msg.Fingerprint {
+		return nil, Outcome{}, ErrFingerprintMismatch
+	}
+	if ex.status == schema.StatusSuccess {
+		return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
+	}
+	if ex.status == schema.StatusProcessing {
+		// Running now, or left by a run that died? The database clock
+		// says; a live run is in flight, and nothing is taken.
+		st, err := r.req.Inspect(ctx, r.db, ex.id)
+		if errors.Is(err, lease.ErrNotFound) {
+			return nil, Outcome{}, errVanished
+		}
 		if err != nil {
 			return nil, Outcome{}, err
 		}
-		if ex.fingerprint != msg.Fingerprint {
-			return nil, Outcome{}, ErrFingerprintMismatch
+		if st.Held {
+			return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
+				&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
 		}
-		if ex.status == schema.StatusSuccess {
-			return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
-		}
-		if ex.status == schema.StatusProcessing {
-			// Running now, or left by a run that died? The database clock
-			// says; a live run is in flight, and nothing is taken.
-			st, err := r.req.Inspect(ctx, r.db, ex.id)
-			if err != nil {
-				return nil, Outcome{}, err
-			}
-			if st.Held {
-				return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
-					&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
-			}
-		}
-		run, err := r.takeOver(ctx, msg, ex, holder)
-		if errors.Is(err, lease.ErrState) {
-			continue // it finished or failed under us: look again
-		}
-		return run, Outcome{}, err
 	}
-	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
+	run, err := r.takeOver(ctx, msg, ex, holder)
+	if errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound) {
+		return nil, Outcome{}, errVanished // it finished, failed or went away under us
+	}
+	return run, Outcome{}, err
 }
 
 // takeOver takes the session and then an existing request (failed, or

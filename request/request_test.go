@@ -570,3 +570,49 @@ func TestBadInput(t *testing.T) {
 	_, err = New(Config{})
 	assert.ErrorIs(t, err, lease.ErrInvalid)
 }
+
+// TestDuplicatesOfARefusedRequest: while the session is busy, a request's
+// fresh row is created and deleted again by each refused send; duplicates
+// of it racing with that deletion must still get a conflict, never an
+// error about a row that vanished.
+func TestDuplicatesOfARefusedRequest(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		entered, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "owner", Content: "x"},
+				func(ctx context.Context, run *Run) (Answer, error) {
+					close(entered)
+					<-release
+					return Answer{Reply: "ok"}, nil
+				})
+			done <- err
+		}()
+		<-entered
+		const n = 16
+		var wg sync.WaitGroup
+		errs := make(chan error, n*20)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dup", Content: "y"},
+						func(context.Context, *Run) (Answer, error) { return Answer{}, errors.New("ran while busy") })
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if !errors.Is(err, ErrSessionBusy) && !errors.Is(err, ErrInFlight) {
+				t.Errorf("want a conflict, got %v", err)
+			}
+		}
+		close(release)
+		require.NoError(t, <-done)
+	})
+}
