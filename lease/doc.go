@@ -90,7 +90,8 @@
 //   - Any other error is the driver's, returned as it is: the outcome of a
 //     write that failed this way is unknown (it may have committed). Never
 //     treat it as loss, and never treat loss as a transient error; retry
-//     until the grant's Deadline, then act as if lost.
+//     until the grant's Deadline, then act as if lost. IsRetryable picks out
+//     a deadlock or serialization victim, which took no effect.
 //
 // # Dialect notes
 //
