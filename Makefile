@@ -4,7 +4,7 @@
 # The Go tarball install is often not on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: test test-sqlite bench fmt vet
+.PHONY: test test-sqlite bench servers fmt vet
 
 test:
 	bash scripts/test.sh
@@ -15,6 +15,11 @@ test-sqlite:
 
 bench:
 	ROWLEASE_BENCH=1 bash scripts/test.sh
+
+# Throwaway servers for working by hand: `source .servers.env` in another
+# shell, then go test as usual. Interrupt to stop them.
+servers:
+	ROWLEASE_SERVE=$(CURDIR)/.servers.env bash scripts/test.sh
 
 fmt:
 	gofmt -l -w .

@@ -11,6 +11,8 @@
 #   ROWLEASE_REQUIRE_ALL makes any dialect skip a failure.
 # - ROWLEASE_BENCH=1 runs benchmarks instead of tests; GOTEST_FLAGS is passed
 #   through to `go test`.
+# - ROWLEASE_SERVE=FILE runs no tests: it writes the DSNs to FILE (as export
+#   lines to source) and keeps the servers up until interrupted (make servers).
 # The exit code is that of `go vet` / `go test`.
 set -euo pipefail
 
@@ -210,7 +212,15 @@ elif [[ -n ${CI:-} ]]; then
 fi
 
 # ---- run the Go suite ----------------------------------------------------
-if [[ -n ${ROWLEASE_BENCH:-} ]]; then
+if [[ -n ${ROWLEASE_SERVE:-} ]]; then
+    {
+        echo "export ROWLEASE_MYSQL_DSN='${ROWLEASE_MYSQL_DSN:-}'"
+        echo "export ROWLEASE_POSTGRES_DSN='${ROWLEASE_POSTGRES_DSN:-}'"
+        echo "export ROWLEASE_REQUIRE_ALL=1"
+    } >"$ROWLEASE_SERVE"
+    log "servers up; DSNs in $ROWLEASE_SERVE; interrupt to stop them"
+    while true; do sleep 3600; done
+elif [[ -n ${ROWLEASE_BENCH:-} ]]; then
     # shellcheck disable=SC2086
     go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...
 else
