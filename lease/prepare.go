@@ -112,6 +112,7 @@ func (l *Lease[K]) Close() error {
 }
 
 func (l *Lease[K]) queryRow(ctx context.Context, db DB, q string, args []any) *sql.Row {
+	db = resolve(db)
 	if s := l.stmt(ctx, db, q); s != nil {
 		return s.QueryRowContext(ctx, args...)
 	}
@@ -119,6 +120,7 @@ func (l *Lease[K]) queryRow(ctx context.Context, db DB, q string, args []any) *s
 }
 
 func (l *Lease[K]) execQ(ctx context.Context, db DB, q string, args []any) (sql.Result, error) {
+	db = resolve(db)
 	if s := l.stmt(ctx, db, q); s != nil {
 		return s.ExecContext(ctx, args...)
 	}

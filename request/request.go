@@ -418,6 +418,9 @@ type Run struct {
 	prior   []ToolRecord
 	sup     *heartbeat.Supervisor
 
+	flowOnce sync.Once
+	flow     *lease.FlowDB // the heartbeat's database; see flowDB
+
 	abandoned   chan struct{}
 	abandonOnce sync.Once
 }
@@ -451,37 +454,47 @@ func (run *Run) Fences() []lease.Fence {
 	return []lease.Fence{run.r.sessions.Fence(run.sess), run.r.req.Fence("request", run.req)}
 }
 
-// InTx runs fn in a transaction that first checks the run's fences, so
+// InTx runs fn in a transaction that ends by checking the run's fences, so
 // fn's writes commit only if this run still holds its session and request
-// (see lease.WithFences). Use it for the flow's own writes that are not
-// tool calls, such as storing the conversation.
+// (see lease.RunFenced). Use it for the flow's own writes that are not
+// tool calls, such as storing the conversation. The lease rows are locked
+// only for the end of the transaction, so a long fn does not hold up the
+// heartbeat; on SQLite the heartbeat renews inside the transaction.
 func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return lease.WithFences(ctx, run.r.db, run.Fences(), fn)
+	return lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+}
+
+// flowDB is the database the run's heartbeat renews through (see
+// lease.FlowDB).
+func (run *Run) flowDB() *lease.FlowDB {
+	run.flowOnce.Do(func() { run.flow = lease.NewFlowDB(run.r.db, run.r.cfg.Dialect) })
+	return run.flow
 }
 
 // CallTool runs a registered tool through toolexec: a previous success of
 // the same call (same request, tool and canonical arguments) is returned
-// without running it again; the side effect commits in one transaction
-// with the fences of the session, the request and the tool. A tool's own
-// failure is a *toolexec.FailedError (give its text to the model); an
-// unknown tool is an error matching toolexec.ErrUnknownTool. ctx (with its
-// values) is passed on to the side effect.
+// without running it again. A tool registered with Register writes its
+// side effect in one transaction with the fences of the session, the
+// request and the tool; one registered with RegisterExternal records its
+// intent, acts outside the database with a stable effect key, and records
+// the result (see toolexec.Store.RunExternal). A tool's own failure is a
+// *toolexec.FailedError (give its text to the model); an external effect
+// whose outcome is unknown is a *toolexec.UnknownOutcomeError; an unknown
+// tool is an error matching toolexec.ErrUnknownTool. ctx (with its values)
+// is passed on to the effect.
 func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (toolexec.Result, error) {
-	fn, err := run.r.cfg.Tools.Lookup(tool)
-	if err != nil {
-		return toolexec.Result{}, err
-	}
-	return run.r.tools.Run(ctx, run.r.db, toolexec.Call{
+	flow := run.flowDB()
+	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
 	}, toolexec.RunOptions{
-		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout,
+		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
 		Watch: func(g toolexec.Grant) func() {
 			if run.sup == nil {
 				return func() {}
 			}
-			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), run.r.db, g, run.r.cfg.TTL))
+			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL))
 		},
-	}, fn)
+	})
 }
 
 // Abandon stops the heartbeat and makes Handle return without writing or
@@ -512,8 +525,8 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		r.releaseAll(ctx, run)
 		return Outcome{}, err
 	}
-	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), r.db, run.sess, r.cfg.TTL))
-	sup.Add(heartbeat.ForLease("request", r.req, r.db, run.req, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL))
 	work, err := sup.Start(ctx)
 	if err != nil {
 		r.releaseAll(ctx, run)

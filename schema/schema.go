@@ -94,6 +94,10 @@ const (
 const (
 	// StatusProcessing marks work that has started and not yet finished.
 	StatusProcessing = "processing"
+	// StatusStarted marks a tool execution whose effect outside the
+	// database was announced (its intent recorded, with its effect key) and
+	// whose result is not recorded yet.
+	StatusStarted = "started"
 	// StatusSuccess marks work that finished successfully.
 	StatusSuccess = "success"
 	// StatusError marks work that finished with an error.
