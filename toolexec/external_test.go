@@ -143,7 +143,9 @@ func TestExternalUnknownOutcome(t *testing.T) {
 
 		// A reconciler that cannot tell keeps it unknown.
 		_, err = e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
-			Reconcile: func(context.Context, toolexec.External) (json.RawMessage, error) { return nil, errors.New("remote down") },
+			Reconcile: func(context.Context, toolexec.External) (json.RawMessage, error) {
+				return nil, errors.New("remote down")
+			},
 		}, never)
 		assert.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
 
@@ -192,7 +194,9 @@ func TestExternalRepeatAndReconcileNotPerformed(t *testing.T) {
 				rcv := newReceiver()
 				// The first act dies before reaching the remote side.
 				_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
-					func(context.Context, toolexec.External) (json.RawMessage, error) { return nil, errors.New("connection refused") })
+					func(context.Context, toolexec.External) (json.RawMessage, error) {
+						return nil, errors.New("connection refused")
+					})
 				var ue *toolexec.UnknownOutcomeError
 				require.ErrorAs(t, err, &ue)
 				var again toolexec.External
