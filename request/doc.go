@@ -63,8 +63,14 @@
 //     token-checked.
 //   - A failed request frees its session at once, not after the TTL.
 //   - Loss stops the work: the agent's context is cancelled with a cause
-//     that matches lease.ErrLost within one heartbeat interval, and the
-//     run's later writes are refused.
+//     that matches lease.ErrLost within one heartbeat interval — also while
+//     a tool's transaction is open, because the fences lock the lease rows
+//     only at its end (on SQLite the heartbeat renews inside it, and no one
+//     else can write meanwhile) — and the run's later writes are refused.
+//   - A slow tool keeps its run's locks: a side effect of any length
+//     commits if nobody took the run over, and never after a takeover
+//     (tested with five TTLs of work). Effects outside the database go
+//     through CallTool too, with a stable effect key (toolexec.RunExternal).
 //
 // # What it does not do
 //
