@@ -24,6 +24,17 @@
 //	removeTool()                 // before releasing the tool lease
 //	if errors.Is(context.Cause(work), lease.ErrLost) { ... write nothing more ... }
 //
+// For a single plain lease, Hold does all of that in one call: acquire (or,
+// with HoldOptions.Wait, wait for it), supervise, run fn under the work
+// context, release.
+//
+//	err := heartbeat.Hold(ctx, jobs, db, "nightly-report", "worker-1",
+//		heartbeat.HoldOptions{TTL: 30 * time.Second},
+//		func(ctx context.Context, g lease.Grant[string]) error { return run(ctx, g.Generation) })
+//
+// Hold returns fn's error, or a *LostError (matching lease.ErrLost) joined
+// with it when the lease was lost while fn ran — even if fn returned nil.
+//
 // # Guarantees
 //
 //   - The work context is cancelled with a *LostError (errors.Is(cause,

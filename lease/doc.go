@@ -66,9 +66,12 @@
 //
 // # What it does not do
 //
-//   - It does not block: a held lease is a conflict at once (ErrHeld). Retry
-//     with backoff if you want to wait.
-//   - It does not renew by itself: see package heartbeat.
+//   - It does not block by default: a held lease is a conflict at once
+//     (ErrHeld). AcquireWait waits instead, polling with a jittered backoff
+//     (at most two statements per WaitOptions.MinDelay) until the lease is
+//     free or the context ends.
+//   - It does not renew by itself: see package heartbeat (heartbeat.Hold
+//     acquires, keeps alive, runs your function and releases in one call).
 //   - It fences only what checks the generation or commits in a fenced
 //     transaction (RunFenced). A side effect outside the database that
 //     ignores the generation can still be done twice by a holder that lost
