@@ -68,14 +68,14 @@ func Ping(ctx context.Context, db Pinger, timeout time.Duration) error {
 //
 //   - an error matching ErrUnavailable (Unavailable, Ping);
 //   - driver.ErrBadConn, or go-sql-driver/mysql's ErrInvalidConn (a
-//     connection that broke mid-statement);
+//     connection that broke mid-statement; pgx's database/sql driver
+//     reports that as driver.ErrBadConn);
 //   - a *net.OpError (refused, reset, broken pipe, unreachable, i/o
 //     timeout; pgx wraps its dial errors, *pgconn.ConnectError, around
 //     one) unless it is a cancellation by the caller's context, a
 //     *net.DNSError, or one of the errnos ECONNREFUSED, ECONNRESET,
 //     ECONNABORTED, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
 //     EHOSTDOWN, ENETDOWN;
-//   - a pgx "conn closed" or "unexpected EOF" read from the server;
 //   - MySQL/MariaDB errors 1040 (too many connections), 1053 (server
 //     shutdown in progress), 1927 (connection killed);
 //   - PostgreSQL SQLSTATE class 08 (connection exception), 53300 (too many
