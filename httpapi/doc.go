@@ -25,21 +25,25 @@
 //
 //	 #  error (errors.Is / errors.As)              status  type                      Retry-After    the client's move
 //	 1  IsUnavailable(err)                          503    unavailable               1 s            resend later, same client request id
-//	 2  request.ErrFingerprintMismatch              422    client-request-id-reused  –              use a new id for new content
-//	 3  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
-//	 4  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
-//	 5  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
+//	 2  lease.IsTransient(err),                     503    database-busy             1 s            resend later, same id: nothing committed
+//	    toolexec.ErrTransient
+//	 3  request.ErrFingerprintMismatch              422    client-request-id-reused  –              use a new id for new content
+//	 4  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
+//	 5  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
+//	 6  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
 //	    request.ErrAgentFailed)
-//	 6  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
-//	 7  session.ErrNotFound                         404    session-not-found         –              create the session
-//	 8  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	 9  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	 7  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
+//	 8  session.ErrNotFound                         404    session-not-found         –              create the session
+//	 9  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
+//	    request.ErrAgentFailed)
+//	10  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	11  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
 //	    toolexec.ErrInvalidArguments
-//	10  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	11  lease.ErrLost                               409    lease-lost                1 s            retry
-//	12  lease.ErrNotFound                           404    not-found                 –
-//	13  lease.ErrExists                             409    already-exists            –
-//	14  lease.ErrState                              409    wrong-state               –
+//	12  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	13  lease.ErrLost                               409    lease-lost                1 s            retry
+//	14  lease.ErrNotFound                           404    not-found                 –
+//	15  lease.ErrExists                             409    already-exists            –
+//	16  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
@@ -54,7 +58,9 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 8 comes before row 9.
+// not bad client input, so row 10 comes before row 11. A transient
+// database error (row 2) or an unknown external outcome (row 9) inside
+// ErrAgentFailed says more than "the agent failed", so they come first.
 //
 // 410 Gone and 429 Too Many Requests: no rowlease error means either yet,
 // so ProblemFor never answers them; when one does, it gets a row and a

@@ -70,6 +70,8 @@ func TestProblemFor(t *testing.T) {
 		{"lease exists", &lease.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, 409, httpapi.TypeAlreadyExists, 0},
 		{"lease state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, 409, httpapi.TypeWrongState, 0},
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
+		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
+		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
 		{"nil", nil, 500, httpapi.TypeInternal, 0},
 		{"database down", wrap(errors.New("store: get session"), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down while the agent ran", errors.Join(wrap(request.ErrAgentFailed, refused()), refused()), 503, httpapi.TypeUnavailable, time.Second},

@@ -30,6 +30,8 @@ const (
 	TypeAlreadyExists         = "already-exists"           // 409
 	TypeWrongState            = "wrong-state"              // 409
 	TypeClientRequestIDReused = "client-request-id-reused" // 422
+	TypeOutcomeUnknown        = "outcome-unknown"          // 502, Retry-After
+	TypeDatabaseBusy          = "database-busy"            // 503, Retry-After
 	TypeAgentFailed           = "agent-failed"             // 500
 	TypeInternal              = "internal"                 // 500
 	TypeUnavailable           = "unavailable"              // 503, Retry-After

@@ -39,6 +39,10 @@ func ProblemFor(err error) Problem {
 		return Problem{Type: ProblemBase + TypeUnavailable, Title: "Unavailable", Status: http.StatusServiceUnavailable,
 			Detail:     "the database cannot be reached; retry after Retry-After seconds (a message resent with the same client request id is never run twice)",
 			RetryAfter: DefaultRetryAfter}
+	case lease.IsTransient(err), errors.Is(err, toolexec.ErrTransient):
+		return Problem{Type: ProblemBase + TypeDatabaseBusy, Title: "Database busy", Status: http.StatusServiceUnavailable,
+			Detail:     "the database kept refusing a transaction (deadlock, serialization failure, lock timeout, busy) and nothing of it committed; resend with the same client request id",
+			RetryAfter: DefaultRetryAfter}
 	case errors.Is(err, request.ErrFingerprintMismatch):
 		return Problem{Type: ProblemBase + TypeClientRequestIDReused, Title: "Client request id reused", Status: http.StatusUnprocessableEntity,
 			Detail: "this client request id was already used in this session with different content; use a new id for a new message"}
@@ -57,6 +61,10 @@ func ProblemFor(err error) Problem {
 	case errors.Is(err, session.ErrNotFound):
 		return Problem{Type: ProblemBase + TypeSessionNotFound, Title: "Session not found", Status: http.StatusNotFound,
 			Detail: "no session has this id"}
+	case errors.Is(err, toolexec.ErrUnknownOutcome):
+		return Problem{Type: ProblemBase + TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
+			Detail:     "an effect outside the database may or may not have happened; resend with the same client request id to reconcile it (it is never performed under a new key)",
+			RetryAfter: DefaultRetryAfter}
 	case errors.Is(err, request.ErrAgentFailed):
 		return Problem{Type: ProblemBase + TypeAgentFailed, Title: "Agent failed", Status: http.StatusInternalServerError,
 			Detail: "the agent failed; retry with the same client request id"}
