@@ -56,7 +56,7 @@
 //	tool_name        VARCHAR(128)  NOT NULL
 //	arguments_hash   VARCHAR(64)   NOT NULL; hash of the tool arguments
 //	idempotency_key  VARCHAR(255)  NOT NULL
-//	status           VARCHAR(16)   NOT NULL; 'processing', 'success' or 'error'
+//	status           VARCHAR(16)   NOT NULL; 'processing', 'started', 'success' or 'error'
 //	holder, token, expires_at, generation   as in rowlease_session
 //	result           large text    NULL; JSON
 //	error            text          NULL
@@ -128,10 +128,30 @@
 // # Migrations
 //
 // Migrations(dialect, tool) returns an fs.FS rooted at the migration files of
-// one dialect and tool. The up migrations contain exactly the statements of
-// the DDL (a test keeps them in step); the down migrations drop the three
-// tables and everything in them. Because the up statements use IF NOT
-// EXISTS, a database set up earlier with Apply can adopt the migrations.
+// one dialect and tool:
+//
+//   - 1, create_lock_tables: creates the three tables as the first version of
+//     the DDL had them (CREATE ... IF NOT EXISTS); down drops the three tables
+//     and everything in them.
+//   - 2, tool_execution_started: lets a tool execution have status 'started'
+//     (StatusStarted); down restores the CHECK of migration 1 and fails,
+//     changing nothing, while a row has status 'started' (PostgreSQL SQLSTATE
+//     23514, MySQL error 3819, MariaDB error 4025, SQLite "CHECK constraint
+//     failed"): finish or delete those executions first. On SQLite both
+//     directions rebuild the table inside the transaction that both tools
+//     wrap a file in (keep it: no x-no-tx-wrap, no goose NO TRANSACTION).
+//     There, PRAGMA foreign_keys cannot change, so run it with foreign keys
+//     off if a table of yours references rowlease_tool_execution; triggers on
+//     the table are dropped with it (create them again), and
+//     legacy_alter_table is left off.
+//
+// Migrations 1 and 2 together build exactly what the DDL builds: a test
+// applies both to real databases of each dialect and compares tables,
+// columns, constraints and indexes. A database set up by any version of Apply
+// can adopt the migrations: migration 1 creates nothing that exists, and
+// migration 2 may run again on tables that already allow 'started' (it
+// replaces the CHECK by the same one; on SQLite it rebuilds the table once
+// more).
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
@@ -156,6 +176,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 and the goose file 00001; add your own migrations after them, or copy
-// the files into your own migration directory.
+// 000001 and 000002 and the goose files 00001 and 00002; add your own
+// migrations after them, or copy the files into your own migration directory.
 package schema

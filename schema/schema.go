@@ -54,8 +54,9 @@ const (
 	// ColFingerprint is a 64-character hash (hex SHA-256) of the request
 	// payload in RequestTable.
 	ColFingerprint = "fingerprint"
-	// ColStatus is one of StatusProcessing, StatusSuccess or StatusError; a
-	// CHECK constraint rejects anything else.
+	// ColStatus is the state of a request (StatusProcessing, StatusSuccess
+	// or StatusError) or of a tool execution (the same three, or
+	// StatusStarted); a CHECK constraint on each table rejects anything else.
 	ColStatus = "status"
 	// ColReply is the reply text stored for a request (large text).
 	ColReply = "reply"
@@ -91,9 +92,14 @@ const (
 )
 
 // Values allowed in the status column of RequestTable and ToolExecutionTable.
+// StatusStarted is allowed in ToolExecutionTable only.
 const (
 	// StatusProcessing marks work that has started and not yet finished.
 	StatusProcessing = "processing"
+	// StatusStarted marks a tool execution whose effect outside the database
+	// has its intent recorded and its result not yet. Only ToolExecutionTable
+	// allows it (from migration 2 on).
+	StatusStarted = "started"
 	// StatusSuccess marks work that finished successfully.
 	StatusSuccess = "success"
 	// StatusError marks work that finished with an error.
@@ -276,9 +282,11 @@ func isCreateRace(err error) bool {
 // Migrations returns the migration files for dialect and tool, rooted at the
 // directory that holds them, ready for the tool's fs.FS source:
 //
-//   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql
-//     and 000001_create_lock_tables.down.sql, for source/iofs with path ".".
-//   - tool "goose": 00001_create_lock_tables.sql with -- +goose Up and
+//   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql,
+//     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql
+//     and 000002_tool_execution_started.down.sql, for source/iofs with path ".".
+//   - tool "goose": 00001_create_lock_tables.sql and
+//     00002_tool_execution_started.sql, each with -- +goose Up and
 //     -- +goose Down sections, for goose.SetBaseFS or goose.NewProvider with
 //     directory ".".
 //
