@@ -30,6 +30,7 @@ func requireStartedAllowed(t *testing.T, db *sqlx.DB) {
 func TestStartedStatus(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
+		ctx := t.Context()
 		cases := []struct {
 			name  string
 			setup func(db *sqlx.DB)
@@ -37,6 +38,11 @@ func TestStartedStatus(t *testing.T) {
 			{"Apply on an empty database", applyDDL(t, d)},
 			{"golang-migrate 1+2", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 2) }},
 			{"goose 1+2", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 2) }},
+			{"Apply on the tables of an older Apply", func(db *sqlx.DB) {
+				olderApply(t, d)(db)
+				requireCheckViolation(t, insertTool(ctx, db, "before", StatusStarted), toolStatusCheck)
+				require.NoError(t, Apply(ctx, db, d.String()))
+			}},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {

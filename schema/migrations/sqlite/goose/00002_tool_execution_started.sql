@@ -24,7 +24,7 @@
 -- deletes (or cascades to) the referencing rows: run this migration on a
 -- connection with foreign_keys OFF. Triggers you created on
 -- rowlease_tool_execution are dropped with the old table: create them again
--- afterwards.
+-- afterwards (schema.Apply does that for you).
 --
 -- Down:
 -- Restores the tool-execution status CHECK of migration 1 by the same rebuild

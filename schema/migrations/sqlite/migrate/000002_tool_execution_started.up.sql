@@ -23,7 +23,7 @@
 -- deletes (or cascades to) the referencing rows: run this migration on a
 -- connection with foreign_keys OFF. Triggers you created on
 -- rowlease_tool_execution are dropped with the old table: create them again
--- afterwards.
+-- afterwards (schema.Apply does that for you).
 
 CREATE TABLE rowlease_tool_execution_new (
     id              TEXT    NOT NULL,
