@@ -24,7 +24,8 @@
 //
 // # States of a request
 //
-//	   INSERT (born held by its run)        mark success (token-checked, reply stored)
+//	   INSERT (born held by its run,          mark success (token-checked, reply stored)
+//	   with the session, in one transaction)
 //	(none) ──────────▶ processing ─────────────────────────────────────────▶ success ─▶ replayed,
 //	                    │  ▲  ▲                                                         no lock taken
 //	   agent failed     │  │  │ lease expired or given back: taken over
@@ -33,15 +34,19 @@
 //
 // # The flow
 //
-//  1. INSERT the request, already held by this run (one statement). A
-//     duplicate key means it exists: read it (one statement).
+//  1. Read the request by (session, client request id): one statement.
 //  2. Existing: another fingerprint → ErrFingerprintMismatch (422), nothing
 //     changed. success → replay, no lock. processing under a live lease →
 //     ErrInFlight (409), nothing changed.
-//  3. New: take the session for it (one statement). Session busy → delete
-//     the fresh request (token-checked; nothing ran, so a retry starts it
-//     anew) and return ErrSessionBusy. Existing and failed or stale: take
-//     the session, then the request, in one transaction — both or neither.
+//  3. New: in one transaction, take the session for it, then insert the
+//     request already held by this run. Session busy → the transaction
+//     rolls back, nothing was written, ErrSessionBusy (or ErrInFlight, when
+//     the session is busy with this very message, sent a moment ago by a
+//     duplicate). Existing and failed or stale: take the session, then the
+//     request, in one transaction. Either way both or neither: a session is
+//     never left held by a request that does not exist. (When the commit's
+//     outcome is unknown — the connection dropped, or ctx was cancelled,
+//     with the reply on the wire — both are given back, token-checked.)
 //  4. On a takeover, read the tool calls that already committed (Run.Prior).
 //  5. Run the agent under a heartbeat (session, request, and the running
 //     tool), with a context that is cancelled as soon as a lease is lost.
@@ -49,10 +54,11 @@
 //     session. Clean-up writes use a bounded timeout that survives the
 //     caller's cancellation.
 //
-// One new request with two model rounds and one tool call costs 8
-// statements and one transaction (BEGIN/COMMIT): 10 round trips, against
+// One new request with two model rounds and one tool call costs 9
+// statements and two transactions (BEGIN/COMMIT): 13 round trips, against
 // about 29 in the design of the article this project comes from
-// (TestLockPathStatements, BenchmarkLockPath).
+// (TestLockPathStatements, BenchmarkLockPath). A replay costs one
+// statement.
 //
 // # Guarantees
 //

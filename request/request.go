@@ -216,11 +216,12 @@ type existing struct {
 
 // Handle runs one message through the whole flow:
 //
-//  1. find or create the request (one INSERT; a duplicate reads the row);
+//  1. read the request (one SELECT);
 //  2. a stored success is replayed, taking no lock; another fingerprint
 //     is ErrFingerprintMismatch; a live run is ErrInFlight;
-//  3. take the session, then the request — for an existing request both in
-//     one transaction, so they succeed or fail together;
+//  3. take the session, then the request — a new one inserted, an
+//     existing one taken over — in one transaction, so they succeed or
+//     fail together;
 //  4. on a takeover, read the tool calls that already committed;
 //  5. run agent under a heartbeat, with a context that dies on lease loss;
 //  6. mark success (storing the reply) or error, token-checked;
@@ -244,10 +245,10 @@ func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewStr
 // begin takes the locks, or returns a replayed outcome.
 func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
 	holder := r.holder()
-	// A send refused by a busy session deletes the row it created, so a row
-	// seen as existing may be gone a moment later; and MySQL may break a
-	// deadlock between such a delete and concurrent inserts of the same key
-	// by rolling one back. Either way nothing was changed: start again.
+	// A request read as missing may be inserted by a duplicate a moment
+	// later, and one read as existing may change state before it is taken;
+	// and MySQL or PostgreSQL may roll a transaction back to break a
+	// deadlock. Either way nothing was changed: start again.
 	for attempt := 0; attempt < 5; attempt++ {
 		run, out, err := r.beginOnce(ctx, msg, holder)
 		if errors.Is(err, errVanished) || lease.IsRetryable(err) {
@@ -258,40 +259,40 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
 }
 
-// errVanished: the request row was deleted, or changed state, between two
-// statements of beginOnce; begin tries again.
+// errVanished: the request row appeared, was deleted, or changed state,
+// between two statements of beginOnce; begin tries again.
 var errVanished = errors.New("request: row changed under us")
 
 func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
-	id := uuid.NewString()
-	g, err := r.req.Create(ctx, r.db, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
-		lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
-		lease.Set(schema.ColFingerprint, msg.Fingerprint),
-	}})
-	if err == nil {
-		// A new request, born held by us. Now the session.
-		sg, err := r.sessions.Acquire(ctx, r.db, msg.SessionKey, id, r.cfg.TTL)
-		if err != nil {
-			// Nothing ran: remove our own fresh request (token-checked), so
-			// a retry of the same client request id starts it anew.
-			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
-			if errors.Is(err, session.ErrBusy) {
-				return nil, Outcome{}, fmt.Errorf("%w: %w", ErrSessionBusy, err)
-			}
-			return nil, Outcome{}, err
-		}
-		return &Run{r: r, msg: msg, id: id, holder: holder, sess: sg, req: g}, Outcome{}, nil
-	}
-	if !errors.Is(err, lease.ErrExists) {
-		return nil, Outcome{}, err
-	}
 	ex, err := r.find(ctx, msg)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, Outcome{}, errVanished
+		run, err := r.create(ctx, msg, holder)
+		switch {
+		case err == nil:
+			return run, Outcome{}, nil
+		case errors.Is(err, lease.ErrExists):
+			return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
+		case errors.Is(err, ErrSessionBusy):
+			// Busy with this very message, sent a moment ago by a
+			// duplicate? Then the answer is about the request.
+			ex, ferr := r.find(ctx, msg)
+			if ferr == nil {
+				return r.resume(ctx, msg, ex, holder)
+			}
+			if !errors.Is(ferr, sql.ErrNoRows) {
+				return nil, Outcome{}, ferr
+			}
+		}
+		return nil, Outcome{}, err
 	}
 	if err != nil {
 		return nil, Outcome{}, err
 	}
+	return r.resume(ctx, msg, ex, holder)
+}
+
+// resume deals with a request that exists: replay, conflict or takeover.
+func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder string) (*Run, Outcome, error) {
 	if ex.fingerprint != msg.Fingerprint {
 		return nil, Outcome{}, ErrFingerprintMismatch
 	}
@@ -318,6 +319,61 @@ func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Ru
 		return nil, Outcome{}, errVanished // it finished, failed or went away under us
 	}
 	return run, Outcome{}, err
+}
+
+// create starts a new request. In one transaction it takes the session for
+// the request and then inserts the request, already held by this run: the
+// one lock order, and both or neither. A busy session rolls the
+// transaction back, so nothing is left to delete and no session is left
+// held by a request that does not exist.
+func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, error) {
+	id := uuid.NewString()
+	sg, g, err := r.createTx(ctx, msg, id, holder)
+	if errors.Is(err, session.ErrNotFound) && r.cfg.Session.AutoCreate {
+		// The session's first request: insert its lock row on its own,
+		// outside the transaction, and go again.
+		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
+			return nil, err
+		}
+		sg, g, err = r.createTx(ctx, msg, id, holder)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Run{r: r, msg: msg, id: id, holder: holder, sess: sg, req: g}, nil
+}
+
+func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (session.Grant, lease.Grant[string], error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return session.Grant{}, lease.Grant[string]{}, err
+	}
+	sg, err := r.sessions.AcquireExisting(ctx, tx, msg.SessionKey, id, r.cfg.TTL)
+	var g lease.Grant[string]
+	if err == nil {
+		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+			lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
+			lease.Set(schema.ColFingerprint, msg.Fingerprint),
+		}})
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		if errors.Is(err, session.ErrBusy) {
+			err = fmt.Errorf("%w: %w", ErrSessionBusy, err)
+		}
+		return session.Grant{}, lease.Grant[string]{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		// The outcome is unknown: the commit may have taken effect with
+		// its reply lost. Undo whatever did; both writes are token-checked
+		// and change nothing if it did not. The session goes first: its
+		// release waits for a commit still in progress to end, and the
+		// delete then sees the row.
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, sg) })
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
+		return session.Grant{}, lease.Grant[string]{}, err
+	}
+	return sg, g, nil
 }
 
 // takeOver takes the session and then an existing request (failed, or

@@ -90,6 +90,16 @@ func (s *Locker) Acquire(ctx context.Context, db lease.DB, sessionKey, requestID
 	return s.acquire(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
 }
 
+// AcquireExisting is Acquire without AutoCreate: a missing lock row gives
+// ErrNotFound whatever Config.AutoCreate says. It is for use inside a
+// transaction, where inserting the row would keep the insert's locks until
+// the commit (on MySQL, two first requests of one session could then
+// deadlock on them); create the row with Create outside it.
+func (s *Locker) AcquireExisting(ctx context.Context, db lease.DB, sessionKey, requestID string, ttl time.Duration) (Grant, error) {
+	g, err := s.l.AcquireWith(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
+	return g, wrap(err)
+}
+
 // Reenter re-takes a session the caller already holds with g (same
 // request, same token): the generation is kept and the expiry extended.
 func (s *Locker) Reenter(ctx context.Context, db lease.DB, g Grant, ttl time.Duration) (Grant, error) {

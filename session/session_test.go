@@ -229,6 +229,14 @@ func TestMissingRow(t *testing.T) {
 		// AutoCreate does not turn a busy session into anything else.
 		_, err = auto.Acquire(ctx, db, "missing", "request-b", 5*time.Second)
 		assert.ErrorIs(t, err, session.ErrBusy)
+
+		// AcquireExisting never creates the row, AutoCreate or not.
+		_, err = auto.AcquireExisting(ctx, db, "other", "request-c", 5*time.Second)
+		assert.ErrorIs(t, err, session.ErrNotFound)
+		_, err = plain.Inspect(ctx, db, "other")
+		assert.ErrorIs(t, err, session.ErrNotFound, "nothing inserted")
+		_, err = auto.AcquireExisting(ctx, db, "missing", "request-c", 5*time.Second)
+		assert.ErrorIs(t, err, session.ErrBusy)
 	})
 }
 

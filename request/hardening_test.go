@@ -1,0 +1,103 @@
+package request
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// eachCounted runs fn as a parallel subtest per dialect, on an env whose
+// database counts every round trip and can fail one after it took effect
+// (countdb.Counter.FailAfter).
+func eachCounted(t *testing.T, ttl time.Duration, fn func(t *testing.T, e *env, c *countdb.Counter)) {
+	t.Helper()
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			c := &countdb.Counter{}
+			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+			fn(t, newEnvTB(t, db, ttl), c)
+		})
+	}
+}
+
+// isSessionAcquire reports whether q is the statement that takes a session
+// lock: an UPDATE of the session table that bumps the generation.
+func isSessionAcquire(q string) bool {
+	return strings.HasPrefix(q, "UPDATE") && strings.Contains(q, schema.SessionTable) && strings.Contains(q, "+ 1 END")
+}
+
+var errDropped = errors.New("connection dropped with the reply on the wire")
+
+func answerOK(context.Context, *Run) (Answer, error) { return Answer{Reply: "ok"}, nil }
+
+// TestNewRequestLeavesNoGhostSession (issue 8, item 5): the statement that
+// takes the session for a new request, or the commit it is part of, takes
+// effect while the caller sees an error. The session must not stay held by
+// a request that does not exist: the next message of the session runs at
+// once, not after the 30s TTL, and the failed message sent again runs as
+// new.
+func TestNewRequestLeavesNoGhostSession(t *testing.T) {
+	cases := []struct {
+		name string
+		pick func() func(q string) error
+	}{
+		{"session statement", func() func(string) error {
+			var once atomic.Bool
+			return func(q string) error {
+				if isSessionAcquire(q) && once.CompareAndSwap(false, true) {
+					return errDropped
+				}
+				return nil
+			}
+		}},
+		{"commit", func() func(string) error {
+			var seen, once atomic.Bool
+			return func(q string) error {
+				if isSessionAcquire(q) {
+					seen.Store(true)
+				}
+				if q == countdb.Commit && seen.Load() && once.CompareAndSwap(false, true) {
+					return errDropped
+				}
+				return nil
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eachCounted(t, 30*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {
+				ctx := bg(t)
+				require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
+				c.FailAfter(tc.pick())
+				_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "x"}, answerOK)
+				c.FailAfter(nil)
+				require.ErrorIs(t, err, errDropped)
+
+				st, err := e.r.Sessions().Inspect(ctx, e.db, "s")
+				require.NoError(t, err)
+				assert.False(t, st.Held, "the session is not held by a request that does not exist (holder %q)", st.Holder)
+				out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c2", Content: "y"}, answerOK)
+				require.NoError(t, err, "the next message of the session is not refused")
+				assert.Equal(t, "ok", out.Reply)
+
+				out, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "x"}, answerOK)
+				require.NoError(t, err)
+				assert.False(t, out.Replayed)
+				assert.False(t, out.Resumed, "nothing of the failed send was left to resume")
+				assert.Equal(t, int64(1), out.Attempt)
+			})
+		})
+	}
+}
