@@ -87,6 +87,9 @@
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
+//   - session.ErrNotFound: the session has no lock row (and
+//     Session.AutoCreate is off), for a new request and for the retry of
+//     an existing one alike (404); nothing changed.
 //   - ErrAgentFailed: the agent returned an error; the request is marked
 //     error and the session freed; a retry with the same id runs it again.
 //   - A cancelled ctx (shutdown): the leases are given back, the request

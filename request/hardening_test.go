@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
 )
 
 // eachCounted runs fn as a parallel subtest per dialect, on an env whose
@@ -100,4 +102,33 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestMissingSessionIsNotFoundOnBothPaths (issue 8, item 8): a failed
+// request whose session row is gone reports session.ErrNotFound (404)
+// when retried, as a new request in that session does; it is not retried
+// as if the request had changed state, nor reported in flight.
+func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		r, err := New(Config{DB: db, TTL: 30 * time.Second, ReleaseTimeout: 10 * time.Second}) // no AutoCreate
+		require.NoError(t, err)
+		require.NoError(t, r.Sessions().Create(ctx, db, "s"))
+		fail := func(context.Context, *Run) (Answer, error) { return Answer{}, errors.New("model unavailable") }
+		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, fail)
+		require.ErrorIs(t, err, ErrAgentFailed)
+		_, err = db.ExecContext(ctx, e.d.Rebind("DELETE FROM rowlease_session WHERE session_key = ?"), "s")
+		require.NoError(t, err)
+		before := snapshot(t, e)
+
+		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, answerOK)
+		assert.ErrorIs(t, err, session.ErrNotFound, "takeover path")
+		assert.NotErrorIs(t, err, ErrInFlight)
+		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "new", Content: "y"}, answerOK)
+		assert.ErrorIs(t, err, session.ErrNotFound, "new-request path")
+		assert.Equal(t, before, snapshot(t, e), "nothing changed")
+		_, err = r.find(ctx, Message{SessionKey: "s", ClientRequestID: "new"})
+		assert.ErrorIs(t, err, sql.ErrNoRows)
+	})
 }

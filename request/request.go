@@ -315,7 +315,13 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		}
 	}
 	run, err := r.takeOver(ctx, msg, ex, holder)
-	if errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound) {
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		// The session row is gone: that is final, and the same answer
+		// as on the new-request path (it also matches lease.ErrNotFound,
+		// so it is told apart first).
+		return nil, Outcome{}, err
+	case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound):
 		return nil, Outcome{}, errVanished // it finished, failed or went away under us
 	}
 	return run, Outcome{}, err
