@@ -92,8 +92,13 @@
 //     an existing one alike (404); nothing changed.
 //   - ErrAgentFailed: the agent returned an error; the request is marked
 //     error and the session freed; a retry with the same id runs it again.
-//   - A cancelled ctx (shutdown): the leases are given back, the request
-//     stays processing and free; a retry resumes it.
+//   - A cancelled ctx (shutdown, a run timeout) while the agent runs: the
+//     leases are given back, the request stays processing and free; a
+//     retry resumes it. If the agent returned its answer all the same (or
+//     ctx was cancelled just after it did) and no lease was lost, the
+//     answer is stored as usual, with a bounded context that survives the
+//     cancellation, and Handle returns it with a nil error: a retry
+//     replays it instead of running the model rounds again.
 //   - Run.Abandon: nothing is written; the leases expire after the TTL (a
 //     crash, simulated).
 package request

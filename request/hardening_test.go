@@ -3,6 +3,7 @@ package request
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -130,5 +131,65 @@ func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {
 		assert.Equal(t, before, snapshot(t, e), "nothing changed")
 		_, err = r.find(ctx, Message{SessionKey: "s", ClientRequestID: "new"})
 		assert.ErrorIs(t, err, sql.ErrNoRows)
+	})
+}
+
+// TestAnswerKeptWhenCancelledAfterIt (issue 8, item 6): the caller's
+// context is cancelled (shutdown, a run timeout) just after the agent
+// returned its answer. The answer is stored, not thrown away: the retry
+// replays it instead of running the agent (and its model rounds) again.
+func TestAnswerKeptWhenCancelledAfterIt(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx, cancel := context.WithCancel(bg(t))
+		defer cancel()
+		var runs atomic.Int64
+		agent := func(_ context.Context, run *Run) (Answer, error) {
+			runs.Add(1)
+			cancel() // the caller gives up as the answer comes back
+			return Answer{Reply: "recorded", Result: json.RawMessage(`{"id":7}`)}, nil
+		}
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}
+		out, err := e.r.Handle(ctx, msg, agent)
+		require.NoError(t, err)
+		assert.Equal(t, "recorded", out.Reply)
+		require.Error(t, ctx.Err())
+
+		st, held := e.status(t, "s", "c")
+		assert.Equal(t, "success", st)
+		assert.False(t, held)
+		ss, err := e.r.Sessions().Inspect(bg(t), db, "s")
+		require.NoError(t, err)
+		assert.False(t, ss.Held, "the session is freed")
+
+		out, err = e.r.Handle(bg(t), msg, agent)
+		require.NoError(t, err)
+		assert.True(t, out.Replayed)
+		assert.JSONEq(t, `{"id":7}`, string(out.Result))
+		assert.Equal(t, int64(1), runs.Load(), "the agent ran once")
+	})
+}
+
+// TestCancelledFailureLeavesTheRequestToResume: when the agent fails
+// because the caller's context was cancelled, nothing is marked: the
+// request stays processing, free, and the retry resumes it.
+func TestCancelledFailureLeavesTheRequestToResume(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx, cancel := context.WithCancel(bg(t))
+		defer cancel()
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}
+		_, err := e.r.Handle(ctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
+			cancel()
+			<-ctx.Done()
+			return Answer{}, ctx.Err()
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		st, held := e.status(t, "s", "c")
+		assert.Equal(t, "processing", st)
+		assert.False(t, held)
+		out, err := e.r.Handle(bg(t), msg, answerOK)
+		require.NoError(t, err)
+		assert.True(t, out.Resumed)
 	})
 }

@@ -598,9 +598,12 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		r.releaseAll(ctx, run)
 		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
 	}
-	if ctx.Err() != nil {
-		// The caller gave up (shutdown, client gone): leave the request
-		// processing but free, so a retry resumes it.
+	if aerr != nil && ctx.Err() != nil {
+		// The caller gave up (shutdown, client gone) and the agent
+		// stopped: leave the request processing but free, so a retry
+		// resumes it. (An answer that came back is stored below, even if
+		// the caller has gone meanwhile: a retry replays it instead of
+		// paying for the model rounds again.)
 		r.releaseAll(ctx, run)
 		return base, context.Cause(ctx)
 	}
