@@ -47,7 +47,13 @@
 //     never left held by a request that does not exist. (When the commit's
 //     outcome is unknown — the connection dropped, or ctx was cancelled,
 //     with the reply on the wire — both are given back, token-checked.)
-//  4. On a takeover, read the tool calls that already committed (Run.Prior).
+//  4. On a takeover, in the same transaction, free the leases of the
+//     request's tool executions still marked running (processing or
+//     started; toolexec.Store.ReleaseForRequest) and read the tool calls
+//     that already committed (Run.Prior). A dead run's tool lease can
+//     outlive its request lease by up to one heartbeat interval; freed,
+//     the new run claims the same call at once instead of being refused
+//     with toolexec.ErrConflict, and the dead run can mark none of them.
 //  5. Run the agent under a heartbeat (session, request, and the running
 //     tool), with a context that is cancelled as soon as a lease is lost.
 //  6. Mark success with the reply, or error, token-checked; release the

@@ -10,14 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
 )
 
 // eachCounted runs fn as a parallel subtest per dialect, on an env whose
@@ -191,5 +194,71 @@ func TestCancelledFailureLeavesTheRequestToResume(t *testing.T) {
 		out, err := e.r.Handle(bg(t), msg, answerOK)
 		require.NoError(t, err)
 		assert.True(t, out.Resumed)
+	})
+}
+
+// claimTool inserts a tool execution held by holder for ttl, as
+// toolexec.Store.Run's claim does before it runs the side effect.
+func claimTool(t *testing.T, e *env, sessionKey, requestID, holder, tool, args string, ttl time.Duration) toolexec.Grant {
+	t.Helper()
+	_, hash, err := toolexec.CanonicalArguments(json.RawMessage(args))
+	require.NoError(t, err)
+	g, err := e.r.tools.Lease().Create(bg(t), e.db, uuid.NewString(), holder, ttl, lease.CreateOptions{
+		State: schema.StatusProcessing, Set: []lease.Assignment{
+			lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColRequestID, requestID),
+			lease.Set(schema.ColToolName, tool), lease.Set(schema.ColArgumentsHash, hash),
+			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, tool, hash)),
+		}})
+	require.NoError(t, err)
+	return g
+}
+
+// TestTakeoverTakesTheRunningToolCalls (issue 8, item 7): a run crashes
+// while a tool call is claimed, and the tool lease outlives the request
+// and session leases (claimed after their last renewal it does, by up to
+// one heartbeat interval; here by a minute, so the test does not depend
+// on timing). The run that takes the request over makes the same call: it
+// is not refused as running elsewhere, the side effect commits once, and
+// the dead run's tool lease can no longer mark anything.
+func TestTakeoverTakesTheRunningToolCalls(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		ttl := 400 * time.Millisecond
+		e := newEnv(t, db, ttl)
+		ctx := bg(t)
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "pay 35"}
+		other := claimTool(t, e, "other-session", uuid.NewString(), "someone", "write", `{"amount":1}`, time.Minute)
+		var dead toolexec.Grant
+		_, err := e.r.Handle(ctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
+			dead = claimTool(t, e, "s", run.RequestID(), run.holder, "write", `{"amount":35}`, time.Minute)
+			run.Abandon() // the process dies with the call claimed
+			return Answer{}, errors.New("crashed")
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		waitFor(t, func() bool {
+			_, held := e.status(t, "s", "c")
+			ss, err := e.r.sessions.Inspect(ctx, db, "s")
+			require.NoError(t, err)
+			return !held && !ss.Held
+		})
+
+		out, err := e.r.Handle(ctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
+			res, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":35}`))
+			if err != nil {
+				return Answer{}, err
+			}
+			assert.Equal(t, dead.Key, res.ExecutionID, "the same call, taken over")
+			assert.Greater(t, res.Generation, dead.Generation)
+			return Answer{Reply: "paid"}, nil
+		})
+		require.NoError(t, err)
+		assert.True(t, out.Resumed)
+		assert.Equal(t, 1, e.ledgerRows(t))
+
+		_, err = e.r.tools.Lease().Transition(ctx, db, dead, lease.ChangeOptions{From: []string{"processing"}, To: "success"})
+		assert.ErrorIs(t, err, lease.ErrLost, "the dead run's mark is refused")
+		st, err := e.r.tools.Lease().Inspect(ctx, db, other.Key)
+		require.NoError(t, err)
+		assert.True(t, st.Held, "another request's call is left alone")
+		assert.Equal(t, "someone", st.Holder)
 	})
 }

@@ -384,6 +384,8 @@ func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (
 
 // takeOver takes the session and then an existing request (failed, or
 // left by a run whose lease expired) in one transaction: both or neither.
+// In the same transaction it frees the leases of the request's running
+// tool executions and reads the ones that committed.
 func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder string) (run *Run, err error) {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -410,6 +412,12 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 		if errors.Is(err, lease.ErrHeld) {
 			return nil, fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
+		return nil, err
+	}
+	// The dead or failed run's tool calls still marked running may hold
+	// leases that outlive its request lease: free them, so this run can
+	// claim the same calls at once and the old run can mark none of them.
+	if _, err := r.tools.ReleaseForRequest(ctx, tx, msg.SessionKey, ex.id); err != nil {
 		return nil, err
 	}
 	prior, err := r.prior(ctx, tx, msg.SessionKey, ex.id)
