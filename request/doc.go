@@ -96,8 +96,11 @@
 //   - session.ErrNotFound: the session has no lock row (and
 //     Session.AutoCreate is off), for a new request and for the retry of
 //     an existing one alike (404); nothing changed.
-//   - ErrAgentFailed: the agent returned an error; the request is marked
-//     error and the session freed; a retry with the same id runs it again.
+//   - ErrAgentFailed: the agent returned an error, or an Answer whose
+//     Result is not valid JSON (the error then also matches
+//     lease.ErrInvalid, and the bad result is not stored); the request is
+//     marked error and the session freed; a retry with the same id runs
+//     it again.
 //   - A cancelled ctx (shutdown, a run timeout) while the agent runs: the
 //     leases are given back, the request stays processing and free; a
 //     retry resumes it. If the agent returned its answer all the same (or

@@ -262,3 +262,41 @@ func TestTakeoverTakesTheRunningToolCalls(t *testing.T) {
 		assert.Equal(t, "someone", st.Holder)
 	})
 }
+
+// TestAnswerResultMustBeJSON (issue 8, item 10): an answer whose Result is
+// not valid JSON is not stored (every replay of it would fail); the
+// request is marked error, the session freed, and the retry runs again.
+func TestAnswerResultMustBeJSON(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}
+		_, err := e.r.Handle(ctx, msg, func(context.Context, *Run) (Answer, error) {
+			return Answer{Reply: "ok", Result: json.RawMessage(`{"id":`)}, nil
+		})
+		require.ErrorIs(t, err, ErrAgentFailed)
+		require.ErrorIs(t, err, lease.ErrInvalid)
+		var ve *lease.ValidationError
+		require.ErrorAs(t, err, &ve)
+		st, held := e.status(t, "s", "c")
+		assert.Equal(t, "error", st)
+		assert.False(t, held)
+		ss, err := e.r.Sessions().Inspect(ctx, db, "s")
+		require.NoError(t, err)
+		assert.False(t, ss.Held)
+		var stored sql.NullString
+		require.NoError(t, db.QueryRowContext(ctx, e.d.Rebind("SELECT result FROM rowlease_request WHERE client_request_id = ?"), "c").Scan(&stored))
+		assert.False(t, stored.Valid, "nothing stored")
+
+		good := func(context.Context, *Run) (Answer, error) {
+			return Answer{Reply: "ok", Result: json.RawMessage(`{"id":7}`)}, nil
+		}
+		out, err := e.r.Handle(ctx, msg, good)
+		require.NoError(t, err)
+		assert.True(t, out.Resumed)
+		out, err = e.r.Handle(ctx, msg, good)
+		require.NoError(t, err)
+		assert.True(t, out.Replayed)
+		assert.JSONEq(t, `{"id":7}`, string(out.Result))
+	})
+}

@@ -164,8 +164,12 @@ type Message struct {
 
 // Answer is what an agent returns.
 type Answer struct {
-	Reply  string
-	Result json.RawMessage // optional JSON stored with the reply (e.g. result ids)
+	Reply string
+	// Result is optional JSON stored with the reply (e.g. result ids). If
+	// it is not valid JSON, nothing is stored: the request is marked error
+	// and Handle returns an error matching ErrAgentFailed and
+	// lease.ErrInvalid (a *lease.ValidationError).
+	Result json.RawMessage
 }
 
 // Outcome is what Handle returns.
@@ -592,6 +596,10 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	run.sup = sup
 	ans, aerr := runAgent(work, run, agent)
 	sup.Stop()
+	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
+		// Stored, it would break every replay of the request.
+		aerr = &lease.ValidationError{Field: "answer result", Reason: "not valid JSON"}
+	}
 	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
 
 	if run.isAbandoned() {
