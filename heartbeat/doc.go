@@ -38,6 +38,13 @@
 //   - A renewal that succeeds only after its lease's trust deadline does not
 //     rescue it: the lease is lost, since the work ran untrusted meanwhile.
 //   - Once a loss is recorded, nothing is renewed any more.
+//   - One clock: every instant the supervisor compares — trust deadlines,
+//     due renewals, now — is read on Config.Clock, which must be the clock
+//     the leases compute their deadlines with (lease.Options.Clock; both
+//     default to time.Now). Timers and renewal contexts wait the real
+//     durations between that clock's readings, so a clock set off real
+//     time neither cancels every run at once (behind) nor hides a real
+//     loss (ahead).
 //   - The goroutine never sleeps in a loop; it waits on a timer, the work
 //     context and a change signal. Stop joins it.
 //   - Tokens are never logged nor put in errors (grants print them as

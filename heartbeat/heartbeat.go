@@ -31,6 +31,19 @@ const (
 	ReasonInvalid = "renewal rejected as invalid input"
 )
 
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// wall converts t, read on the supervisor's clock, to the wall clock that
+// context deadlines and timers go by.
+func (s *Supervisor) wall(t time.Time) time.Time {
+	if _, ok := s.clock.(systemClock); ok {
+		return t
+	}
+	return time.Now().Add(t.Sub(s.clock.Now()))
+}
+
 // minRetry is the shortest wait before a failed renewal is retried.
 const minRetry = 5 * time.Millisecond
 
@@ -156,6 +169,13 @@ type Config struct {
 	// Interval. (The supervisor itself goes by the deadlines the Renewers
 	// report.)
 	TTL time.Duration
+	// Clock is the local clock the supervisor reads. It must be the clock
+	// the supervised leases compute their trust deadlines with
+	// (lease.Options.Clock), or the supervisor compares instants of two
+	// clocks. Nil means time.Now, as for a lease. It must carry a
+	// monotonic reading, as time.Now does. Timers still wait real
+	// durations: the differences between this clock's readings.
+	Clock lease.Clock
 	// Logger receives renewals (Debug), retries (Warn) and losses (Error).
 	// Nil means no logging. Tokens are never logged.
 	Logger *slog.Logger
@@ -221,8 +241,9 @@ type entry struct {
 // Supervisor keeps every lease of one flow alive and cancels the flow's work
 // context as soon as one is lost. Make it with New.
 type Supervisor struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	clock lease.Clock
 
 	mu      sync.Mutex
 	entries []*entry // in the order added
@@ -245,7 +266,11 @@ func New(cfg Config) (*Supervisor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Supervisor{cfg: cfg, log: log, changed: make(chan struct{}, 1)}, nil
+	clock := cfg.Clock
+	if clock == nil {
+		clock = systemClock{}
+	}
+	return &Supervisor{cfg: cfg, log: log, clock: clock, changed: make(chan struct{}, 1)}, nil
 }
 
 // Add supervises r from now on, after the leases already added (renewals
@@ -263,7 +288,7 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 	if r == nil {
 		panic("heartbeat: Add(nil)")
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	e := &entry{r: r, name: r.Name(), deadline: r.Deadline()}
 	e.due = now.Add(s.nextRenewal(e.deadline.Sub(now)))
 	s.mu.Lock()
@@ -369,22 +394,23 @@ func (s *Supervisor) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+		if ctx.Err() != nil || s.expired(ctx, s.clock.Now()) {
 			return
 		}
-		for _, e := range s.dueEntries(time.Now()) {
-			if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+		for _, e := range s.dueEntries(s.clock.Now()) {
+			if ctx.Err() != nil || s.expired(ctx, s.clock.Now()) {
 				return
 			}
 			if !s.renew(ctx, e) {
 				return
 			}
 		}
-		if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+		if ctx.Err() != nil || s.expired(ctx, s.clock.Now()) {
 			return
 		}
 		if wake, ok := s.nextWake(); ok {
-			timer.Reset(time.Until(wake))
+			// A real wait, measured on the supervisor's clock.
+			timer.Reset(wake.Sub(s.clock.Now()))
 		} else {
 			timer.Stop()
 		}
@@ -482,10 +508,10 @@ func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
 	if dl.IsZero() || prev.Before(dl) {
 		dl = prev
 	}
-	rctx, cancel := context.WithDeadline(ctx, dl)
+	rctx, cancel := context.WithDeadline(ctx, s.wall(dl))
 	nd, err := e.r.Renew(rctx)
 	cancel()
-	now := time.Now()
+	now := s.clock.Now()
 	if ctx.Err() != nil {
 		return false // stopped, or the parent is done: not a loss
 	}

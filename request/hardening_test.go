@@ -300,3 +300,38 @@ func TestAnswerResultMustBeJSON(t *testing.T) {
 		assert.JSONEq(t, `{"id":7}`, string(out.Result))
 	})
 }
+
+// offsetClock is a local clock off real time by a fixed amount, keeping
+// the monotonic reading.
+type offsetClock time.Duration
+
+func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
+
+// TestInjectedClockReachesTheHeartbeat (issue 8, item 11): with
+// Config.Lease.Clock a minute behind real time, the heartbeat reads the
+// same clock as the leases' trust deadlines, and a run outlives several
+// heartbeat intervals instead of being cancelled at once.
+func TestInjectedClockReachesTheHeartbeat(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, time.Second)
+		ctx := bg(t)
+		r, err := New(Config{DB: db, TTL: time.Second, HeartbeatInterval: 200 * time.Millisecond, ReleaseTimeout: 10 * time.Second,
+			Session: sessionConfigAutoCreate(), Lease: lease.Options{Clock: offsetClock(-time.Minute)}})
+		require.NoError(t, err)
+		out, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
+			func(ctx context.Context, run *Run) (Answer, error) {
+				timer := time.NewTimer(600 * time.Millisecond) // three heartbeat intervals of model round
+				defer timer.Stop()
+				select {
+				case <-timer.C:
+					return Answer{Reply: "ok"}, nil
+				case <-ctx.Done():
+					return Answer{}, context.Cause(ctx)
+				}
+			})
+		require.NoError(t, err)
+		assert.Equal(t, "ok", out.Reply)
+		st, _ := e.status(t, "s", "c")
+		assert.Equal(t, "success", st)
+	})
+}

@@ -72,7 +72,8 @@ type Config struct {
 	Session session.Config
 	// Tools are the tools a run may call; nil means none.
 	Tools *toolexec.Registry
-	// Lease options (safety margin, clock) for every level.
+	// Lease options (safety margin, clock) for every level. The heartbeat
+	// reads the same clock as the leases' trust deadlines (Lease.Clock).
 	Lease lease.Options
 	// Logger; nil means slog.Default(). Tokens are never logged.
 	Logger *slog.Logger
@@ -581,7 +582,7 @@ func (run *Run) isAbandoned() bool {
 // execute runs the agent under supervision and finishes the request.
 func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	run.abandoned = make(chan struct{})
-	sup, err := heartbeat.New(heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Logger: r.log})
+	sup, err := heartbeat.New(heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log})
 	if err != nil {
 		r.releaseAll(ctx, run)
 		return Outcome{}, err
