@@ -19,10 +19,18 @@
 //	work, err := sup.Start(ctx)
 //	if err != nil { ... }
 //	defer sup.Stop()
-//	removeTool := sup.Add(heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl))
+//	tool := heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl)
+//	removeTool := sup.Add(tool)
 //	err = runTool(work)          // stops when work is done
 //	removeTool()                 // before releasing the tool lease
+//	toolGrant = tool.Grant()     // the renewed grant: toolGrant itself was not updated
 //	if errors.Is(context.Cause(work), lease.ErrLost) { ... write nothing more ... }
+//
+// Each lease is renewed for the TTL it was granted for, which must also be
+// Config.TTL (ForLease's ttl may be zero, meaning the grant's); a lease
+// whose TTLs disagree is refused before any SQL. The renewals update the
+// LeaseRenewer's copy of the grant, not the caller's: read the current
+// one, with its trust deadline, from LeaseRenewer.Grant.
 //
 // # Guarantees
 //
@@ -95,7 +103,9 @@
 //     ReasonGone.
 //   - lease.ErrInvalid (bad grant, TTL or DB) → lost at once, reason
 //     ReasonInvalid: a retry would fail the same way. The cause then matches
-//     both lease.ErrLost and lease.ErrInvalid.
+//     both lease.ErrLost and lease.ErrInvalid. A LeaseRenewer whose TTL
+//     disagrees with its grant's or with Config.TTL is lost the same way
+//     as soon as the supervisor runs, without any SQL.
 //   - Any other error (a dropped connection, a deadlock victim, a timeout)
 //     is transient: retried after a quarter of the trust left, at most one
 //     Interval, at least a few milliseconds, until the trust deadline. If
