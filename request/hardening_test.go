@@ -335,3 +335,15 @@ func TestInjectedClockReachesTheHeartbeat(t *testing.T) {
 		assert.Equal(t, "success", st)
 	})
 }
+
+// TestColumnsCannotBeChanged (issue 8, item 14): the columns are handed
+// out as a copy; changing it does not change what New uses.
+func TestColumnsCannotBeChanged(t *testing.T) {
+	c := Columns()
+	c.Key, c.Token = "changed", "changed"
+	assert.Equal(t, schema.ColID, Columns().Key)
+	assert.Equal(t, schema.ColToken, Columns().Token)
+	r, err := New(Config{DB: testdb.Open(t, lease.SQLite)})
+	require.NoError(t, err)
+	assert.Equal(t, Columns(), r.req.Table().Columns())
+}

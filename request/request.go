@@ -44,10 +44,13 @@ var (
 	ErrAgentFailed = errors.New("request: agent failed")
 )
 
-// Columns are the shipped request table's lease columns.
-var Columns = lease.Columns{
-	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
-	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+// Columns returns the request table's lease columns: a copy, so that no
+// package can change what New uses.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+		Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+	}
 }
 
 // Beginner is a database that can begin transactions: *sql.DB or *sqlx.DB.
@@ -133,7 +136,7 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := lease.New[string](cfg.Dialect, lease.MustTable(schema.RequestTable, Columns), cfg.Lease)
+	req, err := lease.New[string](cfg.Dialect, lease.MustTable(schema.RequestTable, Columns()), cfg.Lease)
 	if err != nil {
 		return nil, err
 	}

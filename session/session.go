@@ -23,10 +23,13 @@ var ErrNotFound = errors.New("session: not found")
 // the session.
 type Grant = lease.Grant[string]
 
-// Columns are the shipped table's lock columns.
-var Columns = lease.Columns{
-	Key: schema.ColSessionKey, Holder: schema.ColHolder, Token: schema.ColToken,
-	ExpiresAt: schema.ColExpiresAt, Generation: schema.ColGeneration, UpdatedAt: schema.ColUpdatedAt,
+// Columns returns the shipped table's lock columns: a copy, so that no
+// package can change what New defaults to.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColSessionKey, Holder: schema.ColHolder, Token: schema.ColToken,
+		ExpiresAt: schema.ColExpiresAt, Generation: schema.ColGeneration, UpdatedAt: schema.ColUpdatedAt,
+	}
 }
 
 // Config describes where the session lock lives.
@@ -61,7 +64,7 @@ func New(cfg Config) (*Locker, error) {
 		name = schema.SessionTable
 	}
 	if cols == (lease.Columns{}) {
-		cols = Columns
+		cols = Columns()
 	}
 	t, err := lease.NewTable(name, cols)
 	if err != nil {
