@@ -22,6 +22,10 @@
 //		// 422
 //	}
 //
+// The three tables are the ones package schema ships; Config renames them
+// (Session.Table, RequestTable, ToolExecutionTable), and Session.Columns
+// maps the session lock onto columns of your own session table.
+//
 // # States of a request
 //
 //	   INSERT (born held by its run,          mark success (token-checked, reply stored)

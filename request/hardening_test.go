@@ -347,3 +347,65 @@ func TestColumnsCannotBeChanged(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Columns(), r.req.Table().Columns())
 }
+
+// TestRenamedTables (issue 8, item 14): Config names the request and
+// tool-execution tables, as Session.Table names the session's; the whole
+// flow (new request, tool call, takeover after a failure, replay) runs on
+// them. A bad name is refused before any SQL.
+func TestRenamedTables(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		newEnv(t, db, 30*time.Second) // the schema
+		ctx := bg(t)
+		for _, q := range []string{
+			"ALTER TABLE rowlease_request RENAME TO app_request",
+			"ALTER TABLE rowlease_tool_execution RENAME TO app_tool_call",
+		} {
+			_, err := db.ExecContext(ctx, q)
+			require.NoError(t, err)
+		}
+		tools := toolexec.NewRegistry()
+		require.NoError(t, tools.Register("read", func(context.Context, toolexec.Exec) (json.RawMessage, error) {
+			return json.RawMessage(`{"ok":true}`), nil
+		}))
+		r, err := New(Config{DB: db, TTL: 30 * time.Second, Tools: tools, Session: sessionConfigAutoCreate(),
+			RequestTable: "app_request", ToolExecutionTable: "app_tool_call"})
+		require.NoError(t, err)
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}
+		var runs atomic.Int64
+		agent := func(ctx context.Context, run *Run) (Answer, error) {
+			if _, err := run.CallTool(ctx, "read", json.RawMessage(`{"a":1}`)); err != nil {
+				return Answer{}, err
+			}
+			if runs.Add(1) == 1 {
+				return Answer{}, errors.New("model unavailable")
+			}
+			assert.Len(t, run.Prior(), 1)
+			return Answer{Reply: "ok"}, nil
+		}
+		_, err = r.Handle(ctx, msg, agent)
+		require.ErrorIs(t, err, ErrAgentFailed)
+		out, err := r.Handle(ctx, msg, agent)
+		require.NoError(t, err)
+		assert.True(t, out.Resumed)
+		out, err = r.Handle(ctx, msg, agent)
+		require.NoError(t, err)
+		assert.True(t, out.Replayed)
+		var n int
+		require.NoError(t, db.GetContext(ctx, &n, "SELECT COUNT(*) FROM app_request"))
+		assert.Equal(t, 1, n)
+		require.NoError(t, db.GetContext(ctx, &n, "SELECT COUNT(*) FROM app_tool_call"))
+		assert.Equal(t, 1, n)
+	})
+}
+
+func TestBadTableNames(t *testing.T) {
+	db := testdb.Open(t, lease.SQLite)
+	for name, cfg := range map[string]Config{
+		"request table": {DB: db, RequestTable: "bad-name"},
+		"tool table":    {DB: db, ToolExecutionTable: "a.b.c"},
+	} {
+		_, err := New(cfg)
+		var ve *lease.ValidationError
+		assert.ErrorAs(t, err, &ve, name)
+	}
+}

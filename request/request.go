@@ -73,6 +73,14 @@ type Config struct {
 	// Session configures the session lock (table, column mapping). Its
 	// Dialect and Lease fields are filled in from this Config.
 	Session session.Config
+	// RequestTable is the request table; empty means schema.RequestTable.
+	// It has the shipped table's columns (schema), under any valid name
+	// (optionally schema-qualified, see lease.NewTable).
+	RequestTable string
+	// ToolExecutionTable is the tool-execution table; empty means
+	// schema.ToolExecutionTable. Like RequestTable, only its name may
+	// differ from the shipped one.
+	ToolExecutionTable string
 	// Tools are the tools a run may call; nil means none.
 	Tools *toolexec.Registry
 	// Lease options (safety margin, clock) for every level. The heartbeat
@@ -136,11 +144,18 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := lease.New[string](cfg.Dialect, lease.MustTable(schema.RequestTable, Columns()), cfg.Lease)
+	if cfg.RequestTable == "" {
+		cfg.RequestTable = schema.RequestTable
+	}
+	reqTable, err := lease.NewTable(cfg.RequestTable, Columns())
 	if err != nil {
 		return nil, err
 	}
-	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Lease: cfg.Lease})
+	req, err := lease.New[string](cfg.Dialect, reqTable, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Table: cfg.ToolExecutionTable, Lease: cfg.Lease})
 	if err != nil {
 		return nil, err
 	}
