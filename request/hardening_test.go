@@ -409,3 +409,14 @@ func TestBadTableNames(t *testing.T) {
 		assert.ErrorAs(t, err, &ve, name)
 	}
 }
+
+// TestOutcomeJSON (issue 8, item 14): an Outcome encodes with snake_case
+// names, and nothing else (it carries no token).
+func TestOutcomeJSON(t *testing.T) {
+	b, err := json.Marshal(Outcome{RequestID: "r", Reply: "hi", Result: json.RawMessage(`{"id":7}`), Replayed: true, Resumed: true, Attempt: 2})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"request_id":"r","reply":"hi","result":{"id":7},"replayed":true,"resumed":true,"attempt":2}`, string(b))
+	b, err = json.Marshal(Outcome{RequestID: "r"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"request_id":"r","reply":"","replayed":false,"resumed":false,"attempt":0}`, string(b), "no result: omitted")
+}

@@ -191,14 +191,15 @@ type Answer struct {
 	Result json.RawMessage
 }
 
-// Outcome is what Handle returns.
+// Outcome is what Handle returns. It encodes to JSON with snake_case
+// names; it holds no token.
 type Outcome struct {
-	RequestID string
-	Reply     string
-	Result    json.RawMessage
-	Replayed  bool  // a stored success, returned without running anything or taking any lock
-	Resumed   bool  // this run took the request over from a failed or crashed run
-	Attempt   int64 // the request's generation: 1 for the first run
+	RequestID string          `json:"request_id"`
+	Reply     string          `json:"reply"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Replayed  bool            `json:"replayed"` // a stored success, returned without running anything or taking any lock
+	Resumed   bool            `json:"resumed"`  // this run took the request over from a failed or crashed run
+	Attempt   int64           `json:"attempt"`  // the request's generation: 1 for the first run
 }
 
 // ToolRecord is a tool call of this request that already succeeded (in an
