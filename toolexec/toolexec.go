@@ -75,10 +75,13 @@ func (e *FailedError) Unwrap() error { return e.Err }
 // Grant is a held tool execution.
 type Grant = lease.Grant[string]
 
-// Columns are the shipped tool-execution table's lease columns.
-var Columns = lease.Columns{
-	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
-	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+// Columns returns the tool-execution table's lease columns: a copy, so
+// that no package can change what New uses.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+		Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+	}
 }
 
 // Call is one tool call of one request.
@@ -143,7 +146,7 @@ func New(cfg Config) (*Store, error) {
 	if name == "" {
 		name = schema.ToolExecutionTable
 	}
-	t, err := lease.NewTable(name, Columns)
+	t, err := lease.NewTable(name, Columns())
 	if err != nil {
 		return nil, err
 	}
