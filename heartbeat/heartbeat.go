@@ -212,7 +212,8 @@ type Config struct {
 	// durations: the differences between this clock's readings.
 	Clock lease.Clock
 	// Logger receives renewals (Debug), retries (Warn) and losses (Error).
-	// Nil means no logging. Tokens are never logged.
+	// Nil means slog.Default(), as everywhere in rowlease. Tokens are never
+	// logged.
 	Logger *slog.Logger
 	// OnEvent, when set, is called from the supervisor goroutine on every
 	// renewal, retry and loss, for tests and metrics. It must return
@@ -300,7 +301,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	clock := cfg.Clock
 	if clock == nil {

@@ -25,7 +25,7 @@ type HoldOptions struct {
 	// ctx is already done; zero means 5s.
 	ReleaseTimeout time.Duration
 	// Logger receives the supervisor's and the release's messages; nil
-	// means none.
+	// means slog.Default(), as everywhere in rowlease.
 	Logger *slog.Logger
 	// OnEvent is passed to the supervisor (see Config.OnEvent).
 	OnEvent func(Event)
@@ -102,8 +102,10 @@ func release[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, g
 	if err == nil || errors.Is(err, lease.ErrLost) {
 		return nil // gone already: nothing of ours to give back
 	}
-	if o.Logger != nil {
-		o.Logger.Warn("heartbeat: release failed; the lease will expire after its TTL", "err", err)
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
 	}
+	log.Warn("heartbeat: release failed; the lease will expire after its TTL", "err", err)
 	return fmt.Errorf("heartbeat: release: %w", err)
 }

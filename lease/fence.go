@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -42,7 +43,10 @@ type TxBeginner interface {
 // takeover on another node, which a SELECT … FOR UPDATE would not be. The
 // renewal commits or rolls back with tx. It returns the generation, or
 // *LostError.
-func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (int64, error) {
+func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "confirm", OutcomeOK, time.Now(), &rgen, &rerr)
+	}
 	if err := l.checkDB(tx); err != nil {
 		return 0, err
 	}

@@ -46,6 +46,9 @@ type Options struct {
 	// are prepared once and kept; see PrepareMode. Statements inside a
 	// transaction or on a *sql.Conn are always sent as text.
 	Prepare PrepareMode
+	// Observer, when set, is told of every operation (see Observer); nil
+	// costs nothing.
+	Observer Observer
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -128,6 +131,7 @@ type Lease[K Key] struct {
 	prepare PrepareMode
 	stmts   stmtCache
 	b       sqlBuilder
+	obs     Observer // nil: nothing is reported
 
 	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
@@ -153,6 +157,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if l.clock == nil {
 		l.clock = systemClock{}
 	}
+	l.obs = opts.Observer
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
@@ -364,7 +369,10 @@ func (l *Lease[K]) Acquire(ctx context.Context, db DB, key K, holder string, ttl
 
 // AcquireWith is Acquire with options: reentry with a held token, a state
 // condition, and columns set in the same statement.
-func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (Grant[K], error) {
+func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "acquire", OutcomeAcquired, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return Grant[K]{}, err
 	}
@@ -438,7 +446,10 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 // backwards) and returns the grant with its new trust deadline. One
 // statement. A token that no longer matches gives *LostError (ErrLost). A
 // lease past its expiry that nobody has taken over can still be renewed.
-func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (Grant[K], error) {
+func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "renew", OutcomeOK, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return g, err
 	}
@@ -463,7 +474,10 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 // Release gives the lease up: holder, token and expiry become NULL. One
 // statement. A token that no longer matches gives *LostError: nothing was
 // changed, and someone else may hold the lease.
-func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
+func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "release", OutcomeOK, time.Now(), &g.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return err
 	}
@@ -492,7 +506,10 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
 // releases the lease or, with Keep, renews it for TTL. It returns the
 // updated grant (with a new deadline when kept). A mismatch gives
 // *LostError.
-func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (Grant[K], error) {
+func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "transition", OutcomeOK, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return g, err
 	}
@@ -542,7 +559,10 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 // transaction ends, so no one can take the lease over before a side effect
 // written in the same transaction commits. (On SQLite the transaction's
 // database lock does the same.) It returns the generation, or *LostError.
-func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (int64, error) {
+func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rgen int64, rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "verify", OutcomeOK, time.Now(), &rgen, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return 0, err
 	}
@@ -563,7 +583,10 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (in
 
 // Inspect reads the row's holder, generation, state and remaining time, all
 // judged by the database clock. A missing row gives ErrNotFound.
-func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (Status, error) {
+func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "inspect", OutcomeOK, time.Now(), &rst.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return Status{}, err
 	}
@@ -592,7 +615,10 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (Status, error) {
 // statement. If the key (or another unique key of the table) exists it
 // returns *DuplicateKeyError (ErrExists) and writes nothing. Columns that the
 // table requires besides the lease columns go in o.Set.
-func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (Grant[K], error) {
+func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "create", OutcomeAcquired, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return Grant[K]{}, err
 	}
@@ -633,7 +659,10 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 // statement: for a row the holder created and gives up before anything
 // came of it. A token that no longer matches gives *LostError and deletes
 // nothing.
-func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) error {
+func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "delete", OutcomeOK, time.Now(), &g.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return err
 	}
@@ -665,7 +694,11 @@ func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]
 
 // Ensure inserts a free row for key (generation 0) unless one exists. It
 // is one statement and never fails on an existing row.
-func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) error {
+func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (rerr error) {
+	if l.obs != nil {
+		var none int64
+		defer l.observe(ctx, "ensure", OutcomeOK, time.Now(), &none, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return err
 	}

@@ -109,3 +109,10 @@ func OutcomeOf(err error, ok string) string {
 	}
 	return OutcomeError
 }
+
+// observe reports one finished operation; called deferred, only when an
+// Observer is set.
+func (l *Lease[K]) observe(ctx context.Context, name, ok string, start time.Time, gen *int64, err *error) {
+	l.obs.Op(ctx, Op{Table: l.table.name, Name: name, Outcome: OutcomeOf(*err, ok), Start: start,
+		Duration: time.Since(start), Generation: *gen, Err: *err})
+}

@@ -88,6 +88,13 @@ type Config struct {
 	Lease lease.Options
 	// Logger; nil means slog.Default(). Tokens are never logged.
 	Logger *slog.Logger
+	// Observer, when set, receives a span per Handle with children for the
+	// lease operations, the model rounds the agent reports (Run.ModelRound),
+	// the tool calls and their fenced transactions; and the heartbeat's
+	// retries and losses as events. It is also used for every level's
+	// lease operations (it overrides Lease.Observer). Nil costs nothing.
+	// See package contrib/otel for OpenTelemetry.
+	Observer lease.Observer
 }
 
 // Runner runs messages through the three-level lock. It is safe for
@@ -133,6 +140,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer != nil {
+		cfg.Lease.Observer = cfg.Observer
 	}
 	// Validate TTL and interval once, as the heartbeat will.
 	if err := (heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}).Validate(); err != nil {
@@ -250,7 +260,12 @@ type existing struct {
 //  5. run agent under a heartbeat, with a context that dies on lease loss;
 //  6. mark success (storing the reply) or error, token-checked;
 //  7. release the session, with a bounded timeout even if ctx is done.
-func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (Outcome, error) {
+func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
+	if obs := r.cfg.Observer; obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanHandle, Attrs: []lease.Attr{{Key: lease.AttrSession, Value: msg.SessionKey}}})
+		defer func() { end(err, handleEnd(out, err)...) }()
+	}
 	if agent == nil {
 		return Outcome{}, &lease.ValidationError{Field: "agent", Reason: "nil"}
 	}
@@ -554,7 +569,12 @@ func (run *Run) Fences() []lease.Fence {
 // tool calls, such as storing the conversation. The lease rows are locked
 // only for the end of the transaction, so a long fn does not hold up the
 // heartbeat; on SQLite the heartbeat renews inside the transaction.
-func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if obs := run.r.cfg.Observer; obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
+		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+	}
 	return lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
 }
 
@@ -576,7 +596,17 @@ func (run *Run) flowDB() *lease.FlowDB {
 // whose outcome is unknown is a *toolexec.UnknownOutcomeError; an unknown
 // tool is an error matching toolexec.ErrUnknownTool. ctx (with its values)
 // is passed on to the effect.
-func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (toolexec.Result, error) {
+func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (res toolexec.Result, err error) {
+	if obs := run.r.cfg.Observer; obs != nil {
+		kind := "tx"
+		if run.r.cfg.Tools.External(tool) {
+			kind = "external"
+		}
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanTool, Attrs: []lease.Attr{
+			{Key: lease.AttrTool, Value: tool}, {Key: lease.AttrToolKind, Value: kind}, {Key: lease.AttrRequest, Value: run.id}}})
+		defer func() { end(err, toolEnd(res, err)...) }()
+	}
 	flow := run.flowDB()
 	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
@@ -614,7 +644,11 @@ func (run *Run) isAbandoned() bool {
 // execute runs the agent under supervision and finishes the request.
 func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	run.abandoned = make(chan struct{})
-	sup, err := heartbeat.New(heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log})
+	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log}
+	if r.cfg.Observer != nil {
+		hc.OnEvent = heartbeatEvent(ctx, r.cfg.Observer)
+	}
+	sup, err := heartbeat.New(hc)
 	if err != nil {
 		r.releaseAll(ctx, run)
 		return Outcome{}, err

@@ -248,6 +248,11 @@ else
     # shellcheck disable=SC2086
     go test -race -count=1 -timeout 40m -v ${GOTEST_FLAGS:-} ./... >"$log_file" 2>&1
     rc=$?
+    # Nested modules (contrib/*) are outside ./...: vet, lint and test each.
+    for mod in contrib/*/; do
+        (cd "$mod" && go vet ./... && "$(go env GOPATH)/bin/staticcheck" ./... \
+            && go test -race -count=1 -v ./...) >>"$log_file" 2>&1 || rc=1
+    done
     set -e
     if ((rc != 0)); then
         cat "$log_file"

@@ -174,7 +174,7 @@ func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOp
 	if !again {
 		// 1. The intent, before acting: fenced, and kept held.
 		err := s.retryTransient(ctx, call.Tool, func() error {
-			return lease.RunFenced(ctx, db, lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
+			return s.runFenced(ctx, db, call.Tool, "intent", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
 				Then: func(ctx context.Context, tx *sql.Tx) error {
 					_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
 						From: []string{schema.StatusProcessing}, To: schema.StatusStarted, Keep: true, TTL: g.TTL,
@@ -212,7 +212,7 @@ func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOp
 	// 3. The result: fenced and token-checked, like an in-transaction mark.
 	// The effect happened, so a transient failure is retried harder.
 	err = s.retryTransient(ctx, call.Tool, func() error {
-		return lease.RunFenced(ctx, db, lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
+		return s.runFenced(ctx, db, call.Tool, "result", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
 			Then: func(ctx context.Context, tx *sql.Tx) error {
 				unwatch()
 				_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{

@@ -138,6 +138,19 @@ type Config struct {
 type Store struct {
 	l     *lease.Lease[string]
 	findQ string
+	obs   lease.Observer // from Config.Lease.Observer; nil costs nothing
+}
+
+// runFenced is lease.RunFenced, reported to the Observer as a
+// lease.SpanFencedTx span of the given phase (effect, intent, result).
+func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, o lease.FencedTx, fn func(*sql.Tx) error) (err error) {
+	if s.obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
+			{Key: lease.AttrTool, Value: tool}, {Key: "rowlease.phase", Value: phase}}})
+		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+	}
+	return lease.RunFenced(ctx, db, o, fn)
 }
 
 // New validates cfg and returns a Store.
@@ -156,7 +169,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + t.Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND idempotency_key = ?"
-	return &Store{l: l, findQ: cfg.Dialect.Rebind(find)}, nil
+	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), obs: cfg.Lease.Observer}, nil
 }
 
 // Lease returns the underlying lease.
@@ -382,7 +395,7 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 	for _, f := range o.Fences {
 		gens[f.Name()] = f.Generation()
 	}
-	err = lease.RunFenced(ctx, db, lease.FencedTx{
+	err = s.runFenced(ctx, db, call.Tool, "effect", lease.FencedTx{
 		Fences: o.Fences,
 		Flow:   o.Flow,
 		Keep:   []lease.Fence{s.l.Fence("tool:"+call.Tool, g)},
