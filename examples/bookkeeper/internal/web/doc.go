@@ -31,4 +31,8 @@
 // poll; a message's failed try is shown on the message, and resent
 // automatically when the answer says to (409, 503, no response), or by a
 // Resend button (5xx); the id never changes.
+//
+// The page is checked in a real browser: chat_test.go drives it in
+// headless Chromium on every dialect (make test installs Debian's
+// chromium), and -update-screenshot rewrites docs/chat.png.
 package web
