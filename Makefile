@@ -4,7 +4,7 @@
 # The Go tarball install is often not on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: test test-sqlite bench servers fmt vet lint
+.PHONY: test test-sqlite bench servers screenshot fmt vet lint
 
 test:
 	bash scripts/test.sh
@@ -20,6 +20,12 @@ bench:
 # shell, then go test as usual. Interrupt to stop them.
 servers:
 	ROWLEASE_SERVE=$(CURDIR)/.servers.env bash scripts/test.sh
+
+# Rewrite examples/bookkeeper/docs/chat.png: the bookkeeper's chat page at the
+# end of its browser test (needs chromium and a Chinese font, e.g.
+# fonts-wqy-microhei).
+screenshot:
+	go test -count=1 -v -run 'TestChatPage/sqlite' ./examples/bookkeeper/internal/web -update-screenshot
 
 fmt:
 	gofmt -l -w .

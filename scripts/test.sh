@@ -2,7 +2,9 @@
 # Run the rowlease test suite against throwaway MariaDB and PostgreSQL servers.
 #
 # - As root with apt-get: installs what is missing (mariadb-server, postgresql,
-#   gcc for -race, ca-certificates for module downloads).
+#   gcc for -race, ca-certificates for module downloads, chromium for the
+#   bookkeeper's browser test, which fails under CI or ROWLEASE_REQUIRE_ALL
+#   when there is no chromium).
 # - Never touches system services: servers run from a fresh temp dir on free
 #   loopback ports and are stopped (and the dir removed) on exit.
 # - Exports ROWLEASE_MYSQL_DSN / ROWLEASE_POSTGRES_DSN for the Go tests. A
@@ -40,6 +42,7 @@ pkgs=()
 [[ -n $(find_pgbin) ]] || pkgs+=(postgresql)
 command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)   # go test -race needs cgo
 [[ -e /etc/ssl/certs/ca-certificates.crt ]] || pkgs+=(ca-certificates)   # go module downloads
+[[ -x /usr/bin/chromium ]] || command -v chromium >/dev/null || pkgs+=(chromium)   # the chat page's browser test
 if ((${#pkgs[@]})); then
     if ((IS_ROOT)) && command -v apt-get >/dev/null; then
         log "installing ${pkgs[*]}"

@@ -59,5 +59,10 @@
 // after -lease-ttl; a retry then takes the request over, and the tool calls
 // that committed are reused, not repeated.
 //
-// See README.md for a walk-through with curl.
+// The service also serves a chat page at / (http://127.0.0.1:8080/): two
+// devices side by side on one session, what the locks decided for every
+// try of every message, and the session's ledger with its charts
+// (internal/web, embedded; no external requests).
+//
+// See README.md for the page and a walk-through with curl.
 package main

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/web"
 	"github.com/rowlease/rowlease/httpapi"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
@@ -96,6 +97,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, st: cfg.Store, log: cfg.Logger, mux: http.NewServeMux(), drained: make(chan struct{})}
 	s.work, s.cancelWork = context.WithCancelCause(context.Background())
+	notFound := func(w http.ResponseWriter, r *http.Request) {
+		httpapi.Write(w, r, httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "no such endpoint"))
+	}
+	page := web.Handler(http.HandlerFunc(notFound)).ServeHTTP
 	routes := []struct {
 		path    string
 		methods map[string]http.HandlerFunc
@@ -105,6 +110,8 @@ func New(cfg Config) (*Server, error) {
 		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.postMessage, http.MethodGet: s.listMessages}},
 		{"/api/sessions/{id}/transactions", map[string]http.HandlerFunc{http.MethodGet: s.listTransactions}},
 		{"/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz}},
+		{"/{$}", map[string]http.HandlerFunc{http.MethodGet: page}},           // the chat page (package web)
+		{"/assets/{name}", map[string]http.HandlerFunc{http.MethodGet: page}}, // its scripts, styles, icon
 	}
 	for _, rt := range routes {
 		var allow []string
@@ -124,9 +131,7 @@ func New(cfg Config) (*Server, error) {
 				fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allowed)))
 		})
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		httpapi.Write(w, r, httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "no such endpoint"))
-	})
+	s.mux.HandleFunc("/", notFound)
 	return s, nil
 }
 

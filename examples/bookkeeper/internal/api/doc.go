@@ -7,6 +7,8 @@
 //	GET  /api/sessions/{id}/messages        200 {"messages": [...]}
 //	GET  /api/sessions/{id}/transactions    200 {"transactions": [...], "total_income", "total_expense"}
 //	GET  /healthz                           200 {"status": "ok"}
+//	GET  /                                  200 the chat page (package web)
+//	GET  /assets/{name}                     200 its script, style sheet and icon
 //
 // A message is {"content": "…", "client_request_id": "…"}; the client
 // request id is the client's idempotency key. Sending it again — a retry,
