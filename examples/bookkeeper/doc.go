@@ -17,12 +17,18 @@
 //   - tool execution: create_transaction commits the ledger row in one
 //     transaction with the fences of all three leases and the tool's
 //     success mark, so a taken-over request never writes a second row; the
-//     ledger's UNIQUE (request_id) says so again.
+//     ledger's UNIQUE (request_id) says so again. With -webhook, every
+//     booked transaction is also posted to a URL — an effect outside the
+//     database — with the tool execution's effect key as Idempotency-Key:
+//     the intent is recorded before the post and the result after, and a
+//     run that finds an intent without a result posts again with the same
+//     key, which the receiver performs once.
 //
 // # Usage
 //
 //	go run ./examples/bookkeeper [serve] [flags]   # the HTTP service
 //	go run ./examples/bookkeeper demo [flags]      # a self-checking load demo
+//	go run ./examples/bookkeeper receiver [flags]  # a webhook receiver for -webhook
 //
 // serve flags:
 //
@@ -37,6 +43,10 @@
 //	                 is read from OPENAI_API_KEY
 //	-lease-ttl       TTL of every lease (default 30s)
 //	-heartbeat       renewal interval (default a third of the TTL)
+//	-webhook         URL notified of every booked transaction, with
+//	                 Idempotency-Key (default $BOOKKEEPER_WEBHOOK; off when empty)
+//	-webhook-timeout bound of one post (default 10s); past it the outcome
+//	                 is unknown and the message fails until a retry settles it
 //	-shutdown-grace  how long in-flight requests may finish after SIGINT or
 //	                 SIGTERM before they are abandoned (default 10s)
 //	-v               debug logging
@@ -57,6 +67,10 @@
 // that is killed outright (SIGKILL, power loss) leaves its leases to expire
 // after -lease-ttl; a retry then takes the request over, and the tool calls
 // that committed are reused, not repeated.
+//
+// receiver flags: -addr (default 127.0.0.1:9090), -delay (how long it
+// works on a new key before performing it), -v. It keeps what it performed
+// in memory and lists it at GET /effects.
 //
 // See README.md for a walk-through with curl.
 package main

@@ -18,6 +18,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 )
 
 func main() {
@@ -30,6 +31,7 @@ func main() {
 const usage = `usage:
   bookkeeper [serve] [flags]   run the HTTP service
   bookkeeper demo [flags]      run the self-checking demo
+  bookkeeper receiver [flags]  run a webhook receiver for -webhook (in memory)
   bookkeeper <command> -h      show a command's flags
 `
 
@@ -45,6 +47,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
+	case "receiver":
+		return runReceiver(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -89,6 +93,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.cfg.LLM, "llm", service.LLMRule, "model: rule (offline keyword rules) or openai")
 	fs.StringVar(&c.cfg.LLMBaseURL, "llm-base-url", llm.DefaultOpenAIBaseURL, "OpenAI-compatible API root, for -llm openai")
 	fs.StringVar(&c.cfg.LLMModel, "llm-model", service.DefaultOpenAIModel, "model name, for -llm openai (key from OPENAI_API_KEY)")
+	fs.StringVar(&c.cfg.WebhookURL, "webhook", os.Getenv(webhookEnv), "URL notified of every booked transaction, with the tool call's Idempotency-Key (default $"+webhookEnv+"; off when empty)")
+	fs.DurationVar(&c.cfg.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "bound of one webhook post; past it the outcome is unknown and the message fails until a retry settles it")
 	fs.DurationVar(&c.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -346,6 +346,11 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-llm", "gpt", "-addr", "127.0.0.1:0"}, 1, `-llm "gpt"`},
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-lease-ttl", "3s", "-heartbeat", "2s", "-addr", "127.0.0.1:0"}, 1, "interval"},
 		{[]string{"demo", "-sessions", "x"}, 2, "invalid value"},
+		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-webhook", "ftp://hooks", "-addr", "127.0.0.1:0"}, 1, "-webhook"},
+		{[]string{"receiver", "-no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"receiver", "-delay", "-1s"}, 2, "negative -delay"},
+		{[]string{"receiver", "extra"}, 2, "unexpected arguments"},
+		{[]string{"receiver", "-addr", "256.0.0.1:1"}, 1, "receiver"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(ctx, tc.args, &stdout, &stderr)
