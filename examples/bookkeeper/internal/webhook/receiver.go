@@ -135,6 +135,20 @@ func (r *Receiver) Seen(key string) (seen, performed, answered bool) {
 	return true, ks.done || ks.status != 0, ks.done
 }
 
+// Busy is the number of keys being processed now (neither performed and
+// answered nor abandoned).
+func (r *Receiver) Busy() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ks := range r.keys {
+		if !ks.done {
+			n++
+		}
+	}
+	return n
+}
+
 // ServeHTTP handles the receiver's routes.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {

@@ -196,8 +196,10 @@ func TestKeyInProgress(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusConflict, se.Status)
 	assert.NotErrorIs(t, err, toolexec.ErrNotPerformed)
+	assert.Equal(t, 1, r.Busy())
 	close(release)
 	require.NoError(t, <-first)
+	assert.Zero(t, r.Busy())
 	assert.Equal(t, webhook.Stats{Requests: 2, Effects: 1, Conflicts: 1}, r.Stats())
 }
 
