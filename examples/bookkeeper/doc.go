@@ -52,10 +52,14 @@
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),
-// plays many devices and sessions against it over HTTP, prints a table and
-// checks against the database that no client request id produced more
-// than one transaction; it exits non-zero when a check fails. It defaults
-// -llm-latency to 500ms (half the server's) so it finishes in about 12 seconds.
+// with a webhook receiver of its own, plays many devices and sessions
+// against it over HTTP, prints a table and checks against the database
+// that no client request id produced more than one transaction and that
+// every transaction was posted once; then a scene where a tool takes 3s
+// (-slow-tool) with a lease TTL of 1s while a second device's duplicate
+// gets 409 and, afterwards, the stored reply. It exits non-zero when a
+// check fails. It defaults -llm-latency to 500ms (half the server's) so it
+// finishes in about 15 seconds.
 //
 // # Shutdown
 //

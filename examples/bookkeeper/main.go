@@ -142,6 +142,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var dc demo.Config
 	fs.IntVar(&dc.Sessions, "sessions", demo.DefaultSessions, "sessions (users) played in parallel, three devices each")
 	fs.IntVar(&dc.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "attempts per message; a 409 is retried after Retry-After")
+	fs.DurationVar(&dc.SlowTool, "slow-tool", demo.DefaultSlowTool, "how long the slow-tool scene's webhook receiver works before it answers; negative skips the scene")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -361,10 +361,11 @@ func TestCommandLine(t *testing.T) {
 
 func TestDemoCommand(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"demo", "-sessions", "3", "-llm-latency", "20ms"}, &stdout, &stderr)
+	code := run(context.Background(), []string{"demo", "-sessions", "3", "-llm-latency", "20ms", "-slow-tool", "1500ms"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "%s\n%s", stdout.String(), stderr.String())
 	out := stdout.String()
 	assert.Contains(t, out, "[ok  ] every client request id produced at most one transaction")
+	assert.Contains(t, out, "scene: a slow tool — the webhook receiver takes 1.5s to answer")
 	assert.Contains(t, out, "PASS")
 	assert.NotContains(t, out, "FAIL")
 	assert.Contains(t, stderr.String(), "sends", "the progress bar")
