@@ -17,13 +17,19 @@
 //   - tool execution: create_transaction commits the ledger row in one
 //     transaction with the fences of all three leases and the tool's
 //     success mark, so a taken-over request never writes a second row; the
-//     ledger's UNIQUE (request_id) says so again.
+//     ledger's UNIQUE (request_id) says so again. With -webhook, every
+//     booked transaction is also posted to a URL — an effect outside the
+//     database — with the tool execution's effect key as Idempotency-Key:
+//     the intent is recorded before the post and the result after, and a
+//     run that finds an intent without a result posts again with the same
+//     key, which the receiver performs once.
 //
 // # Usage
 //
 //	go run ./examples/bookkeeper [serve] [flags]   # the HTTP service
 //	go run ./examples/bookkeeper demo [flags]      # a self-checking load demo
-//	go run ./examples/bookkeeper -h                # both commands and their flags
+//	go run ./examples/bookkeeper receiver [flags]  # a webhook receiver for -webhook
+//	go run ./examples/bookkeeper -h                # every command and its flags
 //
 // serve flags:
 //
@@ -38,15 +44,23 @@
 //	                 is read from OPENAI_API_KEY
 //	-lease-ttl       TTL of every lease (default 30s)
 //	-heartbeat       renewal interval (default a third of the TTL)
+//	-webhook         URL notified of every booked transaction, with
+//	                 Idempotency-Key (default $BOOKKEEPER_WEBHOOK; off when empty)
+//	-webhook-timeout bound of one post (default 10s); past it the outcome
+//	                 is unknown and the message fails until a retry settles it
 //	-shutdown-grace  how long in-flight requests may finish after SIGINT or
 //	                 SIGTERM before they are abandoned (default 10s)
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),
-// plays many devices and sessions against it over HTTP, prints a table and
-// checks against the database that no client request id produced more
-// than one transaction; it exits non-zero when a check fails. It defaults
-// -llm-latency to 500ms (half the server's) so it finishes in about 12 seconds.
+// with a webhook receiver of its own, plays many devices and sessions
+// against it over HTTP, prints a table and checks against the database
+// that no client request id produced more than one transaction and that
+// every transaction was posted once; then a scene where a tool takes 3s
+// (-slow-tool) with a lease TTL of 1s while a second device's duplicate
+// gets 409 and, afterwards, the stored reply. It exits non-zero when a
+// check fails. It defaults -llm-latency to 500ms (half the server's) so it
+// finishes in about 15 seconds.
 //
 // # Shutdown
 //
@@ -58,6 +72,10 @@
 // that is killed outright (SIGKILL, power loss) leaves its leases to expire
 // after -lease-ttl; a retry then takes the request over, and the tool calls
 // that committed are reused, not repeated.
+//
+// receiver flags: -addr (default 127.0.0.1:9090), -delay (how long it
+// works on a new key before performing it), -v. It keeps what it performed
+// in memory and lists it at GET /effects.
 //
 // The service also serves a chat page at / (http://127.0.0.1:8080/): two
 // devices side by side on one session, what the locks decided for every

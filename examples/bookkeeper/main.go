@@ -18,6 +18,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 )
 
 func main() {
@@ -30,6 +31,7 @@ func main() {
 const usage = `usage:
   bookkeeper [serve] [flags]   run the HTTP service
   bookkeeper demo [flags]      run the self-checking demo
+  bookkeeper receiver [flags]  run a webhook receiver for -webhook (in memory)
   bookkeeper help              show this help (also -h, --help)
   bookkeeper <command> -h      show one command's flags
 `
@@ -53,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return serve(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
+	case "receiver":
+		return runReceiver(ctx, args, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "bookkeeper: unknown command %q\n%s", cmd, usage)
 	return 2
@@ -67,6 +71,10 @@ func printUsage(w io.Writer) {
 	fs.PrintDefaults()
 	fmt.Fprintf(w, "\nbookkeeper demo flags:\n")
 	fs, _ = demoFlags()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "\nbookkeeper receiver flags:\n")
+	fs, _ = receiverFlags()
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
@@ -138,6 +146,8 @@ func serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.LLM, "llm", service.LLMRule, "model: rule (offline keyword rules) or openai")
 	fs.StringVar(&o.cfg.LLMBaseURL, "llm-base-url", llm.DefaultOpenAIBaseURL, "OpenAI-compatible API root, for -llm openai")
 	fs.StringVar(&o.cfg.LLMModel, "llm-model", service.DefaultOpenAIModel, "model name, for -llm openai (key from OPENAI_API_KEY)")
+	fs.StringVar(&o.cfg.WebhookURL, "webhook", os.Getenv(webhookEnv), "URL notified of every booked transaction, with the tool call's Idempotency-Key (default $"+webhookEnv+"; off when empty)")
+	fs.DurationVar(&o.cfg.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "bound of one webhook post; past it the outcome is unknown and the message fails until a retry settles it")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
 	return fs, o
 }
@@ -188,6 +198,7 @@ func demoFlags() (*flag.FlagSet, *demoOptions) {
 	fs.Lookup("db").Usage += " (default: a fresh SQLite file in a temporary directory)"
 	fs.IntVar(&o.demo.Sessions, "sessions", demo.DefaultSessions, "sessions (users) played in parallel, three devices each")
 	fs.IntVar(&o.demo.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "attempts per message; a 409 is retried after Retry-After")
+	fs.DurationVar(&o.demo.SlowTool, "slow-tool", demo.DefaultSlowTool, "how long the slow-tool scene's webhook receiver works before it answers; negative skips the scene")
 	return fs, o
 }
 

@@ -346,6 +346,11 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-llm", "gpt", "-addr", "127.0.0.1:0"}, 1, `-llm "gpt"`},
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-lease-ttl", "3s", "-heartbeat", "2s", "-addr", "127.0.0.1:0"}, 1, "interval"},
 		{[]string{"demo", "-sessions", "x"}, 2, "invalid value"},
+		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-webhook", "ftp://hooks", "-addr", "127.0.0.1:0"}, 1, "-webhook"},
+		{[]string{"receiver", "-no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"receiver", "-delay", "-1s"}, 2, "negative -delay"},
+		{[]string{"receiver", "extra"}, 2, "unexpected arguments"},
+		{[]string{"receiver", "-addr", "256.0.0.1:1"}, 1, "receiver"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(ctx, tc.args, &stdout, &stderr)
@@ -391,10 +396,11 @@ func TestHelp(t *testing.T) {
 
 func TestDemoCommand(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"demo", "-sessions", "3", "-llm-latency", "20ms"}, &stdout, &stderr)
+	code := run(context.Background(), []string{"demo", "-sessions", "3", "-llm-latency", "20ms", "-slow-tool", "1500ms"}, &stdout, &stderr)
 	require.Equal(t, 0, code, "%s\n%s", stdout.String(), stderr.String())
 	out := stdout.String()
 	assert.Contains(t, out, "[ok  ] every client request id produced at most one transaction")
+	assert.Contains(t, out, "scene: a slow tool — the webhook receiver takes 1.5s to answer")
 	assert.Contains(t, out, "PASS")
 	assert.NotContains(t, out, "FAIL")
 	assert.Contains(t, stderr.String(), "sends", "the progress bar")

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/toolexec"
 )
@@ -43,6 +45,9 @@ type Config struct {
 	MaxRounds int
 	// HistoryLimit bounds the earlier messages sent to the model; 0 means 20.
 	HistoryLimit int
+	// Webhook, when set, is notified of every booked transaction (the
+	// external tool ToolNotify); nil means no notifications.
+	Webhook *webhook.Sender
 	// Now gives "today" for transactions without a date; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -81,6 +86,15 @@ func New(cfg Config) (*Agent, error) {
 		llm.ToolListTransactions:  a.listTransactions,
 	} {
 		if err := a.tools.Register(name, fn); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Webhook != nil {
+		// Repeat: after a crash between announcing and recording a
+		// notification, send it again with the same key. Right because
+		// the receiver honours Idempotency-Key: a key it performed is
+		// answered with its first answer, not performed twice.
+		if err := a.tools.RegisterExternal(ToolNotify, a.notifyEffect, toolexec.ExternalOptions{Repeat: true}); err != nil {
 			return nil, err
 		}
 	}
@@ -149,6 +163,13 @@ func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, e
 	reply, err := a.converse(ctx, run, msgs, zh)
 	if err != nil {
 		return request.Answer{}, err
+	}
+	// The webhook, before the reply is stored: a stored reply means the
+	// notification is settled (see notify).
+	if note, err := a.notify(ctx, run, zh); err != nil {
+		return request.Answer{}, err
+	} else if note != "" {
+		reply += "\n" + note
 	}
 	if err := run.InTx(ctx, func(tx *sql.Tx) error {
 		_, err := a.st.AppendMessage(ctx, tx, store.Message{SessionKey: key, ClientRequestID: client,
@@ -231,6 +252,10 @@ func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall)
 	if args == "" {
 		args = "{}"
 	}
+	if tc.Function.Name == ToolNotify {
+		// The agent notifies, once per booked transaction; not the model.
+		return errorJSON(fmt.Sprintf("unknown tool %q; the tools are %s", ToolNotify, strings.Join(a.modelTools(), ", "))), nil
+	}
 	res, err := run.CallTool(ctx, tc.Function.Name, json.RawMessage(args))
 	var failed *toolexec.FailedError
 	switch {
@@ -246,11 +271,22 @@ func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall)
 		return errorJSON("the ledger could not complete this call; it may be retried"), nil
 	case errors.Is(err, toolexec.ErrUnknownTool):
 		return errorJSON(fmt.Sprintf("unknown tool %q; the tools are %s", truncate(tc.Function.Name, 64),
-			strings.Join(a.tools.Names(), ", "))), nil
+			strings.Join(a.modelTools(), ", "))), nil
 	case errors.Is(err, toolexec.ErrInvalidArguments):
 		return errorJSON("arguments must be a JSON object: " + truncate(err.Error(), 200)), nil
 	}
 	return "", err
+}
+
+// modelTools are the registered tools the model may call.
+func (a *Agent) modelTools() []string {
+	var out []string
+	for _, n := range a.tools.Names() {
+		if n != ToolNotify {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // fallbackReply answers when the model used up its rounds or said nothing.
@@ -272,7 +308,10 @@ func (a *Agent) fallbackReply(ctx context.Context, run *request.Run, zh bool) (s
 
 // priorMessages turns the tool calls that committed in a crashed run into
 // an assistant message and its tool results, so the model sees them as done.
+// The webhook notification is the agent's own call, not the model's: left
+// out.
 func priorMessages(prior []request.ToolRecord) []llm.Message {
+	prior = slices.DeleteFunc(slices.Clone(prior), func(p request.ToolRecord) bool { return p.Tool == ToolNotify })
 	if len(prior) == 0 {
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
@@ -76,13 +77,19 @@ type env struct {
 
 func newEnv(t *testing.T, db *sqlx.DB, model llm.Model, ttl time.Duration) *env {
 	t.Helper()
+	return newEnvWith(t, db, model, ttl, nil)
+}
+
+// newEnvWith is newEnv with a webhook to notify (nil: none).
+func newEnvWith(t *testing.T, db *sqlx.DB, model llm.Model, ttl time.Duration, hook *webhook.Sender) *env {
+	t.Helper()
 	ctx := context.Background()
 	d, err := lease.DetectDialect(db)
 	require.NoError(t, err)
 	st := store.New(db.DB, d)
 	require.NoError(t, st.Migrate(ctx))
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ag, err := agent.New(agent.Config{Store: st, Model: model, Logger: log,
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Logger: log, Webhook: hook,
 		Now: func() time.Time { return time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC) }})
 	require.NoError(t, err)
 	r, err := request.New(request.Config{DB: st.DB, Dialect: d, TTL: ttl, Tools: ag.Tools(), Logger: log})

@@ -22,7 +22,9 @@
 //     (*toolexec.FailedError), an unknown tool or invalid arguments go back
 //     to the model as a tool result {"error": "..."}; only lease loss,
 //     cancellation and database failures end the run;
-//  5. appends the reply, fenced like the user message, and answers with
+//  5. when a webhook is configured and the request booked a transaction,
+//     notifies it (ToolNotify, below);
+//  6. appends the reply, fenced like the user message, and answers with
 //     Result {"transaction_id": id or null}, read from the ledger.
 //
 // # Tools
@@ -33,4 +35,30 @@
 //     refuses it again in the database.
 //   - list_categories and list_transactions only read, inside the same
 //     fenced transaction.
+//   - notify_webhook (ToolNotify) is external (toolexec.RegisterExternal)
+//     and called by the agent, never by the model: it posts the booked
+//     transaction (webhook.Notification, built from the ledger row, so
+//     every run of the request makes the same call) to Config.Webhook with
+//     the tool execution's effect key as Idempotency-Key. The intent is
+//     recorded before the post and the result after, each fenced. It is
+//     registered with Repeat: a run that finds the notification announced
+//     without a result (an earlier run crashed, or did not hear the
+//     answer) posts it again with the same key, which is safe because the
+//     receiver performs a key once and answers it again with its first
+//     answer. A receiver that does not honour keys would need a Reconcile
+//     instead.
+//
+// # Failure handling of the notification
+//
+//   - performed (2xx): the reply gets a line with the receiver's receipt.
+//   - refused (4xx but 409): recorded as the tool's failure; the reply says
+//     so, and the request is answered: the transaction stands.
+//   - unknown (timeout, connection lost, 5xx, 409 — the key still in
+//     progress): the run fails with a *toolexec.UnknownOutcomeError, so the
+//     request is marked error (HTTP 500 agent-failed) instead of being
+//     answered as a success that hides it. The client's retry with the
+//     same client request id takes the request over, finds the
+//     notification announced, and posts it again with the same key.
+//   - the run losing its lease mid-post cancels the post (unknown, as
+//     above); whoever owns the request next posts it again.
 package agent

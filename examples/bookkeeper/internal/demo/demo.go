@@ -17,9 +17,23 @@
 //     422.
 //
 // A 409 is retried after its Retry-After (plus jitter) up to MaxAttempts
-// times, so nearly every message is answered in the end. Run prints a
-// progress bar to stderr while it plays (plain ASCII; carriage returns only
-// on a terminal), then a table and the checks.
+// times, so nearly every message is answered in the end. Every booked
+// transaction is posted to a webhook receiver running in the demo
+// (package webhook), which must have performed exactly one effect per
+// ledger row. Run prints a progress bar to stderr while it plays (plain
+// ASCII; carriage returns only on a terminal), then a table and the
+// checks.
+//
+// Then a scene with a slow tool (skipped when Config.SlowTool is
+// negative): a second service on the same database, with a lease TTL of
+// 1s, notifies a receiver that takes SlowTool (3s) to answer. The phone
+// sends a message; while its run waits on the receiver, the laptop sends
+// the same message with the same client request id and gets 409
+// request-in-flight, again after each Retry-After, until the phone's run
+// is done and it gets the stored reply. Meanwhile the demo reads the tool
+// execution's and the request's leases every 50ms: the tool's lease is
+// renewed past its TTL and no generation changes (no takeover). Its
+// checks are printed too, and the verdict (PASS or FAIL) covers both.
 package demo
 
 import (
@@ -42,6 +56,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/api"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 )
 
 // Defaults of Config.
@@ -66,6 +81,9 @@ type Config struct {
 	// Progress forces the progress bar's terminal mode (carriage returns)
 	// on or off; nil means detect whether stderr is a terminal.
 	Progress *bool
+	// SlowTool is how long the slow-tool scene's webhook receiver works
+	// before answering; 0 means DefaultSlowTool, negative skips the scene.
+	SlowTool time.Duration
 }
 
 // kind says what a message should do.
@@ -165,6 +183,17 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, er
 		where = filepath.Join(dir, "bookkeeper.db")
 		sc.DB = "sqlite:" + where
 	}
+	if cfg.SlowTool == 0 {
+		cfg.SlowTool = DefaultSlowTool
+	}
+	// The webhook every booked transaction is posted to: a receiver in
+	// this process that performs each Idempotency-Key once.
+	rcv, err := startReceiver(webhook.ReceiverConfig{Logger: sc.Logger})
+	if err != nil {
+		return false, err
+	}
+	defer rcv.stop()
+	sc.WebhookURL = rcv.url
 	svc, err := service.Open(ctx, sc)
 	if err != nil {
 		return false, err
@@ -197,7 +226,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, er
 	}
 	fmt.Fprintf(stdout, "bookkeeper demo: %d sessions x 3 devices, rule model latency %s per round, lease TTL %s\n",
 		cfg.Sessions, max(latency, 0), ttl)
-	fmt.Fprintf(stdout, "database: %s %s; server: %s\n\n", svc.Store.Dialect, where, base)
+	fmt.Fprintf(stdout, "database: %s %s; server: %s; webhook: %s\n\n", svc.Store.Dialect, where, base, rcv.url)
 
 	sessions := make([]string, cfg.Sessions)
 	total := 0
@@ -238,7 +267,23 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, er
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	return report(ctx, stdout, svc.Store, st, sessions, took, cfg.MaxAttempts)
+	ok, err = report(ctx, stdout, svc.Store, st, sessions, took, cfg.MaxAttempts, rcv.Effects())
+	if err != nil {
+		return false, err
+	}
+	if cfg.SlowTool > 0 {
+		checks, err := slowScene(ctx, stdout, svc.Store, sc, cfg.SlowTool)
+		if err != nil {
+			return false, err
+		}
+		ok = printChecks(stdout, checks) && ok
+	}
+	if ok {
+		fmt.Fprintln(stdout, "\nPASS")
+	} else {
+		fmt.Fprintln(stdout, "\nFAIL")
+	}
+	return ok, nil
 }
 
 func createSession(ctx context.Context, c *http.Client, base string) (string, error) {
@@ -349,7 +394,9 @@ type check struct {
 	text string
 }
 
-func report(ctx context.Context, w io.Writer, st *store.Store, s *stats, sessions []string, took time.Duration, maxAttempts int) (bool, error) {
+// report prints the table and the checks of the devices' phases (not the
+// verdict) and returns whether the checks passed.
+func report(ctx context.Context, w io.Writer, st *store.Store, s *stats, sessions []string, took time.Duration, maxAttempts int, effects []webhook.Effect) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db := st.DB
@@ -471,6 +518,18 @@ func report(ctx context.Context, w io.Writer, st *store.Store, s *stats, session
 		}
 	}
 
+	// The webhook: one effect per transaction of these sessions.
+	perTx := map[string]int{}
+	for _, e := range effects {
+		perTx[e.Notification.TransactionID]++
+	}
+	notifiedOnce := 0
+	for id := range txByID {
+		if perTx[id] == 1 {
+			notifiedOnce++
+		}
+	}
+
 	conflicts := 0
 	for _, n := range s.conflicts {
 		conflicts += n
@@ -507,6 +566,7 @@ func report(ctx context.Context, w io.Writer, st *store.Store, s *stats, session
 	row("  answered, and meant to record a transaction", createsAnswered)
 	row("transactions written (ledger rows)", written)
 	row("most transactions for one client request id", maxPer)
+	row("webhook effects (the receiver, one per key)", len(effects))
 	fmt.Fprintln(w)
 
 	checks := []check{
@@ -517,16 +577,10 @@ func report(ctx context.Context, w io.Writer, st *store.Store, s *stats, session
 		{got422 == want422 && want422 > 0, fmt.Sprintf("the reused client request id with other content got 422 (%d of %d)", got422, want422)},
 		{s.badRetry == 0, fmt.Sprintf("every 409 was problem+json with Retry-After >= 1 (%d of %d)", conflicts-s.badRetry, conflicts)},
 		{len(wrongStatus) == 0 && s.transport == 0, "no unexpected status and no transport error"},
+		{notifiedOnce == len(txByID) && len(effects) == len(txByID),
+			fmt.Sprintf("every transaction posted to the webhook once (%d effects, %d ledger rows, %d notified once)", len(effects), len(txByID), notifiedOnce)},
 	}
-	ok := true
-	fmt.Fprintln(w, "checks")
-	for _, c := range checks {
-		mark := "ok  "
-		if !c.ok {
-			mark, ok = "FAIL", false
-		}
-		fmt.Fprintf(w, "  [%s] %s\n", mark, c.text)
-	}
+	ok := printChecks(w, checks)
 	for _, list := range [][]string{mismatches, msgProblems, wrongStatus} {
 		for i, l := range list {
 			if i == 10 {
@@ -539,12 +593,21 @@ func report(ctx context.Context, w io.Writer, st *store.Store, s *stats, session
 	if gaveUp > 0 {
 		fmt.Fprintf(w, "  note: %d message(s) were still busy after %d attempts (not an error: the client gave up)\n", gaveUp, maxAttempts)
 	}
-	if ok {
-		fmt.Fprintln(w, "\nPASS")
-	} else {
-		fmt.Fprintln(w, "\nFAIL")
-	}
 	return ok, nil
+}
+
+// printChecks prints checks under "checks" and returns whether all passed.
+func printChecks(w io.Writer, checks []check) bool {
+	ok := true
+	fmt.Fprintln(w, "checks")
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.ok {
+			mark, ok = "FAIL", false
+		}
+		fmt.Fprintf(w, "  [%s] %s\n", mark, c.text)
+	}
+	return ok
 }
 
 func mustLedger(ctx context.Context, st *store.Store, session string) string {

@@ -5,16 +5,20 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
 	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -25,7 +29,7 @@ func TestScriptPhrases(t *testing.T) {
 	for _, tc := range []struct {
 		phrases []string
 		tool    string
-	}{{creates, llm.ToolCreateTransaction}, {queries, ""}} {
+	}{{append(creates, slowMessage), llm.ToolCreateTransaction}, {queries, ""}} {
 		for _, p := range tc.phrases {
 			resp, err := model.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: p}}})
 			require.NoError(t, err)
@@ -40,19 +44,58 @@ func TestScriptPhrases(t *testing.T) {
 	}
 }
 
+// The demo, on every dialect: its checks pass, and the slow-tool scene
+// shows the duplicate's 409 and its replay.
 func TestRun(t *testing.T) {
-	tty := true
-	var stdout, stderr bytes.Buffer
-	ok, err := Run(context.Background(), Config{
-		Service:  service.Config{LLMLatency: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		Sessions: 4, Progress: &tty,
-	}, &stdout, &stderr)
-	require.NoError(t, err)
-	require.True(t, ok, stdout.String())
-	out := stdout.String()
-	for _, want := range []string{"409 session-busy", "200 replayed", "422 client-request-id-reused", "transactions written", "PASS"} {
-		assert.Contains(t, out, want)
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			tty := true
+			var stdout, stderr bytes.Buffer
+			ok, err := Run(context.Background(), Config{
+				Service: service.Config{DB: dbURL(t, d), LLMLatency: 20 * time.Millisecond,
+					Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+				Sessions: 4, Progress: &tty, SlowTool: 1500 * time.Millisecond,
+			}, &stdout, &stderr)
+			require.NoError(t, err)
+			require.True(t, ok, stdout.String())
+			out := stdout.String()
+			for _, want := range []string{"409 session-busy", "200 replayed", "422 client-request-id-reused", "transactions written",
+				"[ok  ] every transaction posted to the webhook once",
+				"scene: a slow tool", "laptop  sends the same (slow-1): 409 request-in-flight", "laptop  200, replayed=true",
+				"[ok  ] the duplicate from the second device got 409 request-in-flight while the tool ran",
+				"[ok  ] it outlived its 1s TTL on renewals", "PASS"} {
+				assert.Contains(t, out, want)
+			}
+			assert.NotContains(t, out, "FAIL")
+			assert.True(t, strings.Contains(stderr.String(), "\r["), "a terminal gets an in-place bar")
+		})
 	}
-	assert.NotContains(t, out, "FAIL")
-	assert.True(t, strings.Contains(stderr.String(), "\r["), "a terminal gets an in-place bar")
+}
+
+// dbURL makes a fresh database of dialect d and returns its -db value; ""
+// (a fresh SQLite file made by Run) for SQLite.
+func dbURL(t *testing.T, d lease.Dialect) string {
+	t.Helper()
+	switch d {
+	case lease.MySQL:
+		db := testdb.Open(t, d) // a fresh database, dropped at cleanup
+		var name string
+		require.NoError(t, db.Get(&name, "SELECT DATABASE()"))
+		cfg, err := mysql.ParseDSN(os.Getenv(testdb.MySQLEnv))
+		require.NoError(t, err)
+		u := url.URL{Scheme: "mysql", User: url.UserPassword(cfg.User, cfg.Passwd), Host: cfg.Addr, Path: "/" + name}
+		return u.String()
+	case lease.Postgres:
+		db := testdb.Open(t, d) // a fresh schema, dropped at cleanup
+		var name string
+		require.NoError(t, db.Get(&name, "SELECT current_schema()"))
+		u, err := url.Parse(os.Getenv(testdb.PostgresEnv))
+		require.NoError(t, err)
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return ""
 }

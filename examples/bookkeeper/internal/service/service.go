@@ -16,6 +16,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/api"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 	"github.com/rowlease/rowlease/request"
 )
 
@@ -57,6 +58,12 @@ type Config struct {
 	// shutdown signal before they are abandoned (cancelled, leases
 	// released).
 	ShutdownGrace time.Duration
+	// WebhookURL, when set, is notified of every booked transaction with
+	// the tool call's effect key as Idempotency-Key (see package webhook);
+	// "" means no notifications. WebhookTimeout bounds one post (0 means
+	// webhook.DefaultTimeout).
+	WebhookURL     string
+	WebhookTimeout time.Duration
 	// Now is the clock for "today"; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -127,10 +134,17 @@ func New(ctx context.Context, st *store.Store, cfg Config) (*Service, error) {
 }
 
 func build(ctx context.Context, st *store.Store, model llm.Model, maxRetryAfter time.Duration, cfg Config) (*Service, error) {
+	var hook *webhook.Sender
+	if cfg.WebhookURL != "" {
+		var err error
+		if hook, err = webhook.NewSender(cfg.WebhookURL, cfg.WebhookTimeout); err != nil {
+			return nil, fmt.Errorf("service: -webhook: %w", err)
+		}
+	}
 	if err := st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	ag, err := agent.New(agent.Config{Store: st, Model: model, Now: cfg.Now, Logger: cfg.Logger})
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
