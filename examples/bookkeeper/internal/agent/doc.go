@@ -55,7 +55,7 @@
 //     so, and the request is answered: the transaction stands.
 //   - unknown (timeout, connection lost, 5xx, 409 — the key still in
 //     progress): the run fails with a *toolexec.UnknownOutcomeError, so the
-//     request is marked error (HTTP 500 agent-failed) instead of being
+//     request is marked error (HTTP 502 outcome-unknown) instead of being
 //     answered as a success that hides it. The client's retry with the
 //     same client request id takes the request over, finds the
 //     notification announced, and posts it again with the same key.
