@@ -58,9 +58,16 @@
 //     difference. MySQL evaluates SET left to right on updated values, so
 //     the generation is assigned first; the same SQL intent gives the same
 //     result on all three dialects.
-//   - Bad input (empty key or holder, a TTL ≤ 0, below MinTTL or above
-//     MaxTTL, a nil database, an invalid identifier) is a *ValidationError
-//     before any SQL is sent.
+//   - Bad input is a *ValidationError before any SQL is sent: an empty key
+//     or holder; a key (of any type whose underlying type is string) or
+//     holder longer than 191 bytes, not UTF-8, holding a NUL byte or ending
+//     in a space (see CheckText); a TTL ≤ 0, below MinTTL or above MaxTTL;
+//     a nil database; an invalid identifier.
+//   - A key is one key on every dialect. MySQL's PAD SPACE collations
+//     (utf8mb4_bin among them) compare "a" and "a " as equal, PostgreSQL
+//     and SQLite do not: keys and holders ending in a space are refused
+//     everywhere rather than meaning one row here and two there. Use
+//     CheckText for your own text in a unique key.
 //   - A token prints as [redacted] everywhere (fmt, slog, JSON), and never
 //     appears in an error.
 //

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -24,6 +26,10 @@ const (
 // MaxHolderLen is the longest holder accepted, in bytes (it fits a
 // VARCHAR(191) utf8mb4 column, the widest that MySQL indexes by default).
 const MaxHolderLen = 191
+
+// MaxKeyLen is the longest key of a string kind accepted, in bytes, for the
+// same reason.
+const MaxKeyLen = 191
 
 // Clock gives the local time used for trust deadlines. It must carry a
 // monotonic reading, as time.Now does; tests may inject their own.
@@ -171,12 +177,18 @@ func (l *Lease[K]) Dialect() Dialect { return l.dialect }
 // Table returns the lease's table spec.
 func (l *Lease[K]) Table() Table { return l.table }
 
+// keyText is the key as text, for errors: a string kind as it is, an
+// integer in decimal. It looks at the underlying kind, so a named type's
+// String method plays no part.
 func keyText[K Key](k K) string {
-	switch v := any(k).(type) {
-	case string:
-		return v
+	v := reflect.ValueOf(k)
+	switch v.Kind() {
+	case reflect.String:
+		return v.String()
+	case reflect.Uint32:
+		return strconv.FormatUint(v.Uint(), 10)
 	}
-	return fmt.Sprint(k)
+	return strconv.FormatInt(v.Int(), 10)
 }
 
 func (l *Lease[K]) checkKey(k K) error {
@@ -184,20 +196,44 @@ func (l *Lease[K]) checkKey(k K) error {
 	if k == zero {
 		return invalid("key", "empty")
 	}
-	if s, ok := any(k).(string); ok {
-		if len(s) > MaxHolderLen || !utf8.ValidString(s) {
-			return invalid("key", "longer than "+strconv.Itoa(MaxHolderLen)+" bytes or not UTF-8")
-		}
+	// Every type whose underlying type is string (type SessionID string),
+	// not only string itself.
+	if v := reflect.ValueOf(k); v.Kind() == reflect.String {
+		return CheckText("key", v.String(), MaxKeyLen)
 	}
 	return nil
 }
 
-func checkHolder(h string) error {
-	if h == "" {
-		return invalid("holder", "empty")
-	}
-	if len(h) > MaxHolderLen || !utf8.ValidString(h) {
-		return invalid("holder", "longer than "+strconv.Itoa(MaxHolderLen)+" bytes or not UTF-8")
+func checkHolder(h string) error { return CheckText("holder", h, MaxHolderLen) }
+
+// CheckText checks text that the lease tables store and compare, so that
+// it behaves alike on every dialect, and returns a *ValidationError (field
+// names it) when it is:
+//
+//   - empty;
+//   - longer than maxBytes bytes;
+//   - not valid UTF-8;
+//   - holding a NUL byte (PostgreSQL cannot store one);
+//   - ending in a space: MySQL's and MariaDB's PAD SPACE collations (the
+//     utf8mb4_bin of the shipped tables among them) compare "a" and "a "
+//     as equal, so they would be one key there and two on PostgreSQL and
+//     SQLite.
+//
+// The error never quotes s. Keys of a string kind and holders are checked
+// with it (maxBytes MaxKeyLen and MaxHolderLen); use it for other text that
+// takes part in a unique key, such as a client request id.
+func CheckText(field, s string, maxBytes int) error {
+	switch {
+	case s == "":
+		return invalid(field, "empty")
+	case len(s) > maxBytes:
+		return invalid(field, "longer than "+strconv.Itoa(maxBytes)+" bytes")
+	case !utf8.ValidString(s):
+		return invalid(field, "not UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return invalid(field, "contains a NUL byte")
+	case s[len(s)-1] == ' ':
+		return invalid(field, "ends with a space (MySQL would compare it equal to the text without it)")
 	}
 	return nil
 }
@@ -240,8 +276,8 @@ func (l *Lease[K]) checkStates(field string, states ...string) error {
 		if l.table.cols.State == "" {
 			return invalid(field, "the table spec has no State column")
 		}
-		if len(s) > 64 || !utf8.ValidString(s) {
-			return invalid(field, "longer than 64 bytes or not UTF-8")
+		if err := CheckText(field, s, 64); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -74,10 +74,15 @@
 // MySQL and MariaDB: strings are VARCHAR, large text is LONGTEXT, times are
 // DATETIME(6) holding UTC, defaulting to UTC_TIMESTAMP(6). Tables are InnoDB
 // with utf8mb4 and the binary collation utf8mb4_bin, so keys compare by their
-// bytes and case matters, as on the other two dialects. One difference
-// remains: utf8mb4_bin is a PAD SPACE collation, so on MySQL and MariaDB two
-// keys that differ only in trailing spaces are equal (and collide in a unique
-// key), while PostgreSQL and SQLite keep them apart. Open connections with
+// bytes and case matters, as on the other two dialects. utf8mb4_bin is a
+// PAD SPACE collation: on MySQL and MariaDB two keys that differ only in
+// trailing spaces are equal (and collide in a unique key), while PostgreSQL
+// and SQLite keep them apart. The library therefore refuses session keys,
+// holders and client request ids that end in a space, on every dialect,
+// before any SQL (lease.CheckText); check text of your own that goes into
+// these columns the same way. (A NO PAD collation has no name common to
+// MariaDB and MySQL 8, and would not help tables of your own.) Open
+// connections with
 // parseTime=true and loc=UTC (the go-sql-driver default for loc) so that
 // time.Time values go in and come out as UTC. Lengths are enforced only in
 // strict SQL mode (the default of both servers); otherwise MySQL truncates

@@ -409,11 +409,26 @@ func badInputWritesNothing(t *testing.T, e Env) {
 	noKey := g
 	noKey.Key = ""
 	calls := map[string]func() error{
-		"empty key":      func() error { _, err := e.Lease.Acquire(ctx, db, "", "b", time.Second); return err },
-		"long key":       func() error { _, err := e.Lease.Acquire(ctx, db, long, "b", time.Second); return err },
-		"empty holder":   func() error { _, err := e.Lease.Acquire(ctx, db, "k", "", time.Second); return err },
-		"long holder":    func() error { _, err := e.Lease.Acquire(ctx, db, "k", long, time.Second); return err },
-		"bad utf8":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "\xff", time.Second); return err },
+		"empty key":    func() error { _, err := e.Lease.Acquire(ctx, db, "", "b", time.Second); return err },
+		"long key":     func() error { _, err := e.Lease.Acquire(ctx, db, long, "b", time.Second); return err },
+		"empty holder": func() error { _, err := e.Lease.Acquire(ctx, db, "k", "", time.Second); return err },
+		"long holder":  func() error { _, err := e.Lease.Acquire(ctx, db, "k", long, time.Second); return err },
+		"bad utf8":     func() error { _, err := e.Lease.Acquire(ctx, db, "k", "\xff", time.Second); return err },
+		// PostgreSQL cannot store a NUL byte; MySQL's PAD SPACE collations
+		// make "k " the same key as "k": refused everywhere instead.
+		"NUL in key":     func() error { _, err := e.Lease.Acquire(ctx, db, "k\x00", "b", time.Second); return err },
+		"NUL in holder":  func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b\x00", time.Second); return err },
+		"key + space":    func() error { _, err := e.Lease.Acquire(ctx, db, "k ", "b", time.Second); return err },
+		"holder + space": func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b ", time.Second); return err },
+		"create key + space": func() error {
+			_, err := e.Lease.Create(ctx, db, "new ", "b", time.Second, lease.CreateOptions{})
+			return err
+		},
+		"ensure key + space": func() error { return e.Lease.Ensure(ctx, db, "new ", lease.CreateOptions{}) },
+		"state + space": func() error {
+			_, err := e.Lease.AcquireWith(ctx, db, "k", "b", time.Second, lease.AcquireOptions{SetState: "processing "})
+			return err
+		},
 		"zero ttl":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 0); return err },
 		"negative ttl":   func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", -time.Second); return err },
 		"sub-ms ttl":     func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 500*time.Microsecond); return err },
