@@ -47,17 +47,23 @@
 //     PostgreSQL uses the statement's time, not now(), so a lease taken late
 //     in a long transaction still gets its full TTL.
 //   - The grant's local trust Deadline — the send time of the last
-//     successful acquire or renew + TTL − SafetyMargin, on the monotonic
-//     clock — falls at least SafetyMargin before the database expiry, as
-//     long as the two clocks run at the same rate.
+//     successful acquire or renew + TTL − SafetyMargin − Resolution, on the
+//     monotonic clock — falls at least SafetyMargin before the expiry the
+//     database stored, as long as the two clocks run at the same rate.
+//     Resolution covers how far the stored expiry may fall short of now +
+//     TTL: SQLite's clock reads whole milliseconds (up to 1ms behind), and
+//     a declared coarse column (Options.ExpiryResolution, e.g. a DATETIME
+//     without fraction, which MariaDB truncates) loses up to its step. A
+//     TTL must exceed SafetyMargin + Resolution.
 //   - Correct under go-sql-driver/mysql's default changed-rows count: every
 //     successful statement changes the row (a renewal never moves expires_at
 //     backwards and, when it would not move it forward, adds a microsecond),
-//     and a matched-but-unchanged row (a user column of second precision) is
-//     still recognised through LAST_INSERT_ID. clientFoundRows makes no
-//     difference. MySQL evaluates SET left to right on updated values, so
-//     the generation is assigned first; the same SQL intent gives the same
-//     result on all three dialects.
+//     so success is 1 row affected in either mode; clientFoundRows makes no
+//     difference. Only on a declared coarse column, where a renewal in the
+//     same second leaves the row as it was, does a non-zero LAST_INSERT_ID
+//     with 0 rows affected count as a match. MySQL evaluates SET left to
+//     right on updated values, so the generation is assigned first; the
+//     same SQL intent gives the same result on all three dialects.
 //   - Bad input is a *ValidationError before any SQL is sent: an empty key
 //     or holder; a key (of any type whose underlying type is string) or
 //     holder longer than 191 bytes, not UTF-8, holding a NUL byte or ending
@@ -102,12 +108,17 @@
 //
 // # Dialect notes
 //
-// MySQL: expires_at is DATETIME(6) holding UTC. Use interpolateParams=true
-// in the DSN, or go-sql-driver prepares, runs and closes a statement for
-// every query with arguments (three messages instead of one). On engines
-// that speak the MySQL protocol but are not MySQL (Vitess, TiDB), keep the
-// expiry at microsecond precision so that rows affected is always 1 on
-// success. Every lease statement sets the session's LAST_INSERT_ID(): read
+// MySQL: expires_at is DATETIME(6) holding UTC. A column of your own with
+// fewer fractional digits must be declared with Options.ExpiryResolution
+// (DATETIME: time.Second): undeclared, its truncated expiry can fall before
+// the holder's trust deadline, and a renewal in the same second reads as
+// ErrLost. Use interpolateParams=true in the DSN, or go-sql-driver
+// prepares, runs and closes a statement for every query with arguments
+// (three messages instead of one). On engines that speak the MySQL
+// protocol but are not MySQL (Vitess, TiDB), keep the expiry at
+// microsecond precision: rows affected is then always 1 on success, and
+// the LAST_INSERT_ID fallback of coarse columns, which such an engine may
+// misreport (Vitess 16.0 did), is never used. Every lease statement sets the session's LAST_INSERT_ID(): read
 // your own insert id before running a lease operation on the same
 // connection. Ensure uses ON DUPLICATE KEY UPDATE, which on MySQL also
 // swallows a conflict on another unique key of the table.
@@ -119,7 +130,9 @@
 //
 // PostgreSQL: expires_at is timestamptz.
 //
-// SQLite: expires_at is an INTEGER of microseconds since the Unix epoch.
+// SQLite: expires_at is an INTEGER of microseconds since the Unix epoch;
+// the clock that fills it reads whole milliseconds, so TTLs must exceed the
+// safety margin + 1ms and deadlines fall 1ms earlier.
 // Open the file with WAL, a busy timeout and _txlock=immediate, and more
 // than one connection, so a heartbeat can renew while a transaction runs.
 package lease

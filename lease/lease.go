@@ -52,6 +52,17 @@ type Options struct {
 	// are prepared once and kept; see PrepareMode. Statements inside a
 	// transaction or on a *sql.Conn are always sent as text.
 	Prepare PrepareMode
+	// ExpiryResolution declares an ExpiresAt column coarser than a
+	// microsecond: time.Second for a MySQL DATETIME or a PostgreSQL
+	// timestamptz(0), 10ms for DATETIME(2), and so on (a power of ten
+	// between 1µs and 1s). The database truncates or rounds now+TTL to it,
+	// so the stored expiry may fall up to one resolution early: every
+	// trust deadline is moved that much earlier, and a TTL must exceed the
+	// safety margin plus the resolution. Zero means a column that keeps
+	// microseconds (DATETIME(6), timestamptz, SQLite's integer), as the
+	// shipped tables do. An undeclared coarse column breaks the deadline
+	// guarantee.
+	ExpiryResolution time.Duration
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -73,8 +84,9 @@ type Grant[K Key] struct {
 	Generation int64 // fencing generation: strictly increasing per row with every new grant
 	TTL        time.Duration
 	// Deadline is the local trust deadline on the monotonic clock: the send
-	// time of the last successful acquire or renew + TTL − safety margin.
-	// Past it, act as if the lease were lost.
+	// time of the last successful acquire or renew + TTL − safety margin −
+	// expiry resolution (see Lease.Resolution). Past it, act as if the
+	// lease were lost.
 	Deadline time.Time
 }
 
@@ -132,6 +144,8 @@ type Lease[K Key] struct {
 	margin  time.Duration
 	clock   Clock
 	prepare PrepareMode
+	res     time.Duration // clock or column resolution, whichever is coarser
+	coarse  bool          // a declared expiry column coarser than a microsecond
 	stmts   stmtCache
 	b       sqlBuilder
 
@@ -155,7 +169,15 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
 		return nil, invalid("prepare mode", "unknown")
 	}
+	if r := opts.ExpiryResolution; r != 0 && !powerOfTenMicros(r) {
+		return nil, invalid("expiry resolution", "not a power of ten between 1µs and 1s")
+	}
 	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock, prepare: opts.Prepare}
+	l.res = dialect.clockResolution()
+	if opts.ExpiryResolution > l.res {
+		l.res = opts.ExpiryResolution
+	}
+	l.coarse = opts.ExpiryResolution > time.Microsecond
 	if l.clock == nil {
 		l.clock = systemClock{}
 	}
@@ -170,6 +192,24 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	l.createQ = compile(dialect, l.b.create(false, nil))
 	return l, nil
 }
+
+// powerOfTenMicros reports whether r is 1µs, 10µs, … or 1s.
+func powerOfTenMicros(r time.Duration) bool {
+	for p := time.Microsecond; p <= time.Second; p *= 10 {
+		if r == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolution is how far a stored expiry may fall short of the database
+// clock's now + TTL: the clock's resolution (1µs on MySQL and PostgreSQL,
+// 1ms on SQLite, whose clock reads whole milliseconds, up to 1ms behind) or
+// the declared Options.ExpiryResolution, whichever is coarser. Every trust
+// deadline is moved this much earlier, so that it still falls a whole
+// safety margin before the database expiry.
+func (l *Lease[K]) Resolution() time.Duration { return l.res }
 
 // Dialect returns the lease's dialect.
 func (l *Lease[K]) Dialect() Dialect { return l.dialect }
@@ -262,10 +302,17 @@ func (l *Lease[K]) checkTTL(ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if l.marginFor(ttl) >= ttl {
-		return invalid("ttl", "not above the safety margin "+l.margin.String())
+	if m := l.marginFor(ttl); m+l.res >= ttl {
+		return invalid("ttl", "not above the safety margin "+m.String()+" plus the expiry resolution "+l.res.String())
 	}
 	return nil
+}
+
+// deadline is the trust deadline of a grant whose statement was sent at
+// sent: a whole safety margin before the earliest expiry the database may
+// have stored.
+func (l *Lease[K]) deadline(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - l.marginFor(ttl) - l.res)
 }
 
 func (l *Lease[K]) checkStates(field string, states ...string) error {
@@ -349,10 +396,14 @@ func addSet(m map[string]any, set []Assignment) {
 
 // exec runs an UPDATE that hands back the generation and reports whether it
 // matched the row. PostgreSQL and SQLite use RETURNING. MySQL reads the
-// value that LAST_INSERT_ID(expr) put in the OK packet: the row matched when
-// rows affected is 1, or — when go-sql-driver/mysql counts changed rather
-// than matched rows and the row was left unchanged — when that value is
-// non-zero (MySQL sends 0 when no row was evaluated).
+// value that LAST_INSERT_ID(expr) put in the OK packet when rows affected
+// is 1. Every successful statement changes a microsecond expiry column, so
+// 1 is what a match reports in either affected-rows mode. Only on a
+// declared coarser column (Options.ExpiryResolution) can a renewal in the
+// same second leave the row unchanged; there, and only there, 0 rows
+// affected with a non-zero insert id counts as a match (MySQL sends 0 when
+// no row was evaluated; engines that misreport LAST_INSERT_ID(expr), as
+// Vitess 16.0 did, must not be given a coarse column).
 func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any) (gen int64, ok bool, err error) {
 	args := c.args(m)
 	if l.dialect != MySQL {
@@ -374,10 +425,10 @@ func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any
 	if err != nil {
 		return 0, false, err
 	}
-	if n == 0 && id == 0 {
-		return 0, false, nil
+	if n == 1 || (n == 0 && id != 0 && l.coarse) {
+		return id, true, nil
 	}
-	return id, true, nil
+	return 0, false, nil
 }
 
 func (l *Lease[K]) translate(k K, err error) error {
@@ -445,7 +496,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 		return Grant[K]{}, l.whyNot(ctx, db, key, o.InStates)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: gen, TTL: ttl,
-		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
+		Deadline: l.deadline(sent, ttl)}, nil
 }
 
 // whyNot classifies a failed acquire with one read.
@@ -492,7 +543,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	if !ok {
 		return g, &LostError{Key: keyText(g.Key), Op: "renew"}
 	}
-	g.Generation, g.TTL, g.Deadline = gen, ttl, sent.Add(ttl-l.marginFor(ttl))
+	g.Generation, g.TTL, g.Deadline = gen, ttl, l.deadline(sent, ttl)
 	return g, nil
 }
 
@@ -565,7 +616,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	}
 	g.Generation = gen
 	if o.Keep {
-		g.TTL, g.Deadline = o.TTL, sent.Add(o.TTL-l.marginFor(o.TTL))
+		g.TTL, g.Deadline = o.TTL, l.deadline(sent, o.TTL)
 	} else {
 		g.Deadline = sent // released: no longer trusted
 	}
@@ -662,7 +713,7 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 		return Grant[K]{}, l.translate(key, err)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,
-		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
+		Deadline: l.deadline(sent, ttl)}, nil
 }
 
 // Delete removes the row if g still holds it, in one token-checked
