@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -31,4 +32,26 @@ func TestLibraryLinksNoOtherDriver(t *testing.T) {
 			t.Errorf("the library links %s", banned)
 		}
 	}
+}
+
+// TestGoDirectiveNoPatchMinimum: the go line of go.mod is what every
+// importer's go mod tidy must meet. It names a release (1.N.0), not a
+// patch level that would force a toolchain download on importers.
+func TestGoDirectiveNoPatchMinimum(t *testing.T) {
+	b, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "go ")
+		if !ok {
+			continue
+		}
+		parts := strings.Split(strings.TrimSpace(v), ".")
+		if len(parts) == 3 && parts[2] != "0" {
+			t.Errorf("go.mod says go %s: a patch-level minimum", v)
+		}
+		return
+	}
+	t.Fatal("go.mod has no go line")
 }

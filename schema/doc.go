@@ -15,8 +15,9 @@
 // lease.Dialect.String() and a database/sql driver name work. Any other name
 // yields an error that wraps ErrUnknownDialect and quotes the name. The supported servers are MySQL 8.0.16 or later (earlier
 // 8.0 releases parse but do not enforce CHECK constraints), MariaDB 10.6 or
-// later, PostgreSQL 9.5 or later and SQLite 3. The package is tested against
-// MariaDB 10.11, PostgreSQL 15 and the SQLite of modernc.org/sqlite.
+// later, PostgreSQL 13 or later and SQLite 3.35 or later (the library's
+// statements use RETURNING), as in the README. The package is tested
+// against MariaDB 10.11, PostgreSQL 15 and the SQLite of modernc.org/sqlite.
 //
 // # Tables
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -261,5 +262,45 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		mm.up = reindented.String()
 		require.NotEqual(t, m.up, mm.up)
 		assert.NoError(t, checkDrift(mm.ddl, mm.up, mm.down, mm.goose), "%s: re-indentation must not count as drift", d)
+	}
+}
+
+// TestMigrationFilesAreUsersFiles: users copy the migration files into
+// their own folders, so the files say what they do and nothing about this
+// repository's tests or paths.
+func TestMigrationFilesAreUsersFiles(t *testing.T) {
+	t.Parallel()
+	err := fs.WalkDir(migrationFiles, "migrations", func(path string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		if d.IsDir() {
+			return nil
+		}
+		b, err := fs.ReadFile(migrationFiles, path)
+		require.NoError(t, err)
+		for _, word := range []string{"Test", "test", "schema/sql", "drift"} {
+			assert.NotContains(t, string(b), word, path)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// TestSupportedVersionsAgree: the package doc and the DDL headers name the
+// server versions the README names.
+func TestSupportedVersionsAgree(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "MySQL 8 / MariaDB 10.6+, PostgreSQL 13+ and SQLite 3.35+")
+	for _, want := range []string{"MariaDB 10.6 or\n// later", "PostgreSQL 13 or later", "SQLite 3.35 or later"} {
+		assert.Contains(t, string(doc), want, "schema/doc.go")
+	}
+	for d, want := range map[string]string{"mysql": "MariaDB 10.6+", "postgres": "PostgreSQL 13+", "sqlite": "SQLite 3.35+"} {
+		ddl, err := DDL(d)
+		require.NoError(t, err)
+		first, _, _ := strings.Cut(ddl, "\n")
+		assert.Contains(t, first, want, "schema/sql/%s.sql", d)
 	}
 }

@@ -157,6 +157,10 @@ type Execer interface {
 //go:embed sql/*.sql
 var ddlFiles embed.FS
 
+// migrationFiles hold the same statements as ddlFiles, for golang-migrate
+// and goose; TestMigrationsMatchDDL fails when they drift. The files carry
+// no note about that test: users copy them into their own folders.
+//
 //go:embed migrations
 var migrationFiles embed.FS
 
