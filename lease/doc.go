@@ -39,7 +39,8 @@
 //   - Exactly one winner among any number of concurrent Acquires.
 //   - The generation strictly increases with every new grant on a row and is
 //     unchanged by reentry and renewal: hand it to systems outside the
-//     database as a fencing token.
+//     database as a fencing token. It belongs to the row: Delete, then
+//     Create of the same key, starts again at 1 (see Delete for why).
 //   - Expiry is decided only in SQL against the database clock
 //     (UTC_TIMESTAMP(6), statement_timestamp(), or SQLite's clock), at
 //     microsecond precision (SQLite's clock ticks in milliseconds). The

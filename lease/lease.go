@@ -720,6 +720,16 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 // statement: for a row the holder created and gives up before anything
 // came of it. A token that no longer matches gives *LostError and deletes
 // nothing.
+//
+// The row's generation goes with it: a later Create of the same key starts
+// again at generation 1. Keeping it would need the deleted row to stay (a
+// tombstone, which Create would then collide with) or a counter kept
+// elsewhere (a second table and a second statement in every Create, on
+// tables that may be the user's own). So generations order the grants of
+// one row, not of one key across deletions: fence on the generation only
+// where keys are not reused — the request and tool-execution rows of this
+// module are keyed by fresh UUIDs — and do not Delete a row whose
+// generation went out to another system.
 func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) error {
 	if err := l.checkDB(db); err != nil {
 		return err

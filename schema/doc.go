@@ -9,11 +9,12 @@
 //
 // # Dialects
 //
-// Every function takes the dialect as a case-insensitive name: "mysql" (also
-// "mariadb"), "postgres" (also "postgresql", "pgx" and "pgx/v5") or "sqlite"
-// (also "sqlite3"). These are the names lease.ParseDialect accepts, so both
-// lease.Dialect.String() and a database/sql driver name work. Any other name
-// yields an error that wraps ErrUnknownDialect and quotes the name. The supported servers are MySQL 8.0.16 or later (earlier
+// Every function takes the dialect as a lease.Dialect (lease.MySQL,
+// lease.Postgres or lease.SQLite), the same value the lease, session,
+// request and toolexec packages take; lease.ParseDialect and
+// lease.DetectDialect turn a driver name or a database handle into one. Any
+// other value yields an error that wraps ErrUnknownDialect. The supported
+// servers are MySQL 8.0.16 or later (earlier
 // 8.0 releases parse but do not enforce CHECK constraints), MariaDB 10.6 or
 // later, PostgreSQL 13 or later and SQLite 3.35 or later (the library's
 // statements use RETURNING), as in the README. The package is tested
@@ -142,7 +143,7 @@
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
 //
-//	fsys, err := schema.Migrations("postgres", "golang-migrate")
+//	fsys, err := schema.Migrations(lease.Postgres, "golang-migrate")
 //	src, err := iofs.New(fsys, ".")
 //	m, err := migrate.NewWithSourceInstance("iofs", src, databaseURL)
 //	err = m.Up()
@@ -155,7 +156,7 @@
 //
 // With goose (github.com/pressly/goose/v3):
 //
-//	fsys, err := schema.Migrations("mysql", "goose")
+//	fsys, err := schema.Migrations(lease.MySQL, "goose")
 //	goose.SetBaseFS(fsys)
 //	err = goose.SetDialect("mysql")
 //	err = goose.Up(db, ".")

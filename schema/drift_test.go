@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/lease"
 )
 
 // normalizeStatement collapses every run of white space to one space. The
@@ -161,7 +163,7 @@ func checkDrift(ddl, migrateUp, migrateDown, goose string) error {
 
 type migrationTexts struct{ ddl, up, down, goose string }
 
-func readMigrationTexts(t *testing.T, dialect string) migrationTexts {
+func readMigrationTexts(t *testing.T, dialect lease.Dialect) migrationTexts {
 	t.Helper()
 	ddl, err := DDL(dialect)
 	require.NoError(t, err)
@@ -297,7 +299,7 @@ func TestSupportedVersionsAgree(t *testing.T) {
 	for _, want := range []string{"MariaDB 10.6 or\n// later", "PostgreSQL 13 or later", "SQLite 3.35 or later"} {
 		assert.Contains(t, string(doc), want, "schema/doc.go")
 	}
-	for d, want := range map[string]string{"mysql": "MariaDB 10.6+", "postgres": "PostgreSQL 13+", "sqlite": "SQLite 3.35+"} {
+	for d, want := range map[lease.Dialect]string{lease.MySQL: "MariaDB 10.6+", lease.Postgres: "PostgreSQL 13+", lease.SQLite: "SQLite 3.35+"} {
 		ddl, err := DDL(d)
 		require.NoError(t, err)
 		first, _, _ := strings.Cut(ddl, "\n")

@@ -487,6 +487,14 @@ func deleteIsTokenChecked(t *testing.T, e Env) {
 	_, err = e.Lease.Inspect(ctx, e.DB, "d")
 	assert.ErrorIs(t, err, lease.ErrNotFound)
 	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g2), lease.ErrLost)
+
+	// The generation went with the row: the key created again starts at 1
+	// (documented on Delete), and the deleted grants hold nothing.
+	g3, err := e.Lease.Create(ctx, e.DB, "d", "c", 30*time.Second, lease.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g3.Generation)
+	_, err = e.Lease.Renew(ctx, e.DB, g2, time.Second)
+	assert.ErrorIs(t, err, lease.ErrLost)
 }
 
 // everyHandleType runs acquire, renew, inspect and release through each
