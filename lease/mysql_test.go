@@ -362,8 +362,8 @@ func mysqlCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestMySQLPreparedPath: on a pool the lease runs prepared statements
-// (binary protocol). The generation still comes back through
+// TestMySQLPreparedPath: on a pool, with PrepareAlways, the lease runs
+// prepared statements (binary protocol); with the default it sends text. The generation still comes back through
 // LAST_INSERT_ID in the OK packet, and a renewal in the same second on a
 // second-precision column is still a success.
 func TestMySQLPreparedPath(t *testing.T) {
@@ -375,7 +375,7 @@ func TestMySQLPreparedPath(t *testing.T) {
 	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
 		ExpiresAt: "lease_until", Generation: "fence"})
 	require.NoError(t, err)
-	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second})
+	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second, Prepare: lease.PrepareAlways})
 	require.NoError(t, err)
 	pool := mysqlPools(t, db)["changedRows"]
 	pool.SetMaxOpenConns(1) // one session: its pinned clock holds for every statement
@@ -404,6 +404,26 @@ func TestMySQLPreparedPath(t *testing.T) {
 	require.NoError(t, l.Release(ctx, pool, g))
 	require.ErrorIs(t, l.Release(ctx, pool, g), lease.ErrLost)
 	require.NoError(t, l.Close())
+
+	// The default sends text on MySQL: with interpolateParams (as the
+	// package doc asks) nothing is prepared on the server.
+	text := mysqlPools(t, db)["interpolateParams"]
+	text.SetMaxOpenConns(1)
+	textPrepared := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, text.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n))
+		return n
+	}
+	def, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second})
+	require.NoError(t, err)
+	before = textPrepared()
+	g, err = def.Acquire(ctx, text, 1, "carol", 5*time.Second)
+	require.NoError(t, err)
+	_, err = def.Renew(ctx, text, g, 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, def.Release(ctx, text, g))
+	assert.Equal(t, before, textPrepared(), "PrepareAuto prepares nothing on MySQL")
 }
 
 // fixedClock is a local clock that always reads the same instant, so that

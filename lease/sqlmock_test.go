@@ -1010,7 +1010,7 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			require.NoError(t, err)
 			g := mockGrant(t)
 			q := mockOp1(t, "Verify").sql[d].(string)
-			if d == lease.Postgres {
+			if d != lease.SQLite { // PrepareAuto prepares on SQLite only
 				for range 2 {
 					mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 				}
@@ -1035,6 +1035,12 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit())
 			require.NoError(t, l.Close())
+
+			// Closed: text from now on, nothing prepared again.
+			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			_, err = l.Verify(context.Background(), db, g, false)
+			require.NoError(t, err)
+			require.NoError(t, l.Close(), "a second Close is a no-op")
 		})
 	}
 }
