@@ -18,7 +18,8 @@ const (
 	// Postgres is PostgreSQL 13+, through pgx (or any database/sql driver
 	// that accepts $n placeholders).
 	Postgres
-	// SQLite is SQLite 3.35+ (RETURNING is required), e.g. modernc.org/sqlite.
+	// SQLite is SQLite 3.35+ (RETURNING is required), through
+	// modernc.org/sqlite or mattn/go-sqlite3.
 	SQLite
 )
 

@@ -5,7 +5,11 @@
 //
 // It speaks MySQL 8 / MariaDB 10.6+, PostgreSQL 13+ and SQLite 3.35+, and
 // links no database driver but go-sql-driver/mysql (PostgreSQL and SQLite
-// errors are recognised through the methods their error types expose).
+// errors are recognised through the methods their error types expose, or,
+// for mattn/go-sqlite3, through its error's fields). On SQLite both
+// modernc.org/sqlite ("sqlite") and mattn/go-sqlite3 ("sqlite3", cgo) are
+// supported and tested: duplicate keys become ErrExists, SQLITE_BUSY is
+// IsRetryable.
 //
 // # The model
 //

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,6 +22,12 @@ import (
 // RunLease runs the lease conformance suite on dialect d. Every case opens
 // its own database and runs in parallel.
 func RunLease(t *testing.T, d lease.Dialect) {
+	RunLeaseOn(t, func(t testing.TB) *sqlx.DB { return testdb.Open(t, d) })
+}
+
+// RunLeaseOn runs the same suite on databases that open returns, one per
+// case: for a second driver of a dialect (mattn/go-sqlite3).
+func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, e Env)
@@ -48,7 +55,7 @@ func RunLease(t *testing.T, d lease.Dialect) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := Setup(t, testdb.Open(t, d), lease.Options{})
+			e := Setup(t, open(t), lease.Options{})
 			c.fn(t, e)
 		})
 	}
