@@ -41,8 +41,9 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Options configure a Lease. The zero value is valid.
 type Options struct {
-	// SafetyMargin is subtracted from the TTL to give the local trust
-	// deadline. Zero means TTL/10. It must be below every TTL used.
+	// SafetyMargin is subtracted from the TTL (with Lease.Resolution) to
+	// give the local trust deadline. Zero means TTL/10. Every TTL used must
+	// exceed it plus the resolution.
 	// Distributed engines that let node clocks drift (up to ~500ms) need a
 	// margin above that drift.
 	SafetyMargin time.Duration
