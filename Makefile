@@ -4,7 +4,7 @@
 # The Go tarball install is often not on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: test test-sqlite bench servers fmt vet
+.PHONY: test test-sqlite bench servers fmt vet lint
 
 test:
 	bash scripts/test.sh
@@ -26,3 +26,7 @@ fmt:
 
 vet:
 	go vet ./...
+
+# The linter make test runs (installed at the version scripts/test.sh pins).
+lint:
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

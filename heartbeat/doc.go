@@ -19,10 +19,29 @@
 //	work, err := sup.Start(ctx)
 //	if err != nil { ... }
 //	defer sup.Stop()
-//	removeTool := sup.Add(heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl))
+//	tool := heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl)
+//	removeTool := sup.Add(tool)
 //	err = runTool(work)          // stops when work is done
 //	removeTool()                 // before releasing the tool lease
+//	toolGrant = tool.Grant()     // the renewed grant: toolGrant itself was not updated
 //	if errors.Is(context.Cause(work), lease.ErrLost) { ... write nothing more ... }
+//
+// Each lease is renewed for the TTL it was granted for, which must also be
+// Config.TTL (ForLease's ttl may be zero, meaning the grant's); a lease
+// whose TTLs disagree is refused before any SQL. The renewals update the
+// LeaseRenewer's copy of the grant, not the caller's: read the current
+// one, with its trust deadline, from LeaseRenewer.Grant.
+//
+// For a single plain lease, Hold does all of that in one call: acquire (or,
+// with HoldOptions.Wait, wait for it), supervise, run fn under the work
+// context, release.
+//
+//	err := heartbeat.Hold(ctx, jobs, db, "nightly-report", "worker-1",
+//		heartbeat.HoldOptions{TTL: 30 * time.Second},
+//		func(ctx context.Context, g lease.Grant[string]) error { return run(ctx, g.Generation) })
+//
+// Hold returns fn's error, or a *LostError (matching lease.ErrLost) joined
+// with it when the lease was lost while fn ran — even if fn returned nil.
 //
 // # Guarantees
 //
@@ -38,6 +57,13 @@
 //   - A renewal that succeeds only after its lease's trust deadline does not
 //     rescue it: the lease is lost, since the work ran untrusted meanwhile.
 //   - Once a loss is recorded, nothing is renewed any more.
+//   - One clock: every instant the supervisor compares — trust deadlines,
+//     due renewals, now — is read on Config.Clock, which must be the clock
+//     the leases compute their deadlines with (lease.Options.Clock; both
+//     default to time.Now). Timers and renewal contexts wait the real
+//     durations between that clock's readings, so a clock set off real
+//     time neither cancels every run at once (behind) nor hides a real
+//     loss (ahead).
 //   - The goroutine never sleeps in a loop; it waits on a timer, the work
 //     context and a change signal. Stop joins it.
 //   - Tokens are never logged nor put in errors (grants print them as
@@ -88,7 +114,9 @@
 //     ReasonGone.
 //   - lease.ErrInvalid (bad grant, TTL or DB) → lost at once, reason
 //     ReasonInvalid: a retry would fail the same way. The cause then matches
-//     both lease.ErrLost and lease.ErrInvalid.
+//     both lease.ErrLost and lease.ErrInvalid. A LeaseRenewer whose TTL
+//     disagrees with its grant's or with Config.TTL is lost the same way
+//     as soon as the supervisor runs, without any SQL.
 //   - Any other error (a dropped connection, a deadlock victim, a timeout)
 //     is transient: retried after a quarter of the trust left, at most one
 //     Interval, at least a few milliseconds, until the trust deadline. If

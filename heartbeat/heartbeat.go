@@ -27,9 +27,23 @@ const (
 	// renewal succeeded (renewals kept failing, or one blocked).
 	ReasonDeadline = "trust deadline passed with no successful renewal"
 	// ReasonInvalid: a renewal was rejected as invalid input
-	// (lease.ErrInvalid). Retrying cannot help, so the lease cannot be kept.
+	// (lease.ErrInvalid), or Add refused the lease (a LeaseRenewer whose
+	// TTL disagrees). Retrying cannot help, so the lease cannot be kept.
 	ReasonInvalid = "renewal rejected as invalid input"
 )
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// wall converts t, read on the supervisor's clock, to the wall clock that
+// context deadlines and timers go by.
+func (s *Supervisor) wall(t time.Time) time.Time {
+	if _, ok := s.clock.(systemClock); ok {
+		return t
+	}
+	return time.Now().Add(t.Sub(s.clock.Now()))
+}
 
 // minRetry is the shortest wait before a failed renewal is retried.
 const minRetry = 5 * time.Millisecond
@@ -54,8 +68,9 @@ type Renewer interface {
 }
 
 // LeaseRenewer is the Renewer for one lease grant, made by ForLease. It
-// keeps its own copy of the grant, updated by each successful renewal. It is
-// safe for concurrent use.
+// keeps its own copy of the grant, updated by each successful renewal: the
+// caller's copy keeps the deadline it had, so read the renewed grant (its
+// trust deadline) with Grant. It is safe for concurrent use.
 type LeaseRenewer[K lease.Key] struct {
 	name string
 	l    *lease.Lease[K]
@@ -69,8 +84,40 @@ type LeaseRenewer[K lease.Key] struct {
 // ForLease adapts a lease grant to a Renewer named name: each renewal is
 // l.Renew(ctx, db, g, ttl) on its own copy of g. Pass a *sql.DB (or another
 // pool), not a transaction: renewals run outside the work's transactions.
+//
+// A lease is renewed for the TTL it was granted for: ttl zero means
+// g.TTL, and a ttl that is not g.TTL is refused (Renew returns a
+// *lease.ValidationError before any SQL, and a Supervisor loses the
+// lease at once, ReasonInvalid). So is a grant whose TTL is not the
+// Supervisor's Config.TTL.
+//
+// The caller's g is not updated by the renewals; Grant returns the
+// renewed one.
 func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.Grant[K], ttl time.Duration) *LeaseRenewer[K] {
+	if ttl == 0 {
+		ttl = g.TTL
+	}
 	return &LeaseRenewer[K]{name: name, l: l, db: db, ttl: ttl, g: g}
+}
+
+// check reports a LeaseRenewer that cannot renew, before any SQL.
+func (r *LeaseRenewer[K]) check() error {
+	if r.l == nil {
+		return &lease.ValidationError{Field: "lease", Reason: "nil"}
+	}
+	if gt := r.Grant().TTL; r.ttl != gt {
+		return &lease.ValidationError{Field: "ttl", Reason: fmt.Sprintf("%v given to ForLease, but the grant's TTL is %v", r.ttl, gt)}
+	}
+	return nil
+}
+
+// leaseTTL is the TTL the lease is renewed for, or why it cannot be; Add
+// checks it against Config.TTL.
+func (r *LeaseRenewer[K]) leaseTTL() (time.Duration, error) { return r.ttl, r.check() }
+
+// ttlRenewer is a Renewer that says which TTL it renews for.
+type ttlRenewer interface {
+	leaseTTL() (time.Duration, error)
 }
 
 // Name returns the name given to ForLease.
@@ -96,8 +143,8 @@ func (r *LeaseRenewer[K]) Grant() lease.Grant[K] {
 // (*lease.LostError, matching lease.ErrLost, when the token is gone).
 func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 	g := r.Grant()
-	if r.l == nil {
-		return g.Deadline, &lease.ValidationError{Field: "lease", Reason: "nil"}
+	if err := r.check(); err != nil {
+		return g.Deadline, err
 	}
 	ng, err := r.l.Renew(ctx, r.db, g, r.ttl)
 	if err != nil {
@@ -152,12 +199,21 @@ type Config struct {
 	// trust deadline.
 	Interval time.Duration
 	// TTL is the TTL the leases are renewed for (lease.MinTTL to
-	// lease.MaxTTL): the ttl given to ForLease. Required; it bounds
-	// Interval. (The supervisor itself goes by the deadlines the Renewers
-	// report.)
+	// lease.MaxTTL). Required; it bounds Interval. Add refuses a
+	// LeaseRenewer whose TTL (its grant's) is another: the work context is
+	// then cancelled at once with a *LostError, ReasonInvalid. (The
+	// supervisor itself goes by the deadlines the Renewers report.)
 	TTL time.Duration
+	// Clock is the local clock the supervisor reads. It must be the clock
+	// the supervised leases compute their trust deadlines with
+	// (lease.Options.Clock), or the supervisor compares instants of two
+	// clocks. Nil means time.Now, as for a lease. It must carry a
+	// monotonic reading, as time.Now does. Timers still wait real
+	// durations: the differences between this clock's readings.
+	Clock lease.Clock
 	// Logger receives renewals (Debug), retries (Warn) and losses (Error).
-	// Nil means no logging. Tokens are never logged.
+	// Nil means slog.Default(), as everywhere in rowlease. Tokens are never
+	// logged.
 	Logger *slog.Logger
 	// OnEvent, when set, is called from the supervisor goroutine on every
 	// renewal, retry and loss, for tests and metrics. It must return
@@ -216,13 +272,15 @@ type entry struct {
 	due      time.Time // next renewal
 	failures int       // failed renewals in a row
 	lastErr  error     // the last failed renewal's error
+	invalid  error     // why Add refused it (a *lease.ValidationError), or nil
 }
 
 // Supervisor keeps every lease of one flow alive and cancels the flow's work
 // context as soon as one is lost. Make it with New.
 type Supervisor struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	clock lease.Clock
 
 	mu      sync.Mutex
 	entries []*entry // in the order added
@@ -243,9 +301,13 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	log := cfg.Logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
-	return &Supervisor{cfg: cfg, log: log, changed: make(chan struct{}, 1)}, nil
+	clock := cfg.Clock
+	if clock == nil {
+		clock = systemClock{}
+	}
+	return &Supervisor{cfg: cfg, log: log, clock: clock, changed: make(chan struct{}, 1)}, nil
 }
 
 // Add supervises r from now on, after the leases already added (renewals
@@ -258,13 +320,25 @@ func New(cfg Config) (*Supervisor, error) {
 // or transitioning the lease, or the next renewal finds the token gone and
 // cancels the whole flow. remove is idempotent and safe from any goroutine.
 //
+// A LeaseRenewer that cannot renew — its ttl is not its grant's TTL, or
+// that TTL is not Config.TTL — is refused before any SQL: the supervisor
+// loses it at once (at Start, if added before), reason ReasonInvalid.
+//
 // Add panics if r is nil.
 func (s *Supervisor) Add(r Renewer) (remove func()) {
 	if r == nil {
 		panic("heartbeat: Add(nil)")
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	e := &entry{r: r, name: r.Name(), deadline: r.Deadline()}
+	if tr, ok := r.(ttlRenewer); ok {
+		ttl, err := tr.leaseTTL()
+		if err == nil && ttl != s.cfg.TTL {
+			err = &lease.ValidationError{Field: "ttl",
+				Reason: fmt.Sprintf("lease %q is renewed for %v, but the supervisor's TTL is %v", e.name, ttl, s.cfg.TTL)}
+		}
+		e.invalid = err
+	}
 	e.due = now.Add(s.nextRenewal(e.deadline.Sub(now)))
 	s.mu.Lock()
 	s.entries = append(s.entries, e)
@@ -369,22 +443,23 @@ func (s *Supervisor) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+		if ctx.Err() != nil || s.refused(ctx) || s.expired(ctx, s.clock.Now()) {
 			return
 		}
-		for _, e := range s.dueEntries(time.Now()) {
-			if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+		for _, e := range s.dueEntries(s.clock.Now()) {
+			if ctx.Err() != nil || s.expired(ctx, s.clock.Now()) {
 				return
 			}
 			if !s.renew(ctx, e) {
 				return
 			}
 		}
-		if ctx.Err() != nil || s.expired(ctx, time.Now()) {
+		if ctx.Err() != nil || s.expired(ctx, s.clock.Now()) {
 			return
 		}
 		if wake, ok := s.nextWake(); ok {
-			timer.Reset(time.Until(wake))
+			// A real wait, measured on the supervisor's clock.
+			timer.Reset(wake.Sub(s.clock.Now()))
 		} else {
 			timer.Stop()
 		}
@@ -437,6 +512,25 @@ func (s *Supervisor) nextWake() (time.Time, bool) {
 	return wake, len(s.entries) > 0
 }
 
+// refused records a loss and reports true when an entry was refused by
+// Add.
+func (s *Supervisor) refused(ctx context.Context) bool {
+	s.mu.Lock()
+	var bad *entry
+	for _, e := range s.entries {
+		if e.invalid != nil {
+			bad = e
+			break
+		}
+	}
+	s.mu.Unlock()
+	if bad == nil {
+		return false
+	}
+	s.lose(ctx, bad, ReasonInvalid, bad.invalid)
+	return true
+}
+
 // earliestDeadline is the earliest trust deadline of the entries.
 func (s *Supervisor) earliestDeadline() (*entry, time.Time) {
 	s.mu.Lock()
@@ -471,10 +565,14 @@ func (s *Supervisor) expired(ctx context.Context, now time.Time) bool {
 // lease was lost, or ctx is done.
 func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
 	s.mu.Lock()
-	removed, prev := e.removed, e.deadline
+	removed, prev, invalid := e.removed, e.deadline, e.invalid
 	s.mu.Unlock()
 	if removed {
 		return true
+	}
+	if invalid != nil { // added since the loop last looked: never renewed
+		s.lose(ctx, e, ReasonInvalid, invalid)
+		return false
 	}
 	// The renewal may not outlive any lease's trust deadline: its own,
 	// and — when renewing is slow — another's that comes first.
@@ -482,10 +580,10 @@ func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
 	if dl.IsZero() || prev.Before(dl) {
 		dl = prev
 	}
-	rctx, cancel := context.WithDeadline(ctx, dl)
+	rctx, cancel := context.WithDeadline(ctx, s.wall(dl))
 	nd, err := e.r.Renew(rctx)
 	cancel()
-	now := time.Now()
+	now := s.clock.Now()
 	if ctx.Err() != nil {
 		return false // stopped, or the parent is done: not a loss
 	}

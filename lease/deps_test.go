@@ -3,6 +3,7 @@ package lease_test
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -34,24 +35,35 @@ func TestLibraryLinksNoOtherDriver(t *testing.T) {
 	}
 }
 
-// TestGoDirectiveNoPatchMinimum: the go line of go.mod is what every
+// TestGoDirectiveNoPatchMinimum: the go line of a go.mod is what every
 // importer's go mod tidy must meet. It names a release (1.N.0), not a
-// patch level that would force a toolchain download on importers.
+// patch level that would force a toolchain download on importers. The
+// root module and every module under contrib/ are checked.
 func TestGoDirectiveNoPatchMinimum(t *testing.T) {
-	b, err := os.ReadFile("../go.mod")
+	mods, err := filepath.Glob("../contrib/*/go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		v, ok := strings.CutPrefix(line, "go ")
-		if !ok {
-			continue
+	for _, mod := range append([]string{"../go.mod"}, mods...) {
+		b, err := os.ReadFile(mod)
+		if err != nil {
+			t.Fatal(err)
 		}
-		parts := strings.Split(strings.TrimSpace(v), ".")
-		if len(parts) == 3 && parts[2] != "0" {
-			t.Errorf("go.mod says go %s: a patch-level minimum", v)
+		found := false
+		for _, line := range strings.Split(string(b), "\n") {
+			v, ok := strings.CutPrefix(line, "go ")
+			if !ok {
+				continue
+			}
+			found = true
+			parts := strings.Split(strings.TrimSpace(v), ".")
+			if len(parts) == 3 && parts[2] != "0" {
+				t.Errorf("%s says go %s: a patch-level minimum", mod, v)
+			}
+			break
 		}
-		return
+		if !found {
+			t.Errorf("%s has no go line", mod)
+		}
 	}
-	t.Fatal("go.mod has no go line")
 }

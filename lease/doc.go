@@ -84,14 +84,33 @@
 //
 // # What it does not do
 //
-//   - It does not block: a held lease is a conflict at once (ErrHeld). Retry
-//     with backoff if you want to wait.
-//   - It does not renew by itself: see package heartbeat.
-//   - It fences only what checks the generation or runs a Fence inside the
-//     same transaction. A side effect outside the database that ignores the
-//     generation can still be done twice by a holder that lost its lease.
+//   - It does not block by default: a held lease is a conflict at once
+//     (ErrHeld). AcquireWait waits instead, polling with a jittered backoff
+//     (at most two statements per WaitOptions.MinDelay) until the lease is
+//     free or the context ends.
+//   - It does not renew by itself: see package heartbeat (heartbeat.Hold
+//     acquires, keeps alive, runs your function and releases in one call).
+//   - It fences only what checks the generation or commits in a fenced
+//     transaction (RunFenced). A side effect outside the database that
+//     ignores the generation can still be done twice by a holder that lost
+//     its lease (package toolexec records such effects with a stable key).
 //   - A holder whose lease expired but was not taken over can still renew
 //     or release it: its token still matches. Trust the Deadline, not this.
+//
+// # Fenced transactions
+//
+// RunFenced (and WithFences) runs a side effect in a transaction that ends
+// by confirming every Fence — a token-checked write on each lease row
+// (Confirm) that fails unless the grant still holds — and then commits. The
+// side effect commits if and only if every grant held at the end. The lease
+// rows are locked only from the confirmations to the commit, so a
+// heartbeat renewing them on other connections never waits behind a long
+// side effect; and because the check is a write, a multi-primary cluster
+// (Galera) certifies it against a takeover on another node, which a
+// SELECT … FOR UPDATE would not be. On SQLite, where a write transaction
+// excludes every other writer, a FlowDB routes the flow's renewals into the
+// open transaction (and a failed side effect is rolled back to a savepoint,
+// keeping them).
 //
 // # Failure handling
 //
@@ -149,5 +168,7 @@
 // the clock that fills it reads whole milliseconds, so TTLs must exceed the
 // safety margin + 1ms and deadlines fall 1ms earlier.
 // Open the file with WAL, a busy timeout and _txlock=immediate, and more
-// than one connection, so a heartbeat can renew while a transaction runs.
+// than one connection. A transaction holds the database's only write lock
+// while it runs: renew the leases of the flow that owns it through a FlowDB
+// (package request does), or they wait behind it.
 package lease

@@ -64,6 +64,9 @@ type Options struct {
 	// shipped tables do. An undeclared coarse column breaks the deadline
 	// guarantee.
 	ExpiryResolution time.Duration
+	// Observer, when set, is told of every operation (see Observer); nil
+	// costs nothing.
+	Observer Observer
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -149,6 +152,7 @@ type Lease[K Key] struct {
 	coarse  bool          // a declared expiry column coarser than a microsecond
 	stmts   stmtCache
 	b       sqlBuilder
+	obs     Observer // nil: nothing is reported
 
 	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
@@ -182,6 +186,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if l.clock == nil {
 		l.clock = systemClock{}
 	}
+	l.obs = opts.Observer
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
@@ -452,7 +457,10 @@ func (l *Lease[K]) Acquire(ctx context.Context, db DB, key K, holder string, ttl
 
 // AcquireWith is Acquire with options: reentry with a held token, a state
 // condition, and columns set in the same statement.
-func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (Grant[K], error) {
+func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "acquire", OutcomeAcquired, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return Grant[K]{}, err
 	}
@@ -526,7 +534,10 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 // backwards) and returns the grant with its new trust deadline. One
 // statement. A token that no longer matches gives *LostError (ErrLost). A
 // lease past its expiry that nobody has taken over can still be renewed.
-func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (Grant[K], error) {
+func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "renew", OutcomeOK, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return g, err
 	}
@@ -551,7 +562,10 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 // Release gives the lease up: holder, token and expiry become NULL. One
 // statement. A token that no longer matches gives *LostError: nothing was
 // changed, and someone else may hold the lease.
-func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
+func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "release", OutcomeOK, time.Now(), &g.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return err
 	}
@@ -580,7 +594,10 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) error {
 // releases the lease or, with Keep, renews it for TTL. It returns the
 // updated grant (with a new deadline when kept). A mismatch gives
 // *LostError.
-func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (Grant[K], error) {
+func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "transition", OutcomeOK, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return g, err
 	}
@@ -630,7 +647,10 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 // transaction ends, so no one can take the lease over before a side effect
 // written in the same transaction commits. (On SQLite the transaction's
 // database lock does the same.) It returns the generation, or *LostError.
-func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (int64, error) {
+func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rgen int64, rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "verify", OutcomeOK, time.Now(), &rgen, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return 0, err
 	}
@@ -651,7 +671,10 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (in
 
 // Inspect reads the row's holder, generation, state and remaining time, all
 // judged by the database clock. A missing row gives ErrNotFound.
-func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (Status, error) {
+func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "inspect", OutcomeOK, time.Now(), &rst.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return Status{}, err
 	}
@@ -680,7 +703,10 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (Status, error) {
 // statement. If the key (or another unique key of the table) exists it
 // returns *DuplicateKeyError (ErrExists) and writes nothing. Columns that the
 // table requires besides the lease columns go in o.Set.
-func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (Grant[K], error) {
+func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (out Grant[K], rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "create", OutcomeAcquired, time.Now(), &out.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return Grant[K]{}, err
 	}
@@ -731,7 +757,10 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 // where keys are not reused — the request and tool-execution rows of this
 // module are keyed by fresh UUIDs — and do not Delete a row whose
 // generation went out to another system.
-func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) error {
+func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "delete", OutcomeOK, time.Now(), &g.Generation, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return err
 	}
@@ -763,7 +792,11 @@ func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]
 
 // Ensure inserts a free row for key (generation 0) unless one exists. It
 // is one statement and never fails on an existing row.
-func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) error {
+func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (rerr error) {
+	if l.obs != nil {
+		var none int64
+		defer l.observe(ctx, "ensure", OutcomeOK, time.Now(), &none, &rerr)
+	}
 	if err := l.checkDB(db); err != nil {
 		return err
 	}
@@ -782,74 +815,3 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) er
 	_, err := db.ExecContext(ctx, c.query, c.args(m)...)
 	return err
 }
-
-// Fence is a check, run inside a caller's transaction, that a grant still
-// holds. Pass fences for every level a side effect depends on (session,
-// request, tool execution) to the code that writes it, and write it in the
-// same transaction: it then commits only if every grant still holds.
-type Fence interface {
-	// Check verifies the grant and, on MySQL and PostgreSQL, locks its row
-	// until the transaction ends. It returns *LostError when the grant no
-	// longer holds.
-	Check(ctx context.Context, tx DB) error
-	// Generation is the grant's fencing generation.
-	Generation() int64
-	// Name says which lease it fences (for errors).
-	Name() string
-}
-
-// TxBeginner is a database that can also begin transactions (*sql.DB,
-// *sqlx.DB).
-type TxBeginner interface {
-	DB
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
-// WithFences runs fn in a new transaction on db that first checks every
-// fence, in order (session, then request, then tool: the one lock order),
-// and commits only if fn succeeds. A fence that no longer holds rolls the
-// transaction back before fn runs and returns an error naming it that
-// matches ErrLost. A failed commit means the outcome is unknown.
-func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *sql.Tx) error) (err error) {
-	if isNil(db) {
-		return invalid("db", "nil")
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	for _, f := range fences {
-		if err := f.Check(ctx, tx); err != nil {
-			return fmt.Errorf("lease: %s fence: %w", f.Name(), err)
-		}
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("lease: commit (outcome unknown): %w", err)
-	}
-	return nil
-}
-
-// Fence returns a Fence for g named name.
-func (l *Lease[K]) Fence(name string, g Grant[K]) Fence { return fence[K]{l: l, g: g, name: name} }
-
-type fence[K Key] struct {
-	l    *Lease[K]
-	g    Grant[K]
-	name string
-}
-
-func (f fence[K]) Check(ctx context.Context, tx DB) error {
-	_, err := f.l.Verify(ctx, tx, f.g, true)
-	return err
-}
-
-func (f fence[K]) Generation() int64 { return f.g.Generation }
-func (f fence[K]) Name() string      { return f.name }

@@ -175,6 +175,7 @@ func (l *Lease[K]) Close() error {
 }
 
 func (l *Lease[K]) queryRow(ctx context.Context, db DB, q string, args []any) *sql.Row {
+	db = resolve(db)
 	s, done := l.stmt(ctx, db, q)
 	defer done()
 	if s != nil {
@@ -186,6 +187,7 @@ func (l *Lease[K]) queryRow(ctx context.Context, db DB, q string, args []any) *s
 }
 
 func (l *Lease[K]) execQ(ctx context.Context, db DB, q string, args []any) (sql.Result, error) {
+	db = resolve(db)
 	s, done := l.stmt(ctx, db, q)
 	defer done()
 	if s != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +40,11 @@ func twoRoundsOneTool(c *countdb.Counter) Agent {
 }
 
 // TestLockPathStatements pins the round trips of one new request with two
-// model rounds and one tool call: 8 statements and one transaction (BEGIN
-// and COMMIT), against about 29 in the article's design.
+// model rounds and one tool call: 9 statements and two transactions (BEGIN
+// and COMMIT: one takes the session and inserts the request, one is the
+// tool's side effect), against about 29 in the article's design. On SQLite the
+// tool's transaction also sets a savepoint (lease.RunFenced): a call into
+// the embedded engine, not a round trip, counted apart.
 func TestLockPathStatements(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d.String(), func(t *testing.T) {
@@ -59,23 +63,34 @@ func TestLockPathStatements(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, "recorded", out.Reply)
 			st := c.Stats()
+			savepoints := int64(0)
 			for i, q := range c.Log() {
 				t.Logf("%d: %.110s", i+1, q)
+				if strings.HasPrefix(q, "SAVEPOINT ") {
+					savepoints++
+				}
 			}
-			assert.Equal(t, int64(8), st.Statements, "statements on the lock path")
-			assert.Equal(t, int64(1), st.Begins)
-			assert.Equal(t, int64(1), st.Commits)
+			if d == lease.SQLite {
+				assert.Equal(t, int64(1), savepoints)
+			} else {
+				assert.Zero(t, savepoints)
+			}
+			st.Statements -= savepoints
+			assert.Equal(t, int64(9), st.Statements, "statements on the lock path")
+			assert.Equal(t, int64(2), st.Begins)
+			assert.Equal(t, int64(2), st.Commits)
+			assert.Zero(t, st.Rollbacks)
 			assert.Zero(t, st.Prepares)
-			assert.LessOrEqual(t, st.Statements+st.Begins+st.Commits, int64(10), "target: at most 10 round trips")
+			assert.LessOrEqual(t, st.Statements+st.Begins+st.Commits, int64(13), "at most 13 round trips")
 			assert.Equal(t, 2, e.ledgerRows(t))
 
-			// A replay of the finished request is one INSERT (a duplicate)
-			// and one read, and takes no lock.
+			// A replay of the finished request is one read, and takes no
+			// lock.
 			c.Reset()
 			out, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "lunch 35"}, twoRoundsOneTool(c))
 			require.NoError(t, err)
 			assert.True(t, out.Replayed)
-			assert.Equal(t, int64(2), c.Stats().Statements)
+			assert.Equal(t, int64(1), c.Stats().Statements)
 			assert.Zero(t, c.Stats().Begins)
 		})
 	}

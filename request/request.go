@@ -44,10 +44,13 @@ var (
 	ErrAgentFailed = errors.New("request: agent failed")
 )
 
-// Columns are the shipped request table's lease columns.
-var Columns = lease.Columns{
-	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
-	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+// Columns returns the request table's lease columns: a copy, so that no
+// package can change what New uses.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+		Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+	}
 }
 
 // Beginner is a database that can begin transactions: *sql.DB or *sqlx.DB.
@@ -70,12 +73,28 @@ type Config struct {
 	// Session configures the session lock (table, column mapping). Its
 	// Dialect and Lease fields are filled in from this Config.
 	Session session.Config
+	// RequestTable is the request table; empty means schema.RequestTable.
+	// It has the shipped table's columns (schema), under any valid name
+	// (optionally schema-qualified, see lease.NewTable).
+	RequestTable string
+	// ToolExecutionTable is the tool-execution table; empty means
+	// schema.ToolExecutionTable. Like RequestTable, only its name may
+	// differ from the shipped one.
+	ToolExecutionTable string
 	// Tools are the tools a run may call; nil means none.
 	Tools *toolexec.Registry
-	// Lease options (safety margin, clock) for every level.
+	// Lease options (safety margin, clock) for every level. The heartbeat
+	// reads the same clock as the leases' trust deadlines (Lease.Clock).
 	Lease lease.Options
 	// Logger; nil means slog.Default(). Tokens are never logged.
 	Logger *slog.Logger
+	// Observer, when set, receives a span per Handle with children for the
+	// lease operations, the model rounds the agent reports (Run.ModelRound),
+	// the tool calls and their fenced transactions; and the heartbeat's
+	// retries and losses as events. It is also used for every level's
+	// lease operations (it overrides Lease.Observer). Nil costs nothing.
+	// See package contrib/otel for OpenTelemetry.
+	Observer lease.Observer
 }
 
 // Runner runs messages through the three-level lock. It is safe for
@@ -122,6 +141,9 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Observer != nil {
+		cfg.Lease.Observer = cfg.Observer
+	}
 	// Validate TTL and interval once, as the heartbeat will.
 	if err := (heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}).Validate(); err != nil {
 		return nil, err
@@ -132,11 +154,18 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	req, err := lease.New[string](cfg.Dialect, lease.MustTable(schema.RequestTable, Columns), cfg.Lease)
+	if cfg.RequestTable == "" {
+		cfg.RequestTable = schema.RequestTable
+	}
+	reqTable, err := lease.NewTable(cfg.RequestTable, Columns())
 	if err != nil {
 		return nil, err
 	}
-	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Lease: cfg.Lease})
+	req, err := lease.New[string](cfg.Dialect, reqTable, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Table: cfg.ToolExecutionTable, Lease: cfg.Lease})
 	if err != nil {
 		return nil, err
 	}
@@ -164,18 +193,23 @@ type Message struct {
 
 // Answer is what an agent returns.
 type Answer struct {
-	Reply  string
-	Result json.RawMessage // optional JSON stored with the reply (e.g. result ids)
+	Reply string
+	// Result is optional JSON stored with the reply (e.g. result ids). If
+	// it is not valid JSON, nothing is stored: the request is marked error
+	// and Handle returns an error matching ErrAgentFailed and
+	// lease.ErrInvalid (a *lease.ValidationError).
+	Result json.RawMessage
 }
 
-// Outcome is what Handle returns.
+// Outcome is what Handle returns. It encodes to JSON with snake_case
+// names; it holds no token.
 type Outcome struct {
-	RequestID string
-	Reply     string
-	Result    json.RawMessage
-	Replayed  bool  // a stored success, returned without running anything or taking any lock
-	Resumed   bool  // this run took the request over from a failed or crashed run
-	Attempt   int64 // the request's generation: 1 for the first run
+	RequestID string          `json:"request_id"`
+	Reply     string          `json:"reply"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Replayed  bool            `json:"replayed"` // a stored success, returned without running anything or taking any lock
+	Resumed   bool            `json:"resumed"`  // this run took the request over from a failed or crashed run
+	Attempt   int64           `json:"attempt"`  // the request's generation: 1 for the first run
 }
 
 // ToolRecord is a tool call of this request that already succeeded (in an
@@ -216,16 +250,22 @@ type existing struct {
 
 // Handle runs one message through the whole flow:
 //
-//  1. find or create the request (one INSERT; a duplicate reads the row);
+//  1. read the request (one SELECT);
 //  2. a stored success is replayed, taking no lock; another fingerprint
 //     is ErrFingerprintMismatch; a live run is ErrInFlight;
-//  3. take the session, then the request — for an existing request both in
-//     one transaction, so they succeed or fail together;
+//  3. take the session, then the request — a new one inserted, an
+//     existing one taken over — in one transaction, so they succeed or
+//     fail together;
 //  4. on a takeover, read the tool calls that already committed;
 //  5. run agent under a heartbeat, with a context that dies on lease loss;
 //  6. mark success (storing the reply) or error, token-checked;
 //  7. release the session, with a bounded timeout even if ctx is done.
-func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (Outcome, error) {
+func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
+	if obs := r.cfg.Observer; obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanHandle, Attrs: []lease.Attr{{Key: lease.AttrSession, Value: msg.SessionKey}}})
+		defer func() { end(err, handleEnd(out, err)...) }()
+	}
 	if agent == nil {
 		return Outcome{}, &lease.ValidationError{Field: "agent", Reason: "nil"}
 	}
@@ -244,10 +284,10 @@ func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewStr
 // begin takes the locks, or returns a replayed outcome.
 func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
 	holder := r.holder()
-	// A send refused by a busy session deletes the row it created, so a row
-	// seen as existing may be gone a moment later; and MySQL may break a
-	// deadlock between such a delete and concurrent inserts of the same key
-	// by rolling one back. Either way nothing was changed: start again.
+	// A request read as missing may be inserted by a duplicate a moment
+	// later, and one read as existing may change state before it is taken;
+	// and MySQL or PostgreSQL may roll a transaction back to break a
+	// deadlock. Either way nothing was changed: start again.
 	for attempt := 0; attempt < 5; attempt++ {
 		run, out, err := r.beginOnce(ctx, msg, holder)
 		if errors.Is(err, errVanished) || lease.IsRetryable(err) {
@@ -258,40 +298,40 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
 }
 
-// errVanished: the request row was deleted, or changed state, between two
-// statements of beginOnce; begin tries again.
+// errVanished: the request row appeared, was deleted, or changed state,
+// between two statements of beginOnce; begin tries again.
 var errVanished = errors.New("request: row changed under us")
 
 func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
-	id := uuid.NewString()
-	g, err := r.req.Create(ctx, r.db, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
-		lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
-		lease.Set(schema.ColFingerprint, msg.Fingerprint),
-	}})
-	if err == nil {
-		// A new request, born held by us. Now the session.
-		sg, err := r.sessions.Acquire(ctx, r.db, msg.SessionKey, id, r.cfg.TTL)
-		if err != nil {
-			// Nothing ran: remove our own fresh request (token-checked), so
-			// a retry of the same client request id starts it anew.
-			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
-			if errors.Is(err, session.ErrBusy) {
-				return nil, Outcome{}, fmt.Errorf("%w: %w", ErrSessionBusy, err)
-			}
-			return nil, Outcome{}, err
-		}
-		return &Run{r: r, msg: msg, id: id, holder: holder, sess: sg, req: g}, Outcome{}, nil
-	}
-	if !errors.Is(err, lease.ErrExists) {
-		return nil, Outcome{}, err
-	}
 	ex, err := r.find(ctx, msg)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, Outcome{}, errVanished
+		run, err := r.create(ctx, msg, holder)
+		switch {
+		case err == nil:
+			return run, Outcome{}, nil
+		case errors.Is(err, lease.ErrExists):
+			return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
+		case errors.Is(err, ErrSessionBusy):
+			// Busy with this very message, sent a moment ago by a
+			// duplicate? Then the answer is about the request.
+			ex, ferr := r.find(ctx, msg)
+			if ferr == nil {
+				return r.resume(ctx, msg, ex, holder)
+			}
+			if !errors.Is(ferr, sql.ErrNoRows) {
+				return nil, Outcome{}, ferr
+			}
+		}
+		return nil, Outcome{}, err
 	}
 	if err != nil {
 		return nil, Outcome{}, err
 	}
+	return r.resume(ctx, msg, ex, holder)
+}
+
+// resume deals with a request that exists: replay, conflict or takeover.
+func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder string) (*Run, Outcome, error) {
 	if ex.fingerprint != msg.Fingerprint {
 		return nil, Outcome{}, ErrFingerprintMismatch
 	}
@@ -314,14 +354,77 @@ func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Ru
 		}
 	}
 	run, err := r.takeOver(ctx, msg, ex, holder)
-	if errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound) {
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		// The session row is gone: that is final, and the same answer
+		// as on the new-request path (it also matches lease.ErrNotFound,
+		// so it is told apart first).
+		return nil, Outcome{}, err
+	case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound):
 		return nil, Outcome{}, errVanished // it finished, failed or went away under us
 	}
 	return run, Outcome{}, err
 }
 
+// create starts a new request. In one transaction it takes the session for
+// the request and then inserts the request, already held by this run: the
+// one lock order, and both or neither. A busy session rolls the
+// transaction back, so nothing is left to delete and no session is left
+// held by a request that does not exist.
+func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, error) {
+	id := uuid.NewString()
+	sg, g, err := r.createTx(ctx, msg, id, holder)
+	if errors.Is(err, session.ErrNotFound) && r.cfg.Session.AutoCreate {
+		// The session's first request: insert its lock row on its own,
+		// outside the transaction, and go again.
+		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
+			return nil, err
+		}
+		sg, g, err = r.createTx(ctx, msg, id, holder)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Run{r: r, msg: msg, id: id, holder: holder, sess: sg, req: g}, nil
+}
+
+func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (session.Grant, lease.Grant[string], error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return session.Grant{}, lease.Grant[string]{}, err
+	}
+	sg, err := r.sessions.AcquireExisting(ctx, tx, msg.SessionKey, id, r.cfg.TTL)
+	var g lease.Grant[string]
+	if err == nil {
+		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+			lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
+			lease.Set(schema.ColFingerprint, msg.Fingerprint),
+		}})
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		if errors.Is(err, session.ErrBusy) {
+			err = fmt.Errorf("%w: %w", ErrSessionBusy, err)
+		}
+		return session.Grant{}, lease.Grant[string]{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		// The outcome is unknown: the commit may have taken effect with
+		// its reply lost. Undo whatever did; both writes are token-checked
+		// and change nothing if it did not. The session goes first: its
+		// release waits for a commit still in progress to end, and the
+		// delete then sees the row.
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, sg) })
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
+		return session.Grant{}, lease.Grant[string]{}, err
+	}
+	return sg, g, nil
+}
+
 // takeOver takes the session and then an existing request (failed, or
 // left by a run whose lease expired) in one transaction: both or neither.
+// In the same transaction it frees the leases of the request's running
+// tool executions and reads the ones that committed.
 func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder string) (run *Run, err error) {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -348,6 +451,12 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 		if errors.Is(err, lease.ErrHeld) {
 			return nil, fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
+		return nil, err
+	}
+	// The dead or failed run's tool calls still marked running may hold
+	// leases that outlive its request lease: free them, so this run can
+	// claim the same calls at once and the old run can mark none of them.
+	if _, err := r.tools.ReleaseForRequest(ctx, tx, msg.SessionKey, ex.id); err != nil {
 		return nil, err
 	}
 	prior, err := r.prior(ctx, tx, msg.SessionKey, ex.id)
@@ -418,6 +527,9 @@ type Run struct {
 	prior   []ToolRecord
 	sup     *heartbeat.Supervisor
 
+	flowOnce sync.Once
+	flow     *lease.FlowDB // the heartbeat's database; see flowDB
+
 	abandoned   chan struct{}
 	abandonOnce sync.Once
 }
@@ -451,37 +563,62 @@ func (run *Run) Fences() []lease.Fence {
 	return []lease.Fence{run.r.sessions.Fence(run.sess), run.r.req.Fence("request", run.req)}
 }
 
-// InTx runs fn in a transaction that first checks the run's fences, so
+// InTx runs fn in a transaction that ends by checking the run's fences, so
 // fn's writes commit only if this run still holds its session and request
-// (see lease.WithFences). Use it for the flow's own writes that are not
-// tool calls, such as storing the conversation.
-func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	return lease.WithFences(ctx, run.r.db, run.Fences(), fn)
+// (see lease.RunFenced). Use it for the flow's own writes that are not
+// tool calls, such as storing the conversation. The lease rows are locked
+// only for the end of the transaction, so a long fn does not hold up the
+// heartbeat; on SQLite the heartbeat renews inside the transaction.
+func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if obs := run.r.cfg.Observer; obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
+		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+	}
+	return lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+}
+
+// flowDB is the database the run's heartbeat renews through (see
+// lease.FlowDB).
+func (run *Run) flowDB() *lease.FlowDB {
+	run.flowOnce.Do(func() { run.flow = lease.NewFlowDB(run.r.db, run.r.cfg.Dialect) })
+	return run.flow
 }
 
 // CallTool runs a registered tool through toolexec: a previous success of
 // the same call (same request, tool and canonical arguments) is returned
-// without running it again; the side effect commits in one transaction
-// with the fences of the session, the request and the tool. A tool's own
-// failure is a *toolexec.FailedError (give its text to the model); an
-// unknown tool is an error matching toolexec.ErrUnknownTool. ctx (with its
-// values) is passed on to the side effect.
-func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (toolexec.Result, error) {
-	fn, err := run.r.cfg.Tools.Lookup(tool)
-	if err != nil {
-		return toolexec.Result{}, err
+// without running it again. A tool registered with Register writes its
+// side effect in one transaction with the fences of the session, the
+// request and the tool; one registered with RegisterExternal records its
+// intent, acts outside the database with a stable effect key, and records
+// the result (see toolexec.Store.RunExternal). A tool's own failure is a
+// *toolexec.FailedError (give its text to the model); an external effect
+// whose outcome is unknown is a *toolexec.UnknownOutcomeError; an unknown
+// tool is an error matching toolexec.ErrUnknownTool. ctx (with its values)
+// is passed on to the effect.
+func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (res toolexec.Result, err error) {
+	if obs := run.r.cfg.Observer; obs != nil {
+		kind := "tx"
+		if run.r.cfg.Tools.External(tool) {
+			kind = "external"
+		}
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanTool, Attrs: []lease.Attr{
+			{Key: lease.AttrTool, Value: tool}, {Key: lease.AttrToolKind, Value: kind}, {Key: lease.AttrRequest, Value: run.id}}})
+		defer func() { end(err, toolEnd(res, err)...) }()
 	}
-	return run.r.tools.Run(ctx, run.r.db, toolexec.Call{
+	flow := run.flowDB()
+	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
 	}, toolexec.RunOptions{
-		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout,
+		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
 		Watch: func(g toolexec.Grant) func() {
 			if run.sup == nil {
 				return func() {}
 			}
-			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), run.r.db, g, run.r.cfg.TTL))
+			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL))
 		},
-	}, fn)
+	})
 }
 
 // Abandon stops the heartbeat and makes Handle return without writing or
@@ -507,13 +644,17 @@ func (run *Run) isAbandoned() bool {
 // execute runs the agent under supervision and finishes the request.
 func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	run.abandoned = make(chan struct{})
-	sup, err := heartbeat.New(heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Logger: r.log})
+	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log}
+	if r.cfg.Observer != nil {
+		hc.OnEvent = heartbeatEvent(ctx, r.cfg.Observer)
+	}
+	sup, err := heartbeat.New(hc)
 	if err != nil {
 		r.releaseAll(ctx, run)
 		return Outcome{}, err
 	}
-	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), r.db, run.sess, r.cfg.TTL))
-	sup.Add(heartbeat.ForLease("request", r.req, r.db, run.req, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL))
 	work, err := sup.Start(ctx)
 	if err != nil {
 		r.releaseAll(ctx, run)
@@ -522,6 +663,10 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	run.sup = sup
 	ans, aerr := runAgent(work, run, agent)
 	sup.Stop()
+	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
+		// Stored, it would break every replay of the request.
+		aerr = &lease.ValidationError{Field: "answer result", Reason: "not valid JSON"}
+	}
 	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
 
 	if run.isAbandoned() {
@@ -536,9 +681,12 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		r.releaseAll(ctx, run)
 		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
 	}
-	if ctx.Err() != nil {
-		// The caller gave up (shutdown, client gone): leave the request
-		// processing but free, so a retry resumes it.
+	if aerr != nil && ctx.Err() != nil {
+		// The caller gave up (shutdown, client gone) and the agent
+		// stopped: leave the request processing but free, so a retry
+		// resumes it. (An answer that came back is stored below, even if
+		// the caller has gone meanwhile: a retry replays it instead of
+		// paying for the model rounds again.)
 		r.releaseAll(ctx, run)
 		return base, context.Cause(ctx)
 	}

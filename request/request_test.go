@@ -395,7 +395,7 @@ func TestBusyRequestIsFreeForRetry(t *testing.T) {
 			func(context.Context, *Run) (Answer, error) { return Answer{Reply: "b"}, nil })
 		require.ErrorIs(t, err, ErrSessionBusy)
 		_, err = e.r.find(ctx, Message{SessionKey: "s", ClientRequestID: "b"})
-		require.ErrorIs(t, err, sql.ErrNoRows, "the busy request removed its own fresh row")
+		require.ErrorIs(t, err, sql.ErrNoRows, "the busy request left no row")
 		close(release)
 		require.NoError(t, <-done)
 		out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "b", Content: "y"},

@@ -58,7 +58,7 @@
 //	tool_name        VARCHAR(128)  NOT NULL
 //	arguments_hash   VARCHAR(64)   NOT NULL; hash of the tool arguments
 //	idempotency_key  VARCHAR(255)  NOT NULL
-//	status           VARCHAR(16)   NOT NULL; 'processing', 'success' or 'error'
+//	status           VARCHAR(16)   NOT NULL; 'processing', 'started', 'success' or 'error'
 //	holder, token, expires_at, generation   as in rowlease_session
 //	result           large text    NULL; JSON
 //	error            text          NULL
@@ -117,8 +117,9 @@
 // because MySQL 8 has no CREATE INDEX IF NOT EXISTS), so Apply may run at
 // every start-up. What it does not do:
 //
-//   - It does not migrate: a table that already exists is left as it is,
-//     even if its columns differ from this DDL.
+//   - It does not migrate in general: a table that already exists is left
+//     as it is, even if its columns differ from this DDL. The one exception
+//     is the upgrade below, from the tables of an earlier version.
 //   - It is not atomic: if a statement fails, the tables created before it
 //     stay. Calling Apply again after fixing the cause is safe.
 //   - It takes no lock. Concurrent calls are nevertheless safe: MySQL and
@@ -132,13 +133,90 @@
 // Errors from Apply name the dialect and the failing statement and wrap the
 // driver's error, so errors.As reaches driver error types.
 //
+// # Upgrading
+//
+// The DDL has changed once: since migration 2 the status CHECK of
+// rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
+// 'started' (StatusStarted: the intent of an effect outside the database is
+// recorded, its result not yet). Tables that an earlier Apply created, like
+// tables of migration 1 alone, refuse that status.
+//
+// Apply upgrades them. After its CREATE statements it reads the definition of
+// the CHECK from the catalog (PostgreSQL pg_get_constraintdef, MySQL and
+// MariaDB information_schema.CHECK_CONSTRAINTS, SQLite the CREATE TABLE text
+// in sqlite_master) and, only if it is exactly the CHECK of migration 1, runs
+// the statements of migration 2 (below). A missing CHECK, or one you have
+// changed yourself, is left alone. What the upgrade does:
+//
+//   - PostgreSQL, MySQL and MariaDB: one ALTER TABLE drops and re-adds the
+//     CHECK, atomically. PostgreSQL holds an ACCESS EXCLUSIVE lock on the
+//     table while it checks the rows; MariaDB copies the table to check them
+//     (ALGORITHM=COPY) and blocks writes to it meanwhile, and MySQL checks
+//     them too: on a large table that takes a while. MySQL needs 8.0.19 or
+//     later (ALTER TABLE ... DROP CONSTRAINT); on 8.0.16 to 8.0.18 the upgrade
+//     fails with a syntax error, and you run the ALTER TABLE yourself with
+//     DROP CHECK instead.
+//   - SQLite cannot alter a CHECK: the table is rebuilt (new table under a
+//     temporary name, rows copied, old table dropped, new one renamed,
+//     indexes created again) in one BEGIN IMMEDIATE transaction on one
+//     connection, which Apply takes from the pool if db is one. Apply turns
+//     foreign_keys off on that connection for the while (so that a foreign
+//     key of yours that references the table does not delete rows when the
+//     old table is dropped), creates the triggers on the table again, and
+//     leaves foreign_keys and legacy_alter_table as it found them. Views
+//     that read the table keep working. If db is a transaction, the rebuild
+//     runs in it, and foreign_keys, which cannot change inside a
+//     transaction, stays as it is. db must be a pool, a connection or a
+//     transaction of database/sql (or sqlx's forms of them); through any
+//     other Execer the upgrade fails with an error and changes nothing.
+//     Give the connections a busy timeout: a second process waits for the
+//     first one's rebuild and then finds the new CHECK.
+//
+// Several processes may upgrade at once: on PostgreSQL and MySQL the table
+// lock orders their ALTER TABLE statements, and a second one replaces the new
+// CHECK by an identical one; on SQLite the second one checks again under the
+// write lock and does nothing. If the upgrade fails, the table stays as it was
+// (one ALTER TABLE, or SQLite's transaction, is all or nothing) and Apply
+// returns an error that names the failing statement; call it again after
+// fixing the cause.
+//
+// The upgrade needs to read the catalog: db must also have QueryContext
+// (*sql.DB, *sql.Tx, *sql.Conn and sqlx's forms of them do). Through an
+// Execer that has only ExecContext, Apply creates missing tables as before but
+// cannot see an older table and leaves it as it is; inserting 'started' then
+// fails with a violation of rowlease_tool_execution_status_ck.
+//
+// If you manage the tables with golang-migrate or goose instead, copy
+// migration 2 into your migration directory (or use Migrations, which has it)
+// and run it: Apply's upgrade does not write your tool's version table.
+//
 // # Migrations
 //
 // Migrations(dialect, tool) returns an fs.FS rooted at the migration files of
-// one dialect and tool. The up migrations contain exactly the statements of
-// the DDL (a test keeps them in step); the down migrations drop the three
-// tables and everything in them. Because the up statements use IF NOT
-// EXISTS, a database set up earlier with Apply can adopt the migrations.
+// one dialect and tool:
+//
+//   - 1, create_lock_tables: creates the three tables as the first version of
+//     the DDL had them (CREATE ... IF NOT EXISTS); down drops the three tables
+//     and everything in them.
+//   - 2, tool_execution_started: lets a tool execution have status 'started'
+//     (the upgrade above); down restores the CHECK of migration 1 and fails,
+//     changing nothing, while a row has status 'started' (PostgreSQL SQLSTATE
+//     23514, MySQL error 3819, MariaDB error 4025, SQLite "CHECK constraint
+//     failed"): finish or delete those executions first. On SQLite both
+//     directions rebuild the table inside the transaction that both tools
+//     wrap a file in (keep it: no x-no-tx-wrap, no goose NO TRANSACTION).
+//     There, PRAGMA foreign_keys cannot change, so run it with foreign keys
+//     off if a table of yours references rowlease_tool_execution; triggers on
+//     the table are dropped with it (create them again), and
+//     legacy_alter_table is left off.
+//
+// Migrations 1 and 2 together build exactly what the DDL builds: a test
+// applies both to real databases of each dialect and compares tables,
+// columns, constraints and indexes. A database set up by any version of Apply
+// can adopt the migrations: migration 1 creates nothing that exists, and
+// migration 2 may run again on tables that already allow 'started' (it
+// replaces the CHECK by the same one; on SQLite it rebuilds the table once
+// more).
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
@@ -163,6 +241,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 and the goose file 00001; add your own migrations after them, or copy
-// the files into your own migration directory.
+// 000001 and 000002 and the goose files 00001 and 00002; add your own
+// migrations after them, or copy the files into your own migration directory.
 package schema

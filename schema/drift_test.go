@@ -4,44 +4,48 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
 
 // normalizeStatement collapses every run of white space to one space. The
-// drift check compares statements after this and nothing else, so a change of
-// IF NOT EXISTS, of case, or of any token counts as drift.
+// textual checks compare statements after this and nothing else, so a change
+// of IF NOT EXISTS, of case, or of any token counts as drift.
 func normalizeStatement(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// compareStatements reports the first difference between two statement lists.
+// compareStatements reports the first difference between two statement
+// lists that must be the same.
 func compareStatements(label string, want, got []string) error {
 	for i := 0; i < len(want) || i < len(got); i++ {
 		switch {
 		case i >= len(got):
-			return fmt.Errorf("%s: statement %d of the DDL is missing:\n  %s", label, i+1, normalizeStatement(want[i]))
+			return fmt.Errorf("%s: statement %d is missing:\n  %s", label, i+1, normalizeStatement(want[i]))
 		case i >= len(want):
-			return fmt.Errorf("%s: statement %d is not in the DDL:\n  %s", label, i+1, normalizeStatement(got[i]))
+			return fmt.Errorf("%s: statement %d is extra:\n  %s", label, i+1, normalizeStatement(got[i]))
 		}
 		if w, g := normalizeStatement(want[i]), normalizeStatement(got[i]); w != g {
-			return fmt.Errorf("%s: statement %d differs from the DDL at %q:\n  DDL:       %s\n  migration: %s",
+			return fmt.Errorf("%s: statement %d differs at %q:\n  want: %s\n  got:  %s",
 				label, i+1, firstDifference(w, g), w, g)
 		}
 	}
 	return nil
 }
 
-// firstDifference shows where two strings start to differ: the migration's
-// text from a little before the first differing byte.
+// firstDifference shows where two strings start to differ: the second
+// one's text from a little before the first differing byte.
 func firstDifference(want, got string) string {
 	i := 0
 	for i < len(want) && i < len(got) && want[i] == got[i] {
@@ -129,39 +133,19 @@ func sameSet(a, b []string) bool {
 	return slices.Equal(a, b)
 }
 
-// checkDrift compares the DDL with the three migration texts of one dialect.
-func checkDrift(ddl, migrateUp, migrateDown, goose string) error {
-	ddlStmts := splitStatements(ddl)
-	created := createdTables(ddlStmts)
-	if len(created) == 0 {
-		return errors.New("DDL creates no tables")
-	}
-	var errs []error
-	errs = append(errs, compareStatements("golang-migrate up", ddlStmts, splitStatements(migrateUp)))
-
-	gooseUp, gooseDown, err := parseGoose(goose)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	errs = append(errs, compareStatements("goose Up", ddlStmts, gooseUp))
-
-	for _, down := range []struct {
-		label string
-		stmts []string
-	}{{"golang-migrate down", splitStatements(migrateDown)}, {"goose Down", gooseDown}} {
-		dropped, err := droppedTables(down.label, down.stmts)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if len(dropped) != len(created) || !sameSet(dropped, created) {
-			errs = append(errs, fmt.Errorf("%s drops %v, the DDL creates %v", down.label, dropped, created))
-		}
-	}
-	return errors.Join(errs...)
+// migrationTexts holds the embedded texts of one dialect: the DDL and, per
+// version, the golang-migrate up and down files and the goose file.
+type migrationTexts struct {
+	ddl   string
+	up    map[int]string
+	down  map[int]string
+	goose map[int]string
 }
 
-type migrationTexts struct{ ddl, up, down, goose string }
+// clone copies m so that a test can change one text.
+func (m migrationTexts) clone() migrationTexts {
+	return migrationTexts{ddl: m.ddl, up: maps.Clone(m.up), down: maps.Clone(m.down), goose: maps.Clone(m.goose)}
+}
 
 func readMigrationTexts(t *testing.T, dialect lease.Dialect) migrationTexts {
 	t.Helper()
@@ -176,95 +160,279 @@ func readMigrationTexts(t *testing.T, dialect lease.Dialect) migrationTexts {
 		require.NoError(t, err)
 		return string(b)
 	}
-	return migrationTexts{
-		ddl:   ddl,
-		up:    read(mfs, "000001_create_lock_tables.up.sql"),
-		down:  read(mfs, "000001_create_lock_tables.down.sql"),
-		goose: read(gfs, "00001_create_lock_tables.sql"),
+	m := migrationTexts{ddl: ddl, up: map[int]string{}, down: map[int]string{}, goose: map[int]string{}}
+	for v, names := range migrateFiles {
+		m.up[v] = read(mfs, names[0])
+		m.down[v] = read(mfs, names[1])
+		m.goose[v] = read(gfs, gooseFiles[v])
 	}
+	return m
 }
 
-// TestMigrationsMatchDDL is the drift test: the up migrations of both tools
-// hold exactly the statements of the embedded DDL, and the down migrations
-// drop exactly the tables the DDL creates.
+// checkDrift is the textual half of the drift check, for one dialect: the
+// goose file of every version holds exactly the statements of the
+// golang-migrate files of that version; migration 1 creates the tables the
+// DDL creates and its down migrations drop exactly those. Whether
+// migrations 1+2 build the schema the DDL builds is a question for a real
+// database: TestMigrationsMatchDDL answers it.
+func checkDrift(m migrationTexts) error {
+	created := createdTables(splitStatements(m.ddl))
+	if len(created) == 0 {
+		return errors.New("DDL creates no tables")
+	}
+	var errs []error
+	versions := slices.Sorted(maps.Keys(m.up))
+	for _, v := range versions {
+		gUp, gDown, err := parseGoose(m.goose[v])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("goose %d: %w", v, err))
+			continue
+		}
+		up, down := splitStatements(m.up[v]), splitStatements(m.down[v])
+		if len(up) == 0 || len(down) == 0 {
+			errs = append(errs, fmt.Errorf("golang-migrate %d: up or down has no statements", v))
+		}
+		errs = append(errs,
+			compareStatements(fmt.Sprintf("goose %d Up vs golang-migrate %d up", v, v), up, gUp),
+			compareStatements(fmt.Sprintf("goose %d Down vs golang-migrate %d down", v, v), down, gDown))
+		if v != 1 {
+			continue
+		}
+		if got := createdTables(up); len(got) != len(created) || !sameSet(got, created) {
+			errs = append(errs, fmt.Errorf("golang-migrate 1 up creates %v, the DDL creates %v", got, created))
+		}
+		for _, dn := range []struct {
+			label string
+			stmts []string
+		}{{"golang-migrate 1 down", down}, {"goose 1 Down", gDown}} {
+			dropped, err := droppedTables(dn.label, dn.stmts)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if len(dropped) != len(created) || !sameSet(dropped, created) {
+				errs = append(errs, fmt.Errorf("%s drops %v, the DDL creates %v", dn.label, dropped, created))
+			}
+		}
+	}
+	if !slices.Equal(versions, []int{1, 2}) {
+		errs = append(errs, fmt.Errorf("migration versions %v, want [1 2]", versions))
+	}
+	return errors.Join(errs...)
+}
+
+// TestMigrationsMatchDDL is the drift test. On each real database it sets
+// up one database with Apply (the DDL) and others with migrations 1 and 2
+// of golang-migrate and of goose, run as those tools run them, and requires
+// the same schema: tables, columns with types, nullability and defaults,
+// constraints with their definitions, indexes (dumpSchema). Without a
+// server it fails (testdb with ROWLEASE_REQUIRE_ALL) or skips that dialect.
+// The "files" subtest checks the texts (checkDrift).
 func TestMigrationsMatchDDL(t *testing.T) {
 	t.Parallel()
-	for _, d := range dialects {
-		m := readMigrationTexts(t, d)
-		assert.NoError(t, checkDrift(m.ddl, m.up, m.down, m.goose), "dialect %s: edit schema/sql/%s.sql and schema/migrations/%s/ together", d, d, d)
-	}
+	t.Run("files", func(t *testing.T) {
+		t.Parallel()
+		for _, d := range dialects {
+			assert.NoError(t, checkDrift(readMigrationTexts(t, d)),
+				"dialect %s: edit schema/sql/%s.sql and schema/migrations/%s/ together", d, d, d)
+		}
+	})
+	eachDialect(t, func(t *testing.T, d lease.Dialect) {
+		want := freshDump(t, d, applyDDL(t, d))
+		for _, tool := range migrationTools {
+			got := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 2) })
+			requireSameSchema(t, "the DDL (Apply)", want, tool+" migrations 1+2", got)
+		}
+	})
 }
 
-// TestDriftCheckCatchesEdits proves that checkDrift notices an edit to one
-// file that is not made to the others, and ignores pure re-indentation.
+// TestMigrationsDownUp runs migration 2 down and up again on a database
+// with rows, with each tool: down gives back the schema of migration 1,
+// up the schema of the DDL, and the rows survive both. Down refuses, and
+// changes nothing, while a tool execution has status 'started'. Up runs
+// again harmlessly on a database that already has migration 2 (a database
+// that Apply upgraded before the user copied migration 2).
+func TestMigrationsDownUp(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d lease.Dialect) {
+		ctx := t.Context()
+		v2 := freshDump(t, d, applyDDL(t, d))
+		for _, tool := range migrationTools {
+			v1 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 1) })
+			require.NotEqual(t, v1, v2, "migration 1 alone must differ from the DDL")
+
+			db := testdb.Open(t, d)
+			migrateUp(t, db, d, tool, 2)
+			seedRows(t, db, d)
+			rows := tableRows(t, db)
+
+			require.NoError(t, runMigration(t, db, d, tool, 2, false), "%s down 2", tool)
+			requireSameSchema(t, tool+" migration 1", v1, tool+" 1+2, then 2 down", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s down 2 changed the rows", tool)
+			requireCheckViolation(t, insertTool(ctx, db, "after-down", StatusStarted), toolStatusCheck)
+
+			require.NoError(t, runMigration(t, db, d, tool, 2, true), "%s up 2 after down", tool)
+			requireSameSchema(t, "the DDL", v2, tool+" 2 down, then up", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s up 2 changed the rows", tool)
+
+			require.NoError(t, runMigration(t, db, d, tool, 2, true), "%s up 2 a second time", tool)
+			requireSameSchema(t, "the DDL", v2, tool+" up 2 twice", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s up 2 twice changed the rows", tool)
+
+			// A 'started' row blocks down, loudly, and down changes nothing.
+			require.NoError(t, insertTool(ctx, db, "started-1", StatusStarted))
+			rows = tableRows(t, db)
+			err := runMigration(t, db, d, tool, 2, false)
+			requireCheckViolation(t, err, toolStatusCheck)
+			requireSameSchema(t, "the DDL", v2, tool+" after a refused down 2", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s refused down 2 changed the rows", tool)
+
+			// Without it, down 2 and down 1 remove everything.
+			_, err = db.ExecContext(ctx, db.Rebind("DELETE FROM "+ToolExecutionTable+" WHERE id = ?"), "started-1")
+			require.NoError(t, err)
+			require.NoError(t, runMigration(t, db, d, tool, 2, false), "%s down 2", tool)
+			require.NoError(t, runMigration(t, db, d, tool, 1, false), "%s down 1", tool)
+			require.Empty(t, tableNames(t, db, d), "%s down 2, down 1 left tables", tool)
+		}
+	})
+}
+
+// requireCheckViolation asserts that err is a violation of the named CHECK
+// constraint (each server's message names it).
+func requireCheckViolation(t *testing.T, err error, name string) {
+	t.Helper()
+	require.Error(t, err, "expected a violation of %s", name)
+	require.Contains(t, err.Error(), name)
+}
+
+// TestDriftCheckCatchesEdits proves that the drift checks notice an edit to
+// one file that is not made to the others, and ignore pure re-indentation:
+// the textual check for the migration files among themselves, the
+// real-database check for the DDL against the migrations.
 func TestDriftCheckCatchesEdits(t *testing.T) {
 	t.Parallel()
-	for _, d := range dialects {
+	t.Run("files", func(t *testing.T) {
+		t.Parallel()
+		for _, d := range dialects {
+			m := readMigrationTexts(t, d)
+			require.NoError(t, checkDrift(m), d)
+			edit := func(src, old, repl string) string {
+				t.Helper()
+				out := strings.Replace(src, old, repl, 1)
+				require.NotEqual(t, src, out, "%s: mutation %q -> %q did not apply", d, old, repl)
+				return out
+			}
+			mustDrift := func(name string, mm migrationTexts) {
+				t.Helper()
+				assert.Error(t, checkDrift(mm), "%s: drift not detected: %s", d, name)
+			}
+
+			mm := m.clone()
+			mm.up[1] = edit(m.up[1], "NOT NULL DEFAULT 0", "NULL DEFAULT 0")
+			mustDrift("nullability changed in golang-migrate 1 up only", mm)
+
+			mm = m.clone()
+			mm.goose[1] = edit(m.goose[1], RequestTable+" (", RequestTable+"_v2 (")
+			mustDrift("table renamed in goose 1 Up only", mm)
+
+			mm = m.clone()
+			mm.up[1] = edit(m.up[1], "CREATE TABLE IF NOT EXISTS", "CREATE TABLE")
+			mustDrift("IF NOT EXISTS removed in golang-migrate 1 up only", mm)
+
+			mm = m.clone()
+			mm.up[1] = m.up[1][:strings.LastIndex(m.up[1], "CREATE ")]
+			mustDrift("last statement removed from golang-migrate 1 up", mm)
+
+			mm = m.clone()
+			mm.ddl = m.ddl + "\nCREATE TABLE IF NOT EXISTS rowlease_extra (x INT);\n"
+			mustDrift("table added to DDL only", mm)
+
+			mm = m.clone()
+			mm.down[1] = edit(m.down[1], "DROP TABLE IF EXISTS "+RequestTable+";\n", "")
+			mustDrift("table missing from golang-migrate 1 down", mm)
+
+			mm = m.clone()
+			mm.goose[1] = m.goose[1] + "DROP TABLE IF EXISTS rowlease_other;\n"
+			mustDrift("extra table in goose 1 Down", mm)
+
+			mm = m.clone()
+			mm.goose[1] = edit(m.goose[1], "-- +goose Down\n", "")
+			mustDrift("goose 1 Down section missing", mm)
+
+			mm = m.clone()
+			mm.down[1] = edit(m.down[1], "DROP TABLE IF EXISTS "+SessionTable+";", "DELETE FROM "+SessionTable+";")
+			mustDrift("golang-migrate 1 down deletes instead of dropping", mm)
+
+			mm = m.clone()
+			mm.goose[2] = edit(m.goose[2], "'processing', 'started', 'success', 'error'", "'processing', 'started', 'success'")
+			mustDrift("CHECK changed in goose 2 Up only", mm)
+
+			mm = m.clone()
+			mm.down[2] = edit(m.down[2], "'processing', 'success', 'error'", "'processing', 'started', 'success', 'error'")
+			mustDrift("CHECK changed in golang-migrate 2 down only", mm)
+
+			mm = m.clone()
+			delete(mm.goose, 2)
+			delete(mm.up, 2)
+			delete(mm.down, 2)
+			mustDrift("migration 2 missing", mm)
+
+			mm = m.clone()
+			var reindented strings.Builder
+			for line := range strings.Lines(m.up[2]) {
+				if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+					line = strings.ReplaceAll(strings.ReplaceAll(line, "    ", "\t"), " (", "\n  (")
+				}
+				reindented.WriteString(line)
+			}
+			mm.up[2] = reindented.String()
+			require.NotEqual(t, m.up[2], mm.up[2])
+			assert.NoError(t, checkDrift(mm), "%s: re-indentation must not count as drift", d)
+		}
+	})
+
+	// On the servers: a DDL or a migration 2 that builds anything else than
+	// the other is reported, with the object that differs.
+	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		m := readMigrationTexts(t, d)
+		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 2) })
 		edit := func(src, old, repl string) string {
 			t.Helper()
 			out := strings.Replace(src, old, repl, 1)
 			require.NotEqual(t, src, out, "%s: mutation %q -> %q did not apply", d, old, repl)
 			return out
 		}
-		mustDrift := func(name string, mm migrationTexts) {
+		mustDrift := func(name, mentions string, got []string) {
 			t.Helper()
-			assert.Error(t, checkDrift(mm.ddl, mm.up, mm.down, mm.goose), "%s: drift not detected: %s", d, name)
+			diff := schemaDiff("migrations 1+2", migrated, name, got)
+			assert.NotEmpty(t, diff, "%s: drift not detected: %s", d, name)
+			assert.Contains(t, diff, mentions, "%s: %s: the difference must name %s", d, name, mentions)
 		}
-
-		mm := m
-		mm.ddl = edit(m.ddl, "generation", "generations")
-		mustDrift("column renamed in DDL only", mm)
-
-		mm = m
-		mm.up = edit(m.up, "NOT NULL DEFAULT 0", "NULL DEFAULT 0")
-		mustDrift("nullability changed in golang-migrate up only", mm)
-
-		mm = m
-		mm.goose = edit(m.goose, RequestTable+" (", RequestTable+"_v2 (")
-		mustDrift("table renamed in goose Up only", mm)
-
-		mm = m
-		mm.up = edit(m.up, "CREATE TABLE IF NOT EXISTS", "CREATE TABLE")
-		mustDrift("IF NOT EXISTS removed in golang-migrate up only", mm)
-
-		mm = m
-		last := strings.LastIndex(m.up, "CREATE ")
-		mm.up = m.up[:last]
-		mustDrift("last statement removed from golang-migrate up", mm)
-
-		mm = m
-		mm.ddl = m.ddl + "\nCREATE TABLE IF NOT EXISTS rowlease_extra (x INT);\n"
-		mustDrift("table added to DDL only", mm)
-
-		mm = m
-		mm.down = edit(m.down, "DROP TABLE IF EXISTS "+RequestTable+";\n", "")
-		mustDrift("table missing from golang-migrate down", mm)
-
-		mm = m
-		mm.goose = m.goose + "DROP TABLE IF EXISTS rowlease_other;\n"
-		mustDrift("extra table in goose Down", mm)
-
-		mm = m
-		mm.goose = edit(m.goose, "-- +goose Down\n", "")
-		mustDrift("goose Down section missing", mm)
-
-		mm = m
-		mm.down = edit(m.down, "DROP TABLE IF EXISTS "+SessionTable+";", "DELETE FROM "+SessionTable+";")
-		mustDrift("golang-migrate down deletes instead of dropping", mm)
-
-		mm = m
-		var reindented strings.Builder
-		for line := range strings.Lines(m.up) {
-			if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-				line = strings.ReplaceAll(strings.ReplaceAll(line, "    ", "\t"), " (", "\n  (")
+		ddlWith := func(ddl string) func(db *sqlx.DB) {
+			return func(db *sqlx.DB) { require.NoError(t, ApplyScript(t.Context(), db, ddl)) }
+		}
+		migrationsWith2 := func(up2 string) func(db *sqlx.DB) {
+			return func(db *sqlx.DB) {
+				migrateUp(t, db, d, "golang-migrate", 1)
+				require.NoError(t, runScriptAs(t, db, d, "golang-migrate", up2))
 			}
-			reindented.WriteString(line)
 		}
-		mm.up = reindented.String()
-		require.NotEqual(t, m.up, mm.up)
-		assert.NoError(t, checkDrift(mm.ddl, mm.up, mm.down, mm.goose), "%s: re-indentation must not count as drift", d)
-	}
+
+		mustDrift("DDL with the CHECK of migration 1", toolStatusCheck, freshDump(t, d, ddlWith(
+			edit(m.ddl, "'processing', 'started', 'success', 'error'", "'processing', 'success', 'error'"))))
+		mustDrift("DDL with a column renamed", "generations", freshDump(t, d, ddlWith(
+			edit(m.ddl, "generation ", "generations "))))
+		mustDrift("DDL with a default changed", ColGeneration, freshDump(t, d, ddlWith(
+			edit(m.ddl, "NOT NULL DEFAULT 0", "NOT NULL DEFAULT 1"))))
+		mustDrift("migration 2 that allows one more status", toolStatusCheck, freshDump(t, d, migrationsWith2(
+			edit(m.up[2], "'started', ", "'started', 'cancelled', "))))
+		if d == lease.SQLite {
+			up2 := m.up[2][:strings.LastIndex(m.up[2], "CREATE INDEX")]
+			mustDrift("migration 2 that forgets an index", ToolExecutionSessionRequestIndex, freshDump(t, d, migrationsWith2(up2)))
+			mustDrift("migration 2 that rebuilds a column without its default", ColGeneration, freshDump(t, d, migrationsWith2(
+				edit(m.up[2], "INTEGER NOT NULL DEFAULT 0", "INTEGER NOT NULL"))))
+		}
+	})
 }
 
 // TestMigrationFilesAreUsersFiles: users copy the migration files into

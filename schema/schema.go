@@ -54,8 +54,9 @@ const (
 	// ColFingerprint is a 64-character hash (hex SHA-256) of the request
 	// payload in RequestTable.
 	ColFingerprint = "fingerprint"
-	// ColStatus is one of StatusProcessing, StatusSuccess or StatusError; a
-	// CHECK constraint rejects anything else.
+	// ColStatus is the state of a request (StatusProcessing, StatusSuccess
+	// or StatusError) or of a tool execution (the same three, or
+	// StatusStarted); a CHECK constraint on each table rejects anything else.
 	ColStatus = "status"
 	// ColReply is the reply text stored for a request (large text).
 	ColReply = "reply"
@@ -91,9 +92,14 @@ const (
 )
 
 // Values allowed in the status column of RequestTable and ToolExecutionTable.
+// StatusStarted is allowed in ToolExecutionTable only.
 const (
 	// StatusProcessing marks work that has started and not yet finished.
 	StatusProcessing = "processing"
+	// StatusStarted marks a tool execution whose effect outside the database
+	// has its intent recorded and its result not yet. Only ToolExecutionTable
+	// allows it (from migration 2 on; Apply upgrades older tables).
+	StatusStarted = "started"
 	// StatusSuccess marks work that finished successfully.
 	StatusSuccess = "success"
 	// StatusError marks work that finished with an error.
@@ -202,13 +208,21 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 
 // Apply creates the lock tables and their indexes for dialect if they do not
 // exist yet, running the statements one at a time on db. It is idempotent:
-// on a database that already has the tables it changes nothing. It does not
-// check or alter tables that exist with a different shape.
+// on a database that already has the current tables it changes nothing.
+//
+// Tables that an earlier version of Apply created are upgraded: if the
+// tool-execution table still has the status CHECK of migration 1 (without
+// StatusStarted), Apply runs the statements of migration 2 (see the package
+// documentation, "Upgrading"). For that it reads the catalog through db's
+// QueryContext method, which *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms
+// have; a db with ExecContext alone gets no upgrade. Apply does not check or
+// alter tables that differ from the DDL in any other way.
 //
 // Several processes may call Apply at once: a statement that fails because
 // another session created the same object at the same moment (PostgreSQL
 // reports that as a duplicate-key error on a system catalog) is run again,
-// up to three times, and then finds the object.
+// up to three times, and then finds the object; an upgrade that two
+// processes start together ends with the same table.
 //
 // Apply stops at the first failing statement and returns an error that names
 // the dialect and the statement and wraps the driver's error. Statements that
@@ -223,7 +237,7 @@ func Apply(ctx context.Context, db Execer, dialect lease.Dialect) error {
 	if err := ApplyScript(ctx, db, src); err != nil {
 		return fmt.Errorf("schema: apply %s DDL: %w", d, err)
 	}
-	return nil
+	return upgrade(ctx, db, d)
 }
 
 // ApplyScript runs an SQL script written in the style of the embedded
@@ -278,9 +292,11 @@ func isCreateRace(err error) bool {
 // Migrations returns the migration files for dialect and tool, rooted at the
 // directory that holds them, ready for the tool's fs.FS source:
 //
-//   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql
-//     and 000001_create_lock_tables.down.sql, for source/iofs with path ".".
-//   - tool "goose": 00001_create_lock_tables.sql with -- +goose Up and
+//   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql,
+//     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql
+//     and 000002_tool_execution_started.down.sql, for source/iofs with path ".".
+//   - tool "goose": 00001_create_lock_tables.sql and
+//     00002_tool_execution_started.sql, each with -- +goose Up and
 //     -- +goose Down sections, for goose.SetBaseFS or goose.NewProvider with
 //     directory ".".
 //

@@ -95,7 +95,10 @@ func TestStatementsShape(t *testing.T) {
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
-		assert.Contains(t, ddl, "('"+StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"')", d)
+		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+
+			StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"'))", d)
+		assert.Contains(t, ddl, toolStatusCheck+" CHECK (status IN ('"+
+			StatusProcessing+"', '"+StatusStarted+"', '"+StatusSuccess+"', '"+StatusError+"'))", d)
 	}
 }
 
@@ -183,8 +186,9 @@ func TestApplyNilExecer(t *testing.T) {
 func TestMigrationsFS(t *testing.T) {
 	t.Parallel()
 	want := map[string][]string{
-		"migrate": {"000001_create_lock_tables.down.sql", "000001_create_lock_tables.up.sql"},
-		"goose":   {"00001_create_lock_tables.sql"},
+		"migrate": {"000001_create_lock_tables.down.sql", "000001_create_lock_tables.up.sql",
+			"000002_tool_execution_started.down.sql", "000002_tool_execution_started.up.sql"},
+		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql"},
 	}
 	tools := map[string]string{"golang-migrate": "migrate", "migrate": "migrate", "Golang-Migrate": "migrate", "goose": "goose", "GOOSE": "goose"}
 	for _, d := range dialects {

@@ -198,6 +198,21 @@ start_postgres() {
     log "PostgreSQL ready on 127.0.0.1:$port"
 }
 
+# ---- staticcheck ---------------------------------------------------------
+# Installed from the Go module proxy at a pinned version, like the servers
+# are installed from apt; any finding fails the run.
+STATICCHECK_VERSION=v0.8.2
+run_staticcheck() {
+    local bin
+    bin="$(go env GOPATH)/bin/staticcheck"
+    if [[ ! -x $bin ]] || ! "$bin" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+        log "installing staticcheck $STATICCHECK_VERSION"
+        GOFLAGS=-mod=mod go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+    fi
+    "$bin" ./...
+    log "staticcheck: no findings"
+}
+
 t0=$SECONDS
 start_mariadb
 start_postgres
@@ -225,6 +240,7 @@ elif [[ -n ${ROWLEASE_BENCH:-} ]]; then
     go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...
 else
     go vet ./...
+    run_staticcheck
     # -v so the log shows which dialect each case ran on; the full log is
     # printed only for a failure, a summary per dialect always.
     log_file="$TMP/go-test.log"
@@ -232,6 +248,11 @@ else
     # shellcheck disable=SC2086
     go test -race -count=1 -timeout 40m -v ${GOTEST_FLAGS:-} ./... >"$log_file" 2>&1
     rc=$?
+    # Nested modules (contrib/*) are outside ./...: vet, lint and test each.
+    for mod in contrib/*/; do
+        (cd "$mod" && go vet ./... && "$(go env GOPATH)/bin/staticcheck" ./... \
+            && go test -race -count=1 -v ./...) >>"$log_file" 2>&1 || rc=1
+    done
     set -e
     if ((rc != 0)); then
         cat "$log_file"

@@ -29,6 +29,9 @@
 // and changes nothing. Release and Touch are token-checked: a process that
 // lost the session can neither free nor extend it for the new holder.
 // Fence gives a check that a side effect's transaction can run.
+// AcquireExisting never inserts a missing row, whatever AutoCreate says:
+// it is the Acquire to use inside a transaction, where an insert would
+// hold its locks until the commit.
 //
 // # What it does not do
 //

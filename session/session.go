@@ -23,10 +23,13 @@ var ErrNotFound = errors.New("session: not found")
 // the session.
 type Grant = lease.Grant[string]
 
-// Columns are the shipped table's lock columns.
-var Columns = lease.Columns{
-	Key: schema.ColSessionKey, Holder: schema.ColHolder, Token: schema.ColToken,
-	ExpiresAt: schema.ColExpiresAt, Generation: schema.ColGeneration, UpdatedAt: schema.ColUpdatedAt,
+// Columns returns the shipped table's lock columns: a copy, so that no
+// package can change what New defaults to.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColSessionKey, Holder: schema.ColHolder, Token: schema.ColToken,
+		ExpiresAt: schema.ColExpiresAt, Generation: schema.ColGeneration, UpdatedAt: schema.ColUpdatedAt,
+	}
 }
 
 // Config describes where the session lock lives.
@@ -61,7 +64,7 @@ func New(cfg Config) (*Locker, error) {
 		name = schema.SessionTable
 	}
 	if cols == (lease.Columns{}) {
-		cols = Columns
+		cols = Columns()
 	}
 	t, err := lease.NewTable(name, cols)
 	if err != nil {
@@ -88,6 +91,16 @@ func (s *Locker) Create(ctx context.Context, db lease.DB, sessionKey string) err
 // ErrBusy. A missing row gives ErrNotFound unless AutoCreate is set.
 func (s *Locker) Acquire(ctx context.Context, db lease.DB, sessionKey, requestID string, ttl time.Duration) (Grant, error) {
 	return s.acquire(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
+}
+
+// AcquireExisting is Acquire without AutoCreate: a missing lock row gives
+// ErrNotFound whatever Config.AutoCreate says. It is for use inside a
+// transaction, where inserting the row would keep the insert's locks until
+// the commit (on MySQL, two first requests of one session could then
+// deadlock on them); create the row with Create outside it.
+func (s *Locker) AcquireExisting(ctx context.Context, db lease.DB, sessionKey, requestID string, ttl time.Duration) (Grant, error) {
+	g, err := s.l.AcquireWith(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
+	return g, wrap(err)
 }
 
 // Reenter re-takes a session the caller already holds with g (same

@@ -184,7 +184,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	require.NoError(t, l.Release(ctx, db, gB))
 }
 
-var shippedRow = lockRow{table: schema.SessionTable, cols: session.Columns}
+var shippedRow = lockRow{table: schema.SessionTable, cols: session.Columns()}
 
 func TestShippedTable(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
@@ -228,6 +228,14 @@ func TestMissingRow(t *testing.T) {
 
 		// AutoCreate does not turn a busy session into anything else.
 		_, err = auto.Acquire(ctx, db, "missing", "request-b", 5*time.Second)
+		assert.ErrorIs(t, err, session.ErrBusy)
+
+		// AcquireExisting never creates the row, AutoCreate or not.
+		_, err = auto.AcquireExisting(ctx, db, "other", "request-c", 5*time.Second)
+		assert.ErrorIs(t, err, session.ErrNotFound)
+		_, err = plain.Inspect(ctx, db, "other")
+		assert.ErrorIs(t, err, session.ErrNotFound, "nothing inserted")
+		_, err = auto.AcquireExisting(ctx, db, "missing", "request-c", 5*time.Second)
 		assert.ErrorIs(t, err, session.ErrBusy)
 	})
 }
@@ -377,7 +385,7 @@ func TestNewInvalid(t *testing.T) {
 	// The zero Columns means the shipped table's.
 	l, err := session.New(session.Config{Dialect: lease.Postgres})
 	require.NoError(t, err)
-	assert.Equal(t, session.Columns, l.Lease().Table().Columns())
+	assert.Equal(t, session.Columns(), l.Lease().Table().Columns())
 }
 
 // TestBadInputSendsNoSQL runs on a SQLite database without the schema: any
@@ -405,4 +413,16 @@ func TestBadInputSendsNoSQL(t *testing.T) {
 			assert.ErrorIs(t, call(), lease.ErrInvalid)
 		})
 	}
+}
+
+// TestColumnsCannotBeChanged (issue 8, item 14): the shipped columns are
+// handed out as a copy; changing it does not change what New uses.
+func TestColumnsCannotBeChanged(t *testing.T) {
+	c := session.Columns()
+	c.Key, c.Token = "changed", "changed"
+	assert.Equal(t, schema.ColSessionKey, session.Columns().Key)
+	assert.Equal(t, schema.ColToken, session.Columns().Token)
+	l, err := session.New(session.Config{Dialect: lease.SQLite})
+	require.NoError(t, err)
+	assert.Equal(t, session.Columns(), l.Lease().Table().Columns())
 }

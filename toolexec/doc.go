@@ -8,28 +8,68 @@
 // {"amount":3.5e1} are one call. The row carries a lease (package lease) and
 // a status.
 //
+// # Two forms of tool
+//
+// In the database (Store.Run, Registry.Register): the side effect writes in
+// the transaction it is given (Exec.Tx), which ends by confirming the
+// session's and the request's leases and marking the call success. It
+// commits if and only if the current owner of all three marks it done.
+// Use it whenever the effect is a write to the same database, however
+// long it takes.
+//
+// Outside the database (Store.RunExternal, Registry.RegisterExternal): a
+// payment provider, e-mail, a webhook. There is no shared transaction, so
+// the call is recorded in three steps: the intent (status started, with
+// the effect key) in a fenced transaction, then the act with no
+// transaction open, then the result, fenced. The effect key (External.
+// EffectKey, the execution id) is the same for every attempt of the call —
+// across retries, takeovers and restarts — so send it as the remote side's
+// idempotency key. A run that finds the intent without a result does not
+// know whether the effect happened: it gets ErrUnknownOutcome unless the
+// tool was registered with a way to reconcile (ExternalOptions.Reconcile
+// asks the remote side; Repeat acts again under the same key, for remote
+// sides that honour it). It never acts again under another key.
+//
 // # States
 //
 //	          INSERT (held by the caller)
-//	(none) ──────────────────────────────▶ processing ── side effect + mark, one tx ──▶ success
-//	                                        │   ▲   ▲                                   (result stored;
-//	                   tool failed (tx      │   │   │ lease expired: taken over          replayed, never
-//	                   rolled back)         ▼   │   └───────────────                     re-run)
-//	                                      error ┘ retried
+//	(none) ───────────────────────────▶ processing ── side effect + fences + mark, one tx ──▶ success
+//	                                     │  ▲  ▲  │                                          (result stored;
+//	       tool failed, or the remote    │  │  │  │ external: intent recorded                 replayed, never
+//	       side refused (NotPerformed)   ▼  │  │  ▼ (fenced)                                  run again)
+//	                                   error ┘  │ started ── act with the effect key, then ──▶ success
+//	                                 retried,   │  │  ▲      the result recorded (fenced)
+//	                                 same key   │  │  │
+//	          lease expired: taken over ────────┘  │  └── lease expired or given back: taken over
+//	                                               │      (Again: Reconcile, Repeat, or
+//	                                               └───── ErrUnknownOutcome; never a new key)
 //
-// Run takes the four branches: success → the stored result, nothing re-run;
-// error → retried; processing and expired → taken over; processing and
-// live → ErrConflict.
+// Run and RunExternal take these branches on an existing row: success → the
+// stored result, nothing run; error → run again; processing and expired →
+// taken over; started and free or expired → reconciled (RunExternal) or
+// ErrUnknownOutcome (Run); any live lease → ErrConflict.
 //
 // # Guarantees
 //
-//   - The side effect runs in a transaction that first checks every fence
-//     (the session's and the request's grants, row-locked on MySQL and
-//     PostgreSQL) and finally marks the call success with its result,
-//     checked against the tool's own token. The side effect's writes commit
-//     if and only if the current owner marks it done.
-//   - Exec.Generation is the tool execution's fencing generation, for side
-//     effects that leave the database.
+//   - In the database: the side effect runs first; then the transaction
+//     confirms every fence (session, request) with a token-checked write
+//     (lease.Lease.Confirm) and marks the call success, checked against the
+//     tool's own token; then it commits. The lease rows are locked only for
+//     that end, so the flow's heartbeat renews them while a long side
+//     effect works (on SQLite, where one writer excludes all others, it
+//     renews inside the transaction: pass RunOptions.Flow, as request does).
+//     A side effect of any length commits if the flow keeps its leases, and
+//     never after a takeover.
+//   - Outside the database: nothing acts for a flow that lost its session or
+//     request (the intent is fenced); an effect is performed under one key
+//     only; a recorded result is never overwritten; an intent without a
+//     result is reported, never silently repeated.
+//   - Exec.Generation and External.Generation are the tool execution's
+//     fencing generation, for systems outside the database that fence.
+//   - A transient database error inside a side effect's transaction
+//     (deadlock, serialization failure, lock wait timeout, SQLite busy) is
+//     not the tool's failure: the transaction is run again, a few times
+//     with backoff, and then reported as ErrTransient.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
 //     surrogates) give ErrInvalidArguments and write nothing. An unknown
 //     tool gives ErrUnknownTool, never a success.
@@ -39,20 +79,33 @@
 // A stored success is returned without checking the fences: reading it
 // writes nothing, so a flow that lost its locks may still see it.
 //
-// On SQLite a side effect's transaction holds the database write lock, so a
-// second flow running the same call waits (busy timeout) instead of getting
-// ErrConflict at once.
+// The side effect of an in-database tool runs before its fences are
+// confirmed: a flow that lost its locks moments ago may run it, and its
+// writes roll back. A side effect that itself writes the session or
+// request row holds that row's lock until commit, and the heartbeat waits.
 //
-// A side effect outside the database is fenced only if that system checks
-// the generation. A tool that is not idempotent outside its transaction
-// can still be repeated by a run that lost its lease before it noticed.
+// On SQLite a side effect's transaction holds the database's only write
+// lock for as long as it runs: every other writer waits (busy timeout),
+// including other flows' heartbeats. Keep SQLite side effects short, or do
+// the slow part outside the database with RunExternal.
+//
+// An external effect is exactly-once only if the remote side honours the
+// effect key (or is reconciled); toolexec cannot undo an effect whose
+// result it failed to record.
 //
 // # Failure handling
 //
-//   - *FailedError (ErrToolFailed): the tool itself failed; its transaction
-//     rolled back, the call is marked error, and the text is for the model.
+//   - *FailedError (ErrToolFailed): the tool itself failed (or the remote
+//     side refused: NotPerformed); nothing committed, the call is marked
+//     error, and the text is for the model. A retry runs it again.
+//   - *UnknownOutcomeError (ErrUnknownOutcome): an external effect may have
+//     happened; the call is left started and free. It carries the effect
+//     key; reconcile before acting again.
+//   - *TransientError (ErrTransient): the database kept failing
+//     transiently; nothing committed, the call is left free; retry.
 //   - lease.ErrLost: a fence failed; nothing committed, and the call is left
-//     processing and free for the flow that now owns the request.
+//     processing (or started, after an act) and free for the flow that now
+//     owns the request.
 //   - ErrConflict: another live flow is running the same call.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.

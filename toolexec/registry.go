@@ -1,25 +1,52 @@
 package toolexec
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"sync"
 )
 
-// Registry maps tool names to their side effects. It is safe for
-// concurrent use.
+// Registry maps tool names to their effects: side effects written in the
+// database's transaction (Register) or effects outside the database
+// (RegisterExternal). It is safe for concurrent use.
 type Registry struct {
 	mu    sync.RWMutex
-	tools map[string]SideEffect
+	tools map[string]tool
+}
+
+type tool struct {
+	fx   SideEffect
+	ext  ExternalEffect
+	opts ExternalOptions
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{tools: map[string]SideEffect{}} }
+func NewRegistry() *Registry { return &Registry{tools: map[string]tool{}} }
 
-// Register adds a tool. An empty name, a nil side effect or a name already
+// Register adds a tool whose side effect writes in the database (see
+// Store.Run). An empty name, a nil side effect or a name already
 // registered is an error.
 func (r *Registry) Register(name string, fn SideEffect) error {
-	if name == "" || fn == nil {
+	if fn == nil {
+		return fmt.Errorf("toolexec: register: empty name or nil side effect")
+	}
+	return r.add(name, tool{fx: fn})
+}
+
+// RegisterExternal adds a tool whose effect happens outside the database
+// (see Store.RunExternal), reconciled with o when an earlier run left its
+// outcome unknown. An empty name, a nil effect or a name already
+// registered is an error.
+func (r *Registry) RegisterExternal(name string, fn ExternalEffect, o ExternalOptions) error {
+	if fn == nil {
+		return fmt.Errorf("toolexec: register: empty name or nil external effect")
+	}
+	return r.add(name, tool{ext: fn, opts: o})
+}
+
+func (r *Registry) add(name string, t tool) error {
+	if name == "" {
 		return fmt.Errorf("toolexec: register: empty name or nil side effect")
 	}
 	r.mu.Lock()
@@ -27,22 +54,53 @@ func (r *Registry) Register(name string, fn SideEffect) error {
 	if _, dup := r.tools[name]; dup {
 		return fmt.Errorf("toolexec: register: tool %q registered twice", name)
 	}
-	r.tools[name] = fn
+	r.tools[name] = t
 	return nil
 }
 
-// Lookup returns the tool's side effect, or an error matching
-// ErrUnknownTool.
-func (r *Registry) Lookup(name string) (SideEffect, error) {
+func (r *Registry) get(name string) (tool, error) {
 	if r != nil {
 		r.mu.RLock()
-		fn, ok := r.tools[name]
+		t, ok := r.tools[name]
 		r.mu.RUnlock()
 		if ok {
-			return fn, nil
+			return t, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownTool, name)
+	return tool{}, fmt.Errorf("%w: %q", ErrUnknownTool, name)
+}
+
+// Lookup returns the side effect of a tool registered with Register, or an
+// error matching ErrUnknownTool (also for an external tool: use Run).
+func (r *Registry) Lookup(name string) (SideEffect, error) {
+	t, err := r.get(name)
+	if err != nil {
+		return nil, err
+	}
+	if t.fx == nil {
+		return nil, fmt.Errorf("%w: %q is an external tool", ErrUnknownTool, name)
+	}
+	return t.fx, nil
+}
+
+// External reports whether name is registered as an external tool.
+func (r *Registry) External(name string) bool {
+	t, err := r.get(name)
+	return err == nil && t.ext != nil
+}
+
+// Run runs call.Tool as registered: Store.Run for a side effect in the
+// database, Store.RunExternal for an external one. An unregistered tool
+// gives an error matching ErrUnknownTool and writes nothing.
+func (r *Registry) Run(ctx context.Context, s *Store, db Beginner, call Call, o RunOptions) (Result, error) {
+	t, err := r.get(call.Tool)
+	if err != nil {
+		return Result{}, err
+	}
+	if t.ext != nil {
+		return s.RunExternal(ctx, db, call, o, t.opts, t.ext)
+	}
+	return s.Run(ctx, db, call, o, t.fx)
 }
 
 // Names lists the registered tools, sorted.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -28,7 +29,32 @@ var (
 	// (status error) and the call can be retried. The concrete error is a
 	// *FailedError.
 	ErrToolFailed = errors.New("toolexec: tool failed")
+	// ErrTransient means the side effect's transaction kept ending in a
+	// transient database error (deadlock, serialization failure, lock wait
+	// timeout, SQLite busy) after a few runs. Nothing committed, the call
+	// is not marked failed, and it can be retried as it is. The concrete
+	// error is a *TransientError.
+	ErrTransient = errors.New("toolexec: transient database error")
 )
+
+// TransientError is a side effect's transaction that ended in a transient
+// database error every time it ran. It matches ErrTransient and unwraps to
+// the database error (so lease.IsTransient is true of it).
+type TransientError struct {
+	Tool string
+	Err  error
+}
+
+// Error describes the failure; it never contains a token.
+func (e *TransientError) Error() string {
+	return fmt.Sprintf("tool %s: transient database error, nothing committed: %v", e.Tool, e.Err)
+}
+
+// Is makes errors.Is(err, ErrTransient) true.
+func (e *TransientError) Is(target error) bool { return target == ErrTransient }
+
+// Unwrap returns the database error.
+func (e *TransientError) Unwrap() error { return e.Err }
 
 // FailedError carries a tool's own failure. It matches ErrToolFailed and
 // unwraps to the tool's error. Its message is what a model should see.
@@ -49,10 +75,13 @@ func (e *FailedError) Unwrap() error { return e.Err }
 // Grant is a held tool execution.
 type Grant = lease.Grant[string]
 
-// Columns are the shipped tool-execution table's lease columns.
-var Columns = lease.Columns{
-	Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
-	Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+// Columns returns the tool-execution table's lease columns: a copy, so
+// that no package can change what New uses.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+		Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+	}
 }
 
 // Call is one tool call of one request.
@@ -109,6 +138,19 @@ type Config struct {
 type Store struct {
 	l     *lease.Lease[string]
 	findQ string
+	obs   lease.Observer // from Config.Lease.Observer; nil costs nothing
+}
+
+// runFenced is lease.RunFenced, reported to the Observer as a
+// lease.SpanFencedTx span of the given phase (effect, intent, result).
+func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, o lease.FencedTx, fn func(*sql.Tx) error) (err error) {
+	if s.obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
+			{Key: lease.AttrTool, Value: tool}, {Key: "rowlease.phase", Value: phase}}})
+		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+	}
+	return lease.RunFenced(ctx, db, o, fn)
 }
 
 // New validates cfg and returns a Store.
@@ -117,7 +159,7 @@ func New(cfg Config) (*Store, error) {
 	if name == "" {
 		name = schema.ToolExecutionTable
 	}
-	t, err := lease.NewTable(name, Columns)
+	t, err := lease.NewTable(name, Columns())
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +169,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + t.Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND idempotency_key = ?"
-	return &Store{l: l, findQ: cfg.Dialect.Rebind(find)}, nil
+	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), obs: cfg.Lease.Observer}, nil
 }
 
 // Lease returns the underlying lease.
@@ -147,7 +189,22 @@ type RunOptions struct {
 	// ReleaseTimeout bounds the clean-up writes made after a failure, even
 	// when ctx is already cancelled. Zero means 5s.
 	ReleaseTimeout time.Duration
+	// Flow, when set, is the database the flow's heartbeat renews through
+	// (the same FlowDB given to heartbeat.ForLease). On SQLite it lets
+	// those renewals run inside the side effect's transaction instead of
+	// waiting behind it; see lease.FlowDB. request.Run sets it.
+	Flow *lease.FlowDB
 }
+
+// db is where the clean-up writes go: through the flow, if there is one.
+func (o RunOptions) db(db Beginner) lease.DB {
+	if o.Flow != nil {
+		return o.Flow
+	}
+	return db
+}
+
+const defaultReleaseTimeout = 5 * time.Second
 
 // IdempotencyKey is the key of one call: request id, tool name and the
 // hex SHA-256 of the canonical arguments.
@@ -194,14 +251,19 @@ func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, f
 		return Result{}, err
 	}
 	if o.ReleaseTimeout <= 0 {
-		o.ReleaseTimeout = 5 * time.Second
+		o.ReleaseTimeout = defaultReleaseTimeout
 	}
-	g, res, err := s.claim(ctx, db, call, hash, o)
+	g, started, res, err := s.claim(ctx, db, call, hash, o)
 	if err != nil || res != nil {
 		if res != nil {
 			return *res, nil
 		}
 		return Result{}, err
+	}
+	if started {
+		// An effect outside the database was announced for this call and
+		// never recorded: running it in a transaction now could do it twice.
+		return Result{}, s.giveBack(ctx, db, g, o, s.unknown(call, g, nil))
 	}
 	// The tool lease is supervised while the side effect runs, and must be
 	// unwatched before the statement that marks or releases it, or a
@@ -213,46 +275,81 @@ func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, f
 		unwatch = func() { once.Do(stop) }
 	}
 	defer unwatch()
-	out, err := s.runTx(ctx, db, call, canonical, g, o, fn, unwatch)
+	var out json.RawMessage
+	for attempt := 1; ; attempt++ {
+		out, err = s.runTx(ctx, db, call, canonical, g, o, fn, unwatch)
+		if err == nil || !lease.IsTransient(err) || attempt == maxTxAttempts || !backoff(ctx, attempt) {
+			break
+		}
+	}
 	unwatch()
 	if err == nil {
 		return Result{ExecutionID: g.Key, Output: out, Generation: g.Generation}, nil
 	}
-	// Clean up with a bounded context, even if ctx is done.
+	return Result{}, s.afterFailure(ctx, db, call.Tool, g, o, err)
+}
+
+// maxTxAttempts bounds the runs of a side effect's transaction that end in
+// a transient database error (deadlock, serialization failure, lock wait
+// timeout, SQLite busy): each rolled back entirely, so running it again is
+// safe.
+const maxTxAttempts = 4
+
+// backoff waits before attempt+1: a jittered, doubling delay from 10ms. It
+// reports false when ctx ended first.
+func backoff(ctx context.Context, attempt int) bool {
+	d := (10 * time.Millisecond) << (attempt - 1)
+	d = d/2 + time.Duration(rand.Int64N(int64(d)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// afterFailure records what a failed call leaves behind and returns the
+// error to report: a tool's own failure is marked error; anything else (a
+// lost fence, a database error, a cancelled run) gives the tool lease back,
+// so the flow that owns the request now can take the call over at once.
+// Its writes run with a bounded context, even when ctx is done.
+func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Grant, o RunOptions, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	var failed *FailedError
 	if errors.As(err, &failed) {
-		_, merr := s.l.Transition(cctx, db, g, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusError,
+		_, merr := s.l.Transition(cctx, o.db(db), g, lease.ChangeOptions{
+			From: []string{schema.StatusProcessing, schema.StatusStarted}, To: schema.StatusError,
 			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
-		if merr != nil {
-			return Result{}, errors.Join(err, merr)
+		return errors.Join(err, merr)
+	}
+	if lease.IsTransient(err) {
+		var te *TransientError
+		if !errors.As(err, &te) {
+			err = &TransientError{Tool: tool, Err: err}
 		}
-		return Result{}, err
 	}
-	// Lost a fence, or the database failed: give our tool lease back so the
-	// flow that owns the request now can take the call over at once. It
-	// stays processing; nothing of the side effect committed.
-	if rerr := s.l.Release(cctx, db, g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
-		return Result{}, errors.Join(err, rerr)
+	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
+		return errors.Join(err, rerr)
 	}
-	return Result{}, err
+	return err
 }
 
 // claim inserts the call held, or deals with the existing row. It returns
 // either a grant to run under, or a stored result.
-func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o RunOptions) (Grant, *Result, error) {
+func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o RunOptions) (g Grant, started bool, res *Result, err error) {
 	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
 	id := uuid.NewString()
-	g, err := s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 		lease.Set(schema.ColIdempotencyKey, idem),
 	}})
 	if err == nil || !errors.Is(err, lease.ErrExists) {
-		return g, nil, err
+		return g, false, nil, err
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		var id, status, result string
@@ -261,16 +358,18 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		if errors.Is(err, sql.ErrNoRows) {
 			// The insert hit the (request, tool, arguments) key, but not
 			// under this session: the request id belongs to another session.
-			return Grant{}, nil, fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
+			return Grant{}, false, nil, fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
 		}
 		if err != nil {
-			return Grant{}, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
+			return Grant{}, false, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
 		}
 		if status == schema.StatusSuccess {
-			return Grant{}, &Result{ExecutionID: id, Output: json.RawMessage(result), Reused: true, Generation: generation}, nil
+			return Grant{}, false, &Result{ExecutionID: id, Output: json.RawMessage(result), Reused: true, Generation: generation}, nil
 		}
-		// error → retry; processing → take over if its lease expired. The
-		// acquire itself decides: a live lease makes it a conflict.
+		// error → retry; processing → take over if its lease expired;
+		// started → take over, keeping the state: the outcome of its
+		// external effect is unknown. The acquire itself decides: a live
+		// lease makes it a conflict.
 		opts := lease.AcquireOptions{InStates: []string{status}}
 		if status == schema.StatusError {
 			opts.SetState = schema.StatusProcessing
@@ -279,16 +378,16 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		g, err := s.l.AcquireWith(ctx, db, id, o.Holder, o.TTL, opts)
 		switch {
 		case err == nil:
-			return g, nil, nil
+			return g, status == schema.StatusStarted, nil, nil
 		case errors.Is(err, lease.ErrHeld):
-			return Grant{}, nil, fmt.Errorf("%w: %w", ErrConflict, err)
+			return Grant{}, false, nil, fmt.Errorf("%w: %w", ErrConflict, err)
 		case errors.Is(err, lease.ErrState):
 			continue // it moved on (e.g. to success) under us: read again
 		default:
-			return Grant{}, nil, err
+			return Grant{}, false, nil, err
 		}
 	}
-	return Grant{}, nil, fmt.Errorf("%w: the call kept changing state", ErrConflict)
+	return Grant{}, false, nil, fmt.Errorf("%w: the call kept changing state", ErrConflict)
 }
 
 func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o RunOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
@@ -296,12 +395,31 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 	for _, f := range o.Fences {
 		gens[f.Name()] = f.Generation()
 	}
-	err = lease.WithFences(ctx, db, o.Fences, func(tx *sql.Tx) error {
+	err = s.runFenced(ctx, db, call.Tool, "effect", lease.FencedTx{
+		Fences: o.Fences,
+		Flow:   o.Flow,
+		Keep:   []lease.Fence{s.l.Fence("tool:"+call.Tool, g)},
+		// The mark comes last (session → request → tool, the one lock
+		// order). From here the transaction holds the tool row until
+		// commit, so the heartbeat lets go of it first: a renewal racing
+		// the token-clearing mark would report a loss.
+		Then: func(ctx context.Context, tx *sql.Tx) error {
+			unwatch()
+			_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
+				From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
+				Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
+			})
+			return err
+		},
+	}, func(tx *sql.Tx) error {
 		var ferr error
 		out, ferr = fn(ctx, Exec{Tx: tx, Generation: g.Generation, Fences: gens, Call: call, Canonical: canonical, ExecutionID: g.Key})
 		if ferr != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
+			}
+			if lease.IsTransient(ferr) {
+				return &TransientError{Tool: call.Tool, Err: ferr}
 			}
 			return &FailedError{Tool: call.Tool, Err: ferr}
 		}
@@ -311,14 +429,7 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		if !json.Valid(out) {
 			return &FailedError{Tool: call.Tool, Err: errors.New("result is not valid JSON")}
 		}
-		// From here the transaction holds the tool row until commit (the
-		// mark below is token-checked), so the heartbeat can let go of it.
-		unwatch()
-		_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
-			Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
-		})
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err

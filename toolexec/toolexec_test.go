@@ -428,7 +428,9 @@ func TestFenceLost(t *testing.T) {
 			assert.ErrorIs(t, err, lease.ErrLost)
 			assert.NotErrorIs(t, err, toolexec.ErrToolFailed)
 			assert.Contains(t, err.Error(), "session fence")
-			assert.Equal(t, calls, e.calls.Load(), "the side effect did not run")
+			// The fences are checked at the end of the transaction, so the
+			// side effect ran; none of it committed.
+			assert.Equal(t, calls+1, e.calls.Load())
 			assert.Equal(t, 0, e.ledgerRows(t), "nothing written")
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
@@ -455,7 +457,7 @@ func TestFenceLost(t *testing.T) {
 			calls := e.calls.Load()
 			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, lease.ErrLost)
-			assert.Equal(t, calls, e.calls.Load())
+			assert.Equal(t, calls+1, e.calls.Load(), "it ran, and rolled back at the fence")
 			assert.Equal(t, 0, e.ledgerRows(t))
 
 			// The new owner takes the call over at once (no TTL wait) and
@@ -464,7 +466,7 @@ func TestFenceLost(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, res.Reused)
 			assert.Equal(t, int64(2), res.Generation)
-			assert.Equal(t, calls+1, e.calls.Load())
+			assert.Equal(t, calls+2, e.calls.Load())
 			assert.Equal(t, 1, e.ledgerRows(t))
 		})
 	})

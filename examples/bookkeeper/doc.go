@@ -23,6 +23,7 @@
 //
 //	go run ./examples/bookkeeper [serve] [flags]   # the HTTP service
 //	go run ./examples/bookkeeper demo [flags]      # a self-checking load demo
+//	go run ./examples/bookkeeper -h                # both commands and their flags
 //
 // serve flags:
 //

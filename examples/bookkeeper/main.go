@@ -30,27 +30,71 @@ func main() {
 const usage = `usage:
   bookkeeper [serve] [flags]   run the HTTP service
   bookkeeper demo [flags]      run the self-checking demo
-  bookkeeper <command> -h      show a command's flags
+  bookkeeper help              show this help (also -h, --help)
+  bookkeeper <command> -h      show one command's flags
 `
 
 // run runs a command and returns the exit code: 0, 1 for a failure, 2 for
 // bad usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "help", "-h", "-help", "--help":
+			printUsage(stdout)
+			return 0
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			cmd, args = args[0], args[1:]
+		}
 	}
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args, stdout, stderr)
-	case "help":
-		fmt.Fprint(stdout, usage)
-		return 0
 	}
 	fmt.Fprintf(stderr, "bookkeeper: unknown command %q\n%s", cmd, usage)
 	return 2
+}
+
+// printUsage writes the commands and the flags of each.
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, usage)
+	fmt.Fprintf(w, "\nbookkeeper [serve] flags:\n")
+	fs, _ := serveFlags()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "\nbookkeeper demo flags:\n")
+	fs, _ = demoFlags()
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+// parse parses a command's flags. -h prints the command's usage on stdout
+// (exit 0); a bad flag prints the error and the usage on stderr (exit 2).
+// ok is false when the command should exit with code.
+func parse(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(io.Discard) // the messages are written here, to the right stream
+	printTo := func(w io.Writer) {
+		fmt.Fprintf(w, "usage: %s\n\nflags:\n", synopsis)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+	}
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printTo(stdout)
+		return 0, false
+	case err != nil:
+		fmt.Fprintf(stderr, "bookkeeper: %v\n", err)
+		printTo(stderr)
+		return 2, false
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "bookkeeper: unexpected arguments %q\n", fs.Args())
+		return 2, false
+	}
+	return 0, true
 }
 
 // common are the flags serve and demo share.
@@ -80,26 +124,30 @@ func (c *common) finish() {
 	}
 }
 
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// serveOptions are serve's flags.
+type serveOptions struct {
+	common
+	addr string
+}
+
+func serveFlags() (*flag.FlagSet, *serveOptions) {
+	o := &serveOptions{}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.register(fs, store.DefaultDB, service.DefaultLLMLatency)
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
-	fs.StringVar(&c.cfg.LLM, "llm", service.LLMRule, "model: rule (offline keyword rules) or openai")
-	fs.StringVar(&c.cfg.LLMBaseURL, "llm-base-url", llm.DefaultOpenAIBaseURL, "OpenAI-compatible API root, for -llm openai")
-	fs.StringVar(&c.cfg.LLMModel, "llm-model", service.DefaultOpenAIModel, "model name, for -llm openai (key from OPENAI_API_KEY)")
-	fs.DurationVar(&c.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	o.register(fs, store.DefaultDB, service.DefaultLLMLatency)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&o.cfg.LLM, "llm", service.LLMRule, "model: rule (offline keyword rules) or openai")
+	fs.StringVar(&o.cfg.LLMBaseURL, "llm-base-url", llm.DefaultOpenAIBaseURL, "OpenAI-compatible API root, for -llm openai")
+	fs.StringVar(&o.cfg.LLMModel, "llm-model", service.DefaultOpenAIModel, "model name, for -llm openai (key from OPENAI_API_KEY)")
+	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
+	return fs, o
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, o := serveFlags()
+	if code, ok := parse(fs, "bookkeeper [serve] [flags]", args, stdout, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bookkeeper: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
+	c, addr := &o.common, &o.addr
 	c.finish()
 	c.cfg.LLMAPIKey = os.Getenv("OPENAI_API_KEY")
 	log := c.logger(stderr, slog.LevelInfo)
@@ -127,29 +175,32 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// demoOptions are demo's flags.
+type demoOptions struct {
+	common
+	demo demo.Config
+}
+
+func demoFlags() (*flag.FlagSet, *demoOptions) {
+	o := &demoOptions{}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c common
-	c.register(fs, "", demo.DefaultLatency)
+	o.register(fs, "", demo.DefaultLatency)
 	fs.Lookup("db").Usage += " (default: a fresh SQLite file in a temporary directory)"
-	var dc demo.Config
-	fs.IntVar(&dc.Sessions, "sessions", demo.DefaultSessions, "sessions (users) played in parallel, three devices each")
-	fs.IntVar(&dc.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "attempts per message; a 409 is retried after Retry-After")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fs.IntVar(&o.demo.Sessions, "sessions", demo.DefaultSessions, "sessions (users) played in parallel, three devices each")
+	fs.IntVar(&o.demo.MaxAttempts, "max-attempts", demo.DefaultMaxAttempts, "attempts per message; a 409 is retried after Retry-After")
+	return fs, o
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, o := demoFlags()
+	if code, ok := parse(fs, "bookkeeper demo [flags]", args, stdout, stderr); !ok {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bookkeeper demo: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
+	c, dc := &o.common, &o.demo
 	c.finish()
 	c.cfg.Logger = c.logger(stderr, slog.LevelWarn)
 	dc.Service = c.cfg
-	ok, err := demo.Run(ctx, dc, stdout, stderr)
+	ok, err := demo.Run(ctx, *dc, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "bookkeeper demo: %v\n", err)
 		return 1

@@ -354,6 +354,41 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
+// bookkeeper -h (and --help, help) shows both commands and the flags of
+// each, on stdout; serve -h and demo -h show their own.
+func TestHelp(t *testing.T) {
+	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-v"}
+	demoFlags := []string{"-sessions", "-max-attempts"}
+	for _, tc := range []struct {
+		args      []string
+		want, not []string
+	}{
+		{[]string{"-h"}, append(append([]string{"bookkeeper [serve]", "bookkeeper demo"}, serveFlags...), demoFlags...), nil},
+		{[]string{"--help"}, append([]string{"bookkeeper [serve]", "bookkeeper demo"}, demoFlags...), nil},
+		{[]string{"help"}, append(append([]string{"bookkeeper [serve]", "bookkeeper demo"}, serveFlags...), demoFlags...), nil},
+		{[]string{"serve", "-h"}, append([]string{"bookkeeper [serve]"}, serveFlags...), demoFlags},
+		{[]string{"demo", "-h"}, append([]string{"bookkeeper demo", "-db", "-lease-ttl"}, demoFlags...), []string{"-addr", "-shutdown-grace"}},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		assert.Equal(t, 0, code, "%v", tc.args)
+		out := stdout.String()
+		assert.Empty(t, stderr.String(), "%v: help asked for goes to stdout", tc.args)
+		assert.NotContains(t, out, "Usage of", "%v", tc.args)
+		for _, w := range tc.want {
+			assert.Contains(t, out, w, "%v", tc.args)
+		}
+		for _, w := range tc.not {
+			assert.NotContains(t, out, w, "%v", tc.args)
+		}
+	}
+	// A bad flag: the error and the command's usage, on stderr.
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 2, run(context.Background(), []string{"-no-such-flag"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "flag provided but not defined: -no-such-flag")
+	assert.Contains(t, stderr.String(), "-addr")
+}
+
 func TestDemoCommand(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"demo", "-sessions", "3", "-llm-latency", "20ms"}, &stdout, &stderr)

@@ -31,7 +31,8 @@ type Counter struct {
 	commits   atomic.Int64
 	rollbacks atomic.Int64
 	prepares  atomic.Int64
-	paused    atomic.Int64 // Pause depth; counting is off while > 0
+	paused    atomic.Int64                       // Pause depth; counting is off while > 0
+	fail      atomic.Pointer[func(string) error] // see FailAfter
 
 	mu  sync.Mutex
 	log []string

@@ -220,7 +220,7 @@ func (k *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, err
 	}
 	k.c.add(query)
-	return res, err
+	return k.c.execResult(query, res, err)
 }
 
 // QueryContext is ExecContext's counterpart for queries.
@@ -245,7 +245,7 @@ func (k *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		return nil, err
 	}
 	k.c.add(query)
-	return rows, err
+	return k.c.queryResult(query, rows, err)
 }
 
 // CheckNamedValue forwards to ci, or returns driver.ErrSkip so that
@@ -296,7 +296,10 @@ func (t *tx) Commit() error {
 	if t.c.counting() {
 		t.c.commits.Add(1)
 	}
-	return t.txi.Commit()
+	if err := t.txi.Commit(); err != nil {
+		return err
+	}
+	return t.c.failAfter(Commit)
 }
 
 func (t *tx) Rollback() error {
@@ -321,18 +324,21 @@ func (s *stmt) NumInput() int { return s.si.NumInput() }
 
 func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
 	s.c.add(s.query)
-	return s.si.Exec(args) // forwarding the deprecated method
+	res, err := s.si.Exec(args) // forwarding the deprecated method
+	return s.c.execResult(s.query, res, err)
 }
 
 func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
 	s.c.add(s.query)
-	return s.si.Query(args) // forwarding the deprecated method
+	rows, err := s.si.Query(args) // forwarding the deprecated method
+	return s.c.queryResult(s.query, rows, err)
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	if ec, ok := s.si.(driver.StmtExecContext); ok {
 		s.c.add(s.query)
-		return ec.ExecContext(ctx, args)
+		res, err := ec.ExecContext(ctx, args)
+		return s.c.execResult(s.query, res, err)
 	}
 	dargs, err := namedValueToValue(args)
 	if err != nil {
@@ -347,7 +353,8 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	if qc, ok := s.si.(driver.StmtQueryContext); ok {
 		s.c.add(s.query)
-		return qc.QueryContext(ctx, args)
+		rows, err := qc.QueryContext(ctx, args)
+		return s.c.queryResult(s.query, rows, err)
 	}
 	dargs, err := namedValueToValue(args)
 	if err != nil {

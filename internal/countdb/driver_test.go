@@ -463,7 +463,7 @@ var (
 // prepares every statement.
 type fakeDriver struct{ execs *[]string }
 
-func (d fakeDriver) Open(string) (driver.Conn, error) { return fakeConn{execs: d.execs}, nil }
+func (d fakeDriver) Open(string) (driver.Conn, error) { return fakeConn(d), nil }
 
 // TestFallbackDriver runs database/sql over a driver with no optional
 // interfaces and no driver.DriverContext: statements go through a prepare,

@@ -60,5 +60,5 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     UNIQUE KEY rowlease_tool_execution_idem_uq (session_key, idempotency_key),
     UNIQUE KEY rowlease_tool_execution_call_uq (request_id, tool_name, arguments_hash),
     KEY rowlease_tool_execution_session_request_idx (session_key, request_id),
-    CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'success', 'error'))
+    CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     CONSTRAINT rowlease_tool_execution_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_tool_execution_idem_uq UNIQUE (session_key, idempotency_key),
     CONSTRAINT rowlease_tool_execution_call_uq UNIQUE (request_id, tool_name, arguments_hash),
-    CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'success', 'error'))
+    CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error'))
 );
 
 CREATE INDEX IF NOT EXISTS rowlease_tool_execution_session_request_idx

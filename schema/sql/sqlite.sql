@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     created_at      INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
     updated_at      INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
     CONSTRAINT rowlease_tool_execution_pk PRIMARY KEY (id),
-    CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'success', 'error')),
+    CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error')),
     CONSTRAINT rowlease_tool_execution_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
 );
 

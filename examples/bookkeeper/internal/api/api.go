@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,11 +17,10 @@ import (
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/httpapi"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
-	"github.com/rowlease/rowlease/toolexec"
 )
 
 // Input limits.
@@ -122,12 +120,12 @@ func New(cfg Config) (*Server, error) {
 		allowed := strings.Join(allow, ", ")
 		s.mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allowed)
-			writeProblem(w, r, http.StatusMethodNotAllowed, ProblemMethodNotAllowed, "Method not allowed",
-				fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allowed), 0)
+			httpapi.Write(w, r, httpapi.NewProblem(http.StatusMethodNotAllowed, ProblemMethodNotAllowed, "Method not allowed",
+				fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allowed)))
 		})
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, http.StatusNotFound, ProblemNotFound, "Not found", "no such endpoint", 0)
+		httpapi.Write(w, r, httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "no such endpoint"))
 	})
 	return s, nil
 }
@@ -234,7 +232,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (store.Session, bool) {
 	id := r.PathValue("id")
 	if id == "" || len(id) > schema.MaxSessionKeyLen || !utf8.ValidString(id) {
-		writeProblem(w, r, http.StatusNotFound, ProblemSessionNotFound, "Session not found", "no session has this id", 0)
+		s.fail(w, r, session.ErrNotFound)
 		return store.Session{}, false
 	}
 	sess, err := s.st.GetSession(r.Context(), s.st.DB, id)
@@ -333,7 +331,7 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := decodeMessage(w, r)
 	if err != nil {
-		writeProblem(w, r, http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", err.Error(), 0)
+		httpapi.Write(w, r, httpapi.NewProblem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", err.Error()))
 		return
 	}
 	if !s.begin() {
@@ -434,65 +432,43 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := s.st.DB.PingContext(ctx); err != nil {
-		s.log.Warn("healthz: database unreachable", "err", err)
-		writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "Unavailable", "the database is unreachable", 1)
+	if err := httpapi.Ping(r.Context(), s.st.DB, 2*time.Second); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "dialect": s.st.Dialect.String()})
 }
 
-// retryAfter is the Retry-After of a conflict, in whole seconds: the time
-// left on the lease in the way, capped by MaxRetryAfter, at least 1.
-func (s *Server) retryAfter(err error) int {
-	d := s.cfg.MaxRetryAfter
-	var ce *lease.ConflictError
-	if errors.As(err, &ce) && ce.Remaining > 0 && ce.Remaining < d {
-		d = ce.Remaining
-	}
-	return max(1, int(math.Ceil(d.Seconds())))
-}
-
-// fail maps an error to a problem response.
+// fail answers an error: the example's own first (shutdown, run
+// timeout, a failed model, a missing session row), then whatever
+// httpapi.ProblemFor says for rowlease's errors and an unreachable
+// database. Retry-After is capped by MaxRetryAfter.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	p := httpapi.ProblemFor(err)
 	switch {
-	case errors.Is(err, request.ErrFingerprintMismatch):
-		writeProblem(w, r, http.StatusUnprocessableEntity, ProblemIDReused, "Client request id reused",
-			"this client_request_id was already used in this session with different content; use a new id for a new message", 0)
-	case errors.Is(err, request.ErrSessionBusy):
-		writeProblem(w, r, http.StatusConflict, ProblemSessionBusy, "Session busy",
-			"the session is answering another message; retry with the same client_request_id after Retry-After seconds", s.retryAfter(err))
-	case errors.Is(err, request.ErrInFlight):
-		writeProblem(w, r, http.StatusConflict, ProblemRequestInFlight, "Request in flight",
-			"this client_request_id is being answered right now (another device or an earlier try); retry after Retry-After seconds to get its reply", s.retryAfter(err))
-	case errors.Is(err, request.ErrTakenOver):
-		writeProblem(w, r, http.StatusConflict, ProblemTakenOver, "Taken over",
-			"this run lost its lease to another run of the same message; retry to get its reply", 1)
-	case errors.Is(err, toolexec.ErrConflict):
-		writeProblem(w, r, http.StatusConflict, ProblemToolInFlight, "Tool call in flight",
-			"a tool call of this message is still running elsewhere; retry after Retry-After seconds", s.retryAfter(err))
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, session.ErrNotFound):
-		writeProblem(w, r, http.StatusNotFound, ProblemSessionNotFound, "Session not found", "no session has this id", 0)
 	case errors.Is(err, ErrShuttingDown):
-		writeProblem(w, r, http.StatusServiceUnavailable, ProblemShuttingDown, "Shutting down",
-			"the server is shutting down; retry with the same client_request_id (the work done so far is kept)", 1)
+		p = httpapi.NewProblem(http.StatusServiceUnavailable, ProblemShuttingDown, "Shutting down",
+			"the server is shutting down; retry with the same client_request_id (the work done so far is kept)")
+		p.RetryAfter = time.Second
 	case errors.Is(err, errRunTimeout):
-		writeProblem(w, r, http.StatusGatewayTimeout, ProblemTimeout, "Timeout",
-			"the agent took too long; retry with the same client_request_id to resume it", 0)
-	case errors.Is(err, request.ErrAgentFailed) && errors.Is(err, agent.ErrModel):
-		s.log.Warn("model failed", "path", r.URL.Path, "err", err)
-		writeProblem(w, r, http.StatusBadGateway, ProblemModelFailed, "Model failed",
-			"the language model failed; retry with the same client_request_id", 0)
-	case errors.Is(err, request.ErrAgentFailed):
-		s.log.Error("agent failed", "path", r.URL.Path, "err", err)
-		writeProblem(w, r, http.StatusInternalServerError, ProblemAgentFailed, "Agent failed",
-			"the agent failed; retry with the same client_request_id", 0)
-	case errors.Is(err, lease.ErrInvalid):
-		writeProblem(w, r, http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", err.Error(), 0)
-	default:
-		s.log.Error("internal error", "path", r.URL.Path, "err", err)
-		writeProblem(w, r, http.StatusInternalServerError, ProblemInternal, "Internal error", "an unexpected error occurred", 0)
+		p = httpapi.NewProblem(http.StatusGatewayTimeout, ProblemTimeout, "Timeout",
+			"the agent took too long; retry with the same client_request_id to resume it")
+	case errors.Is(err, store.ErrNotFound):
+		p = httpapi.ProblemFor(session.ErrNotFound)
+	case p.Type == ProblemBase+ProblemAgentFailed && errors.Is(err, agent.ErrModel):
+		p = httpapi.NewProblem(http.StatusBadGateway, ProblemModelFailed, "Model failed",
+			"the language model failed; retry with the same client_request_id")
 	}
+	p.RetryAfter = min(p.RetryAfter, s.cfg.MaxRetryAfter)
+	switch p.Type {
+	case ProblemBase + ProblemUnavailable:
+		s.log.Warn("database unreachable", "path", r.URL.Path, "err", err)
+	case ProblemBase + ProblemModelFailed:
+		s.log.Warn("model failed", "path", r.URL.Path, "err", err)
+	case ProblemBase + ProblemAgentFailed:
+		s.log.Error("agent failed", "path", r.URL.Path, "err", err)
+	case ProblemBase + ProblemInternal:
+		s.log.Error("internal error", "path", r.URL.Path, "err", err)
+	}
+	httpapi.Write(w, r, p)
 }

@@ -15,7 +15,10 @@
 // running one is 409, and the same id with other content is 422.
 //
 // Every error is application/problem+json (RFC 9457) with a stable type
-// URI under https://rowlease.dev/problems/:
+// URI under https://rowlease.dev/problems/, written by package httpapi,
+// which also decides the status and type of rowlease's errors
+// (httpapi.ProblemFor); the example adds method-not-allowed, model-failed,
+// shutting-down and timeout:
 //
 //	400 invalid-request          bad JSON, unknown or missing fields, too long, body over 64 KiB
 //	404 session-not-found, not-found
@@ -27,12 +30,20 @@
 //	422 client-request-id-reused the id was used with different content
 //	500 agent-failed, internal
 //	502 model-failed             the model failed; retry with the same id
-//	503 shutting-down, unavailable
+//	503 shutting-down            the server is stopping; retry with the same id
+//	503 unavailable              the database cannot be reached (httpapi.IsUnavailable)
 //	504 timeout                  the run took longer than RunTimeout; retry resumes it
 //
 // Every 409 and 503 carries Retry-After in whole seconds, at least 1: the
 // lease's remaining time, capped by Config.MaxRetryAfter (a live holder
 // usually finishes long before its lease would expire).
+//
+// A message that was running when the database became unreachable gets
+// 503 unavailable too. The client resends it with the same
+// client_request_id after Retry-After: once the database is back it may
+// get 409 request-in-flight until the failed run's lease expires (that run
+// could not write its final mark), then the answer; tool calls that
+// committed are reused, not run again.
 //
 // The agent run does not inherit the cancellation of the HTTP request
 // (context.WithoutCancel): a client that disconnects mid-request does not

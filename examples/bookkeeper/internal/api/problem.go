@@ -3,54 +3,38 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
+
+	"github.com/rowlease/rowlease/httpapi"
 )
 
-// ProblemBase is the prefix of every problem type URI.
-const ProblemBase = "https://rowlease.dev/problems/"
+// ProblemBase is the prefix of every problem type URI (httpapi's).
+const ProblemBase = httpapi.ProblemBase
 
-// Problem types (the last segment of the type URI).
+// Problem types (the last segment of the type URI): rowlease's own from
+// package httpapi, and the example's next to them.
 const (
-	ProblemInvalidRequest   = "invalid-request"
-	ProblemSessionNotFound  = "session-not-found"
-	ProblemNotFound         = "not-found"
+	ProblemInvalidRequest   = httpapi.TypeInvalidRequest
+	ProblemSessionNotFound  = httpapi.TypeSessionNotFound
+	ProblemNotFound         = httpapi.TypeNotFound
 	ProblemMethodNotAllowed = "method-not-allowed"
-	ProblemSessionBusy      = "session-busy"
-	ProblemRequestInFlight  = "request-in-flight"
-	ProblemTakenOver        = "taken-over"
-	ProblemToolInFlight     = "tool-in-flight"
-	ProblemIDReused         = "client-request-id-reused"
-	ProblemAgentFailed      = "agent-failed"
+	ProblemSessionBusy      = httpapi.TypeSessionBusy
+	ProblemRequestInFlight  = httpapi.TypeRequestInFlight
+	ProblemTakenOver        = httpapi.TypeTakenOver
+	ProblemToolInFlight     = httpapi.TypeToolInFlight
+	ProblemIDReused         = httpapi.TypeClientRequestIDReused
+	ProblemAgentFailed      = httpapi.TypeAgentFailed
 	ProblemModelFailed      = "model-failed"
-	ProblemInternal         = "internal"
+	ProblemInternal         = httpapi.TypeInternal
 	ProblemShuttingDown     = "shutting-down"
-	ProblemUnavailable      = "unavailable"
+	ProblemUnavailable      = httpapi.TypeUnavailable
 	ProblemTimeout          = "timeout"
 )
 
-// Problem is an RFC 9457 problem details object.
-type Problem struct {
-	Type     string `json:"type"`               // stable URI: ProblemBase + a Problem… constant
-	Title    string `json:"title"`              // short summary of the type
-	Status   int    `json:"status"`             // the HTTP status code
-	Detail   string `json:"detail,omitempty"`   // this occurrence, for humans
-	Instance string `json:"instance,omitempty"` // the request path
-}
+// Problem is an RFC 9457 problem details object (httpapi.Problem).
+type Problem = httpapi.Problem
 
 // ProblemContentType is the media type of problem responses.
-const ProblemContentType = "application/problem+json"
-
-// writeProblem writes a problem response; retryAfter > 0 sets Retry-After.
-func writeProblem(w http.ResponseWriter, r *http.Request, status int, kind, title, detail string, retryAfter int) {
-	h := w.Header()
-	h.Set("Content-Type", ProblemContentType)
-	h.Set("Cache-Control", "no-store")
-	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(retryAfter))
-	}
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Problem{Type: ProblemBase + kind, Title: title, Status: status, Detail: detail, Instance: r.URL.Path})
-}
+const ProblemContentType = httpapi.ContentType
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,119 @@
+// Package httpapi answers HTTP requests for rowlease's errors: the status
+// for every error the library returns, an RFC 9457 problem+json writer
+// with stable problem types and Retry-After, a test for "the database
+// cannot be reached" (IsUnavailable), and a reader for RFC 7240's
+// "Prefer: wait=N".
+//
+//	out, err := runner.Handle(ctx, msg, agent)
+//	if err != nil {
+//		p := httpapi.WriteError(w, r, err) // status, headers, problem+json
+//		if p.Status >= 500 {
+//			log.Error("message failed", "err", err) // the response does not show it
+//		}
+//		return
+//	}
+//
+// Check your application's own errors first and fall back to ProblemFor
+// (or WriteError) for the rest; NewProblem builds a problem of your own
+// type next to these.
+//
+// # Error → status → type
+//
+// The type URI is ProblemBase + the name, e.g.
+// https://rowlease.dev/problems/session-busy. ProblemFor tries the rows
+// in this order and the first that matches decides:
+//
+//	 #  error (errors.Is / errors.As)              status  type                      Retry-After    the client's move
+//	 1  IsUnavailable(err)                          503    unavailable               1 s            resend later, same client request id
+//	 2  lease.IsTransient(err),                     503    database-busy             1 s            resend later, same id: nothing committed
+//	    toolexec.ErrTransient
+//	 3  request.ErrFingerprintMismatch              422    client-request-id-reused  –              use a new id for new content
+//	 4  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
+//	 5  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
+//	 6  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
+//	    request.ErrAgentFailed)
+//	 7  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
+//	 8  session.ErrNotFound                         404    session-not-found         –              create the session
+//	 9  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
+//	    request.ErrAgentFailed)
+//	10  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	11  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	    toolexec.ErrInvalidArguments
+//	12  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	13  lease.ErrLost                               409    lease-lost                1 s            retry
+//	14  lease.ErrNotFound                           404    not-found                 –
+//	15  lease.ErrExists                             409    already-exists            –
+//	16  lease.ErrState                              409    wrong-state               –
+//	    anything else, and nil                      500    internal                  –
+//
+// "Time left" is *lease.ConflictError.Remaining of the lease in the way,
+// as the database clock measured it; 1 s (DefaultRetryAfter) when the
+// error carries none. Retry-After is whole seconds, rounded up, at least 1.
+//
+// Why this order. A run that failed because the database went away comes
+// back wrapped in request.ErrAgentFailed or request.ErrTakenOver; the
+// answer that helps is "the database is down, try again", so row 1 comes
+// first. toolexec.ErrConflict reaches a web handler wrapped in
+// ErrAgentFailed when the agent returns it: the request was marked error
+// and its session freed, so a resend with the same id after Retry-After
+// runs it again and finds the tool call done or free — a 409, not a 500.
+// A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
+// not bad client input, so row 10 comes before row 11. A transient
+// database error (row 2) or an unknown external outcome (row 9) inside
+// ErrAgentFailed says more than "the agent failed", so they come first.
+//
+// 410 Gone and 429 Too Many Requests: no rowlease error means either yet,
+// so ProblemFor never answers them; when one does, it gets a row and a
+// type here.
+//
+// # A database that cannot be reached
+//
+// IsUnavailable recognises network errors, broken connections, servers
+// that are shutting down or have too many connections, and SQLite files
+// that cannot be opened or are locked (the list is in its documentation);
+// PostgreSQL and SQLite errors through their methods, so this package
+// links no driver but go-sql-driver/mysql (which lease already links).
+//
+// A message in flight when the database went away gets 503 too. The client
+// resends it with the same client request id after Retry-After: once the
+// database is back it gets 409 request-in-flight until the lease of the
+// run that failed expires (that run could not write its final mark), and
+// then the message resumes — tool calls that committed are reused, never
+// run again. Ping marks a failed or timed-out health check as unavailable.
+//
+// # Prefer: wait
+//
+// PreferWait reads "Prefer: wait=N" (RFC 7240) as a duration capped by the
+// caller's limit; SetPreferenceApplied echoes "Preference-Applied:
+// wait=N" for a handler that honoured it (for example one that waits up to
+// that long for a running request's reply instead of answering 409 at
+// once).
+//
+// # Guarantees
+//
+//   - Every status and type above is stable: a client may switch on the
+//     type; names are not changed or reused, new ones may be added.
+//   - Every 409 that a retry can resolve (session-busy, request-in-flight,
+//     tool-in-flight, taken-over, lease-held, lease-lost) and every 503
+//     carries RetryAfter, which Write sends as Retry-After.
+//   - A problem's detail never carries a driver's error text or a lease
+//     token. The one error text shown is a *lease.ValidationError's, for a
+//     400, and it never contains a token.
+//
+// # What it does not do
+//
+// It does not log, route, or cap Retry-After (a live holder usually
+// finishes long before its lease would expire; lower p.RetryAfter if you
+// know better). It knows only rowlease's errors and the drivers' ways of
+// saying "unreachable".
+//
+// # Failure handling
+//
+// ProblemFor does not fail: an error it does not know is 500 internal,
+// with a detail that says nothing about it (log the error yourself).
+// IsUnavailable errs on the side of "no": a way of failing it does not
+// know gives 500, not 503; a bare context.Canceled or DeadlineExceeded is
+// the caller's own deadline and not unavailability. Write ignores the
+// error of writing the body (the client has gone); it sets headers, so
+// call it before anything else is written.
+package httpapi

@@ -1,0 +1,170 @@
+package httpapi
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"net"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// ErrUnavailable marks an error as "the database cannot be reached" when
+// nothing in the error itself says so (see Unavailable and Ping).
+// IsUnavailable reports true for any error that matches it.
+var ErrUnavailable = errors.New("httpapi: database unavailable")
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string        { return "database unavailable: " + e.err.Error() }
+func (e *unavailableError) Unwrap() error        { return e.err }
+func (e *unavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unavailable returns err marked so that it matches ErrUnavailable (and
+// still unwraps to err); nil stays nil. Use it for what only the caller
+// knows means an unreachable database, such as a health check that ran
+// out of time.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// Pinger is a database that can be pinged: *sql.DB, *sql.Conn, *sqlx.DB.
+type Pinger interface {
+	PingContext(ctx context.Context) error
+}
+
+// Ping pings db, waiting at most timeout (none when timeout ≤ 0). A
+// failure is returned marked Unavailable, including a ping that ran out of
+// time (context.DeadlineExceeded); if ctx itself is done, its error is
+// returned unmarked: the caller gave up, the database did not fail.
+func Ping(ctx context.Context, db Pinger, timeout time.Duration) error {
+	pctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	err := db.PingContext(pctx)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	return Unavailable(err)
+}
+
+// IsUnavailable reports whether err says that the database cannot be
+// reached or cannot serve for now, so that a retry later may succeed —
+// HTTP 503 with Retry-After. It walks the whole error tree (Unwrap() error
+// and Unwrap() []error) and is true when it finds:
+//
+//   - an error matching ErrUnavailable (Unavailable, Ping);
+//   - driver.ErrBadConn, or go-sql-driver/mysql's ErrInvalidConn (a
+//     connection that broke mid-statement; pgx's database/sql driver
+//     reports that as driver.ErrBadConn);
+//   - a *net.OpError (refused, reset, broken pipe, unreachable, i/o
+//     timeout; pgx wraps its dial errors, *pgconn.ConnectError, around
+//     one) unless it is a cancellation by the caller's context, a
+//     *net.DNSError, or one of the errnos ECONNREFUSED, ECONNRESET,
+//     ECONNABORTED, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
+//     EHOSTDOWN, ENETDOWN;
+//   - MySQL/MariaDB errors 1040 (too many connections), 1053 (server
+//     shutdown in progress), 1927 (connection killed);
+//   - PostgreSQL SQLSTATE class 08 (connection exception), 53300 (too many
+//     connections), 57P01, 57P02 (the server is shutting down or crashed),
+//     57P03 (it cannot accept connections yet);
+//   - SQLite (errors with a Code() int method, as modernc.org/sqlite's)
+//     SQLITE_BUSY (locked by another connection beyond the busy timeout),
+//     SQLITE_IOERR and SQLITE_CANTOPEN (the file cannot be read or opened).
+//
+// PostgreSQL and SQLite errors are recognised through their methods
+// (SQLState() string, Code() int), so this package links neither driver.
+//
+// It does not look below a *url.Error: that is an HTTP client's failure
+// (a model's API, say), not the database's. A bare context.Canceled or
+// context.DeadlineExceeded is not unavailability either: the caller's own
+// deadline ran out, which says nothing about the database (Ping marks the
+// timeout of a health check itself).
+func IsUnavailable(err error) bool {
+	return walk(err, unavailableNode)
+}
+
+// walk reports whether pred holds for err or any error it wraps, not
+// descending below a *url.Error.
+func walk(err error, pred func(error) bool) bool {
+	for err != nil {
+		if _, ok := err.(*url.Error); ok {
+			return false
+		}
+		if pred(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if walk(e, pred) {
+					return true
+				}
+			}
+			return false
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// is reports whether err itself (not what it wraps) is target.
+func is(err, target error) bool {
+	if err == target {
+		return true
+	}
+	x, ok := err.(interface{ Is(error) bool })
+	return ok && x.Is(target)
+}
+
+var unavailableErrnos = []syscall.Errno{
+	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE, syscall.ETIMEDOUT,
+	syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.ENETDOWN,
+}
+
+// unavailableNode checks one error of the tree.
+func unavailableNode(err error) bool {
+	if is(err, ErrUnavailable) || is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) {
+		return true
+	}
+	switch e := err.(type) {
+	case *net.OpError:
+		return !errors.Is(e.Err, context.Canceled) && !errors.Is(e.Err, context.DeadlineExceeded)
+	case *net.DNSError:
+		return true
+	case syscall.Errno:
+		for _, n := range unavailableErrnos {
+			if e == n {
+				return true
+			}
+		}
+		return false
+	case *mysql.MySQLError:
+		return e.Number == 1040 || e.Number == 1053 || e.Number == 1927
+	case interface{ SQLState() string }:
+		s := e.SQLState()
+		return strings.HasPrefix(s, "08") || s == "53300" || s == "57P01" || s == "57P02" || s == "57P03"
+	case interface{ Code() int }:
+		switch e.Code() & 0xff {
+		case 5, 10, 14: // SQLITE_BUSY, SQLITE_IOERR, SQLITE_CANTOPEN
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,333 @@
+package lease
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Fence proves, inside a caller's transaction, that a grant still holds.
+// Pass fences for every level a side effect depends on (session, request)
+// to RunFenced or WithFences, and write the side effect in the same
+// transaction: it then commits only if every grant still holds at commit.
+type Fence interface {
+	// Check confirms the grant with a token-checked write that always
+	// changes its row (see Lease.Confirm), so that the row stays locked
+	// until the transaction ends and a multi-primary cluster certifies it
+	// like any write. It returns *LostError when the grant no longer holds.
+	Check(ctx context.Context, tx DB) error
+	// Generation is the grant's fencing generation.
+	Generation() int64
+	// Name says which lease it fences (for errors).
+	Name() string
+}
+
+// TxBeginner is a database that can also begin transactions (*sql.DB,
+// *sqlx.DB).
+type TxBeginner interface {
+	DB
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// Confirm proves, in one statement inside the caller's transaction tx, that
+// g still holds: the token matches and the lease has not expired by the
+// database clock. It is a write — it renews the lease for g.TTL, never
+// backwards, and always changes the row — so on MySQL and PostgreSQL the
+// row stays locked until tx ends, on SQLite tx holds the write lock, and a
+// multi-primary cluster (Galera) certifies it against a concurrent
+// takeover on another node, which a SELECT … FOR UPDATE would not be. The
+// renewal commits or rolls back with tx. It returns the generation, or
+// *LostError.
+func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, rerr error) {
+	if l.obs != nil {
+		defer l.observe(ctx, "confirm", OutcomeOK, time.Now(), &rgen, &rerr)
+	}
+	if err := l.checkDB(tx); err != nil {
+		return 0, err
+	}
+	if err := l.checkGrant(g); err != nil {
+		return 0, err
+	}
+	if err := l.checkTTL(g.TTL); err != nil {
+		return 0, err
+	}
+	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds()))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, &LostError{Key: keyText(g.Key), Op: "confirm"}
+	}
+	return gen, nil
+}
+
+func (l *Lease[K]) confirmQ() compiled { return compile(l.dialect, l.b.confirm()) }
+
+// confirm is renew with one more condition: the lease has not expired.
+func (s sqlBuilder) confirm() string {
+	assigns := []string{s.genAssign(false), s.expAssign()}
+	assigns = append(assigns, s.tail(false, nil)...)
+	c := s.t.cols
+	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok} AND "+s.col(c.ExpiresAt)+" > "+s.d.now())
+}
+
+// Fence returns a Fence for g named name. Its Check is Confirm.
+func (l *Lease[K]) Fence(name string, g Grant[K]) Fence { return fence[K]{l: l, g: g, name: name} }
+
+type fence[K Key] struct {
+	l    *Lease[K]
+	g    Grant[K]
+	name string
+}
+
+func (f fence[K]) Check(ctx context.Context, tx DB) error {
+	_, err := f.l.Confirm(ctx, tx, f.g)
+	return err
+}
+
+func (f fence[K]) Generation() int64 { return f.g.Generation }
+func (f fence[K]) Name() string      { return f.name }
+
+// FencedTx describes a fenced transaction for RunFenced.
+type FencedTx struct {
+	// Fences are checked in order (session, then request: the one lock
+	// order) after fn has run and before Then, so the lease rows are
+	// locked only for the end of the transaction, never while fn works.
+	Fences []Fence
+	// Then, when set, runs after the fences: the last write before the
+	// commit, such as the token-checked success mark of the tool execution
+	// whose side effect fn wrote.
+	Then func(ctx context.Context, tx *sql.Tx) error
+	// Flow, when set, is the database the flow's heartbeat renews through.
+	// On SQLite, where a write transaction excludes every other writer, it
+	// routes those renewals into this transaction while it is open, so they
+	// never wait behind it (see FlowDB).
+	Flow *FlowDB
+	// Keep are further leases of the flow (such as the tool execution's
+	// own) that, on SQLite with Flow set, are confirmed again together with
+	// Fences when fn or a fence fails, so that renewals made inside the
+	// transaction are not lost with its rollback.
+	Keep []Fence
+}
+
+// savepoint is taken on SQLite right after BEGIN when renewals are routed
+// into the transaction.
+const savepoint = "rowlease_effect"
+
+// WithFences is RunFenced with only fences: fn runs in a new transaction
+// on db, then every fence is checked, and the transaction commits only if
+// fn succeeded and every fence still holds.
+func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *sql.Tx) error) error {
+	return RunFenced(ctx, db, FencedTx{Fences: fences}, fn)
+}
+
+// RunFenced runs fn in a new transaction on db; then checks every fence in
+// order (a token-checked write each, see Confirm); then runs o.Then; and
+// commits. fn's writes therefore commit if and only if every fence holds at
+// the end. The lease rows are locked only from the fences to the commit, so
+// a heartbeat renewing them on other connections does not wait behind a
+// long fn (unless fn itself writes those rows).
+//
+// A fence that no longer holds rolls everything back and returns an error
+// naming it that matches ErrLost. An error from fn or Then is returned as
+// it is, after the rollback. A failed commit means the outcome is unknown.
+//
+// On SQLite with o.Flow set, the flow's renewals run inside this
+// transaction while it is open. If fn, a fence or Then fails while the
+// transaction is still usable, fn's writes are rolled back to a savepoint
+// and the fences and o.Keep are confirmed again and committed, so the
+// renewals made meanwhile stand; if that fails too, everything is rolled
+// back and the error is joined to fn's.
+func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.Tx) error) (err error) {
+	if isNil(db) {
+		return invalid("db", "nil")
+	}
+	if fn == nil {
+		return invalid("fn", "nil")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	route := o.Flow != nil && o.Flow.dialect == SQLite
+	if route {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		o.Flow.enter(tx)
+		defer o.Flow.leave(tx)
+	}
+	if err := runFencedBody(ctx, tx, o, fn); err != nil {
+		if route && ctx.Err() == nil {
+			if kerr := keepAfterFailure(ctx, tx, o); kerr != nil {
+				_ = tx.Rollback()
+				return errors.Join(err, kerr)
+			}
+			return err
+		}
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("lease: commit (outcome unknown): %w", err)
+	}
+	return nil
+}
+
+func runFencedBody(ctx context.Context, tx *sql.Tx, o FencedTx, fn func(tx *sql.Tx) error) error {
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := checkFences(ctx, tx, o.Fences); err != nil {
+		return err
+	}
+	if o.Then != nil {
+		return o.Then(ctx, tx)
+	}
+	return nil
+}
+
+func checkFences(ctx context.Context, tx *sql.Tx, fences []Fence) error {
+	for _, f := range fences {
+		if f == nil {
+			return invalid("fence", "nil")
+		}
+		if err := f.Check(ctx, tx); err != nil {
+			return fmt.Errorf("lease: %s fence: %w", f.Name(), err)
+		}
+	}
+	return nil
+}
+
+// keepAfterFailure undoes fn's writes on SQLite but keeps the flow's
+// leases: roll back to the savepoint, confirm every lease again, commit.
+func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx) error {
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
+		return err
+	}
+	if err := checkFences(ctx, tx, append(append([]Fence(nil), o.Fences...), o.Keep...)); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("lease: commit of the renewals (outcome unknown): %w", err)
+	}
+	return nil
+}
+
+// FlowDB is the database a flow's heartbeat renews its leases through: a
+// pool, except that on SQLite, while RunFenced runs one of the flow's
+// transactions with FencedTx.Flow set to it, statements go into that
+// transaction. SQLite lets one writer in at a time, so a renewal sent on
+// another connection would wait behind the flow's own transaction until
+// its trust deadline passed. Inside the transaction it runs at once; and
+// no one else can take the lease over while that transaction holds the
+// write lock. On MySQL and PostgreSQL a FlowDB always uses the pool.
+//
+// Statements routed into a transaction run with a context that is not
+// cancelled by the caller's (an interrupted write would roll back the whole
+// transaction on SQLite). A FlowDB is safe for concurrent use.
+type FlowDB struct {
+	pool    DB
+	dialect Dialect
+
+	mu sync.Mutex
+	tx *sql.Tx
+}
+
+// NewFlowDB returns the FlowDB of one flow on pool (a *sql.DB or *sqlx.DB)
+// in dialect d.
+func NewFlowDB(pool DB, d Dialect) *FlowDB { return &FlowDB{pool: pool, dialect: d} }
+
+func (f *FlowDB) enter(tx *sql.Tx) {
+	f.mu.Lock()
+	f.tx = tx
+	f.mu.Unlock()
+}
+
+func (f *FlowDB) leave(tx *sql.Tx) {
+	f.mu.Lock()
+	if f.tx == tx {
+		f.tx = nil
+	}
+	f.mu.Unlock()
+}
+
+// current is the transaction to route into, or the pool.
+func (f *FlowDB) current() DB {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tx != nil {
+		return routedTx{f.tx}
+	}
+	return f.pool
+}
+
+// ExecContext runs on the current database (see FlowDB).
+func (f *FlowDB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return f.current().ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs on the current database (see FlowDB).
+func (f *FlowDB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return f.current().QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs on the current database (see FlowDB).
+func (f *FlowDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return f.current().QueryRowContext(ctx, query, args...)
+}
+
+// routedTx is a transaction borrowed by a FlowDB: its statements do not
+// inherit the caller's cancellation.
+type routedTx struct{ tx *sql.Tx }
+
+func (r routedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return r.tx.ExecContext(context.WithoutCancel(ctx), q, args...)
+}
+
+func (r routedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return r.tx.QueryContext(context.WithoutCancel(ctx), q, args...)
+}
+
+func (r routedTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return r.tx.QueryRowContext(context.WithoutCancel(ctx), q, args...)
+}
+
+// resolve picks the database a statement runs on: a FlowDB's current one.
+func resolve(db DB) DB {
+	if f, ok := db.(*FlowDB); ok && f != nil {
+		return f.current()
+	}
+	return db
+}
+
+// IsTransient reports whether err is a database error after which the
+// transaction it ended took no effect and may be run again: a deadlock or
+// serialization victim (IsRetryable), a MySQL lock wait timeout (1205),
+// or SQLite's busy or locked. It is never a lease loss.
+func IsTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if IsRetryable(err) {
+		return true
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1205
+	}
+	var lite interface{ Code() int }
+	if errors.As(err, &lite) {
+		switch lite.Code() & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,118 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Observer is how rowlease reports what it does, for traces, metrics and
+// logs (package contrib/otel adapts it to OpenTelemetry). Every package
+// takes one in its options; nil, the default, costs nothing: no clock
+// read, no allocation, no call. Its methods are called on the caller's
+// goroutine and must return quickly. Nothing passed to it ever carries a
+// lease token.
+type Observer interface {
+	// Start begins a unit of work — a message's handling, a model round,
+	// a tool call, a fenced transaction — and returns the context to run
+	// it under (a tracer puts its span there, so the lease operations
+	// inside become its children) and the function that ends it with the
+	// work's error and attributes known only at the end.
+	Start(ctx context.Context, s Span) (context.Context, func(err error, attrs ...Attr))
+	// Op reports a lease operation after it returned.
+	Op(ctx context.Context, op Op)
+	// Event reports something that happened at a point in time, such as a
+	// heartbeat renewal retried or a lease lost (see the names below).
+	Event(ctx context.Context, name string, attrs ...Attr)
+}
+
+// Span names the units of work reported through Observer.Start.
+type Span struct {
+	Name  string // SpanHandle, SpanModelRound, SpanTool, SpanFencedTx
+	Attrs []Attr
+}
+
+// Names of spans and events. Attribute keys are the Attr… constants.
+const (
+	SpanHandle     = "rowlease.handle"      // request.Runner.Handle
+	SpanModelRound = "rowlease.model_round" // request.Run.ModelRound, reported by the agent
+	SpanTool       = "rowlease.tool"        // a tool call (toolexec.Store.Run / RunExternal)
+	SpanFencedTx   = "rowlease.fenced_tx"   // a transaction that ends by confirming fences
+
+	EventRenewRetry = "rowlease.heartbeat.retry" // a renewal failed and will be retried
+	EventLeaseLost  = "rowlease.heartbeat.lost"  // a supervised lease was lost (AttrReason)
+)
+
+// Attribute keys. Values are strings, int64s or bools.
+const (
+	AttrTable      = "rowlease.table"
+	AttrLease      = "rowlease.lease"     // which lease of a flow: session, request, tool:<name>
+	AttrSession    = "rowlease.session"   // the session key
+	AttrRequest    = "rowlease.request"   // the request id
+	AttrTool       = "rowlease.tool"      // the tool name
+	AttrToolKind   = "rowlease.tool.kind" // "tx" (in the database) or "external"
+	AttrGeneration = "rowlease.generation"
+	AttrOutcome    = "rowlease.outcome"  // see the Outcome… values
+	AttrConflict   = "rowlease.conflict" // session_busy, in_flight, fingerprint_mismatch, tool_conflict
+	AttrReason     = "rowlease.reason"   // why a lease was lost (heartbeat.Reason…)
+	AttrAttempt    = "rowlease.attempt"
+)
+
+// Attr is one attribute of a span, an operation or an event.
+type Attr struct {
+	Key   string
+	Value any // string, int64 or bool
+}
+
+// Op describes one finished lease operation. It never carries a token.
+type Op struct {
+	Table      string        // the table, unquoted
+	Name       string        // acquire, renew, release, transition, confirm, verify, create, delete, ensure, inspect
+	Outcome    string        // see the Outcome… values
+	Start      time.Time     // when it was sent (the Lease's clock)
+	Duration   time.Duration // until it returned
+	Generation int64         // the generation it saw or set, when it has one
+	Err        error         // the error returned, if any (never containing a token)
+}
+
+// Outcomes of lease operations, spans and tool calls (AttrOutcome).
+const (
+	OutcomeOK       = "ok"       // done (a renewal, a release, a confirmation…)
+	OutcomeAcquired = "acquired" // a new grant or a reentry
+	OutcomeHeld     = "held"     // ErrHeld: someone else holds it
+	OutcomeLost     = "lost"     // ErrLost: the token no longer matches
+	OutcomeNotFound = "not_found"
+	OutcomeState    = "state"
+	OutcomeExists   = "exists"
+	OutcomeInvalid  = "invalid" // rejected before any SQL
+	OutcomeError    = "error"   // the driver's error: outcome unknown
+)
+
+// OutcomeOf classifies err as one of the Outcome… values; ok is the value
+// for a nil error.
+func OutcomeOf(err error, ok string) string {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, ErrHeld):
+		return OutcomeHeld
+	case errors.Is(err, ErrLost):
+		return OutcomeLost
+	case errors.Is(err, ErrNotFound):
+		return OutcomeNotFound
+	case errors.Is(err, ErrState):
+		return OutcomeState
+	case errors.Is(err, ErrExists):
+		return OutcomeExists
+	case errors.Is(err, ErrInvalid):
+		return OutcomeInvalid
+	}
+	return OutcomeError
+}
+
+// observe reports one finished operation; called deferred, only when an
+// Observer is set.
+func (l *Lease[K]) observe(ctx context.Context, name, ok string, start time.Time, gen *int64, err *error) {
+	l.obs.Op(ctx, Op{Table: l.table.name, Name: name, Outcome: OutcomeOf(*err, ok), Start: start,
+		Duration: time.Since(start), Generation: *gen, Err: *err})
+}

@@ -1,0 +1,86 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+)
+
+// opRecorder is a lease.Observer that keeps the operations.
+type opRecorder struct {
+	mu  sync.Mutex
+	ops []lease.Op
+}
+
+func (r *opRecorder) Start(ctx context.Context, _ lease.Span) (context.Context, func(error, ...lease.Attr)) {
+	return ctx, func(error, ...lease.Attr) {}
+}
+
+func (r *opRecorder) Op(_ context.Context, op lease.Op) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, op)
+}
+
+func (r *opRecorder) Event(context.Context, string, ...lease.Attr) {}
+
+func (r *opRecorder) summary() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, op := range r.ops {
+		out = append(out, fmt.Sprintf("%s:%s:%d", op.Name, op.Outcome, op.Generation))
+	}
+	return out
+}
+
+func TestObserverSeesEveryOperationAndNoToken(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		rec := &opRecorder{}
+		e := conformance.Setup(t, db, lease.Options{Observer: rec})
+		e.Insert(t, "k")
+		ctx := context.Background()
+		g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", time.Minute)
+		require.NoError(t, err)
+		_, err = e.Lease.Acquire(ctx, e.DB, "k", "b", time.Minute)
+		require.ErrorIs(t, err, lease.ErrHeld)
+		g, err = e.Lease.Renew(ctx, e.DB, g, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, e.Lease.Release(ctx, e.DB, g))
+		_, err = e.Lease.Renew(ctx, e.DB, g, time.Minute)
+		require.ErrorIs(t, err, lease.ErrLost)
+		_, err = e.Lease.Acquire(ctx, e.DB, "", "a", time.Minute)
+		require.ErrorIs(t, err, lease.ErrInvalid)
+
+		assert.Equal(t, []string{
+			"ensure:ok:0", // e.Insert
+			"acquire:acquired:1",
+			"inspect:ok:1", // the failed acquire reads who holds it
+			"acquire:held:0",
+			"renew:ok:1",
+			"release:ok:1",
+			"renew:lost:1",
+			"acquire:invalid:0",
+		}, rec.summary())
+		for _, op := range rec.ops {
+			assert.Equal(t, conformance.ItemTable, op.Table)
+			assert.False(t, op.Start.IsZero())
+			if op.Err != nil {
+				assert.NotContains(t, op.Err.Error(), g.Token.Secret())
+			}
+			assert.NotContains(t, fmt.Sprintf("%+v", op), g.Token.Secret())
+			assert.False(t, strings.Contains(fmt.Sprintf("%#v", op), g.Token.Secret()))
+		}
+	})
+}

@@ -1,0 +1,121 @@
+package request
+
+import (
+	"context"
+	"errors"
+
+	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// Outcomes of a handled message, as reported to the Observer
+// (lease.AttrOutcome on the end of a lease.SpanHandle span).
+const (
+	OutcomeAnswered  = "answered"   // the agent ran and its answer is stored
+	OutcomeResumed   = "resumed"    // the same, taking over a failed or crashed run
+	OutcomeReplayed  = "replayed"   // a stored answer, no lock taken
+	OutcomeConflict  = "conflict"   // refused: see lease.AttrConflict
+	OutcomeTakenOver = "taken_over" // this run lost a lease
+	OutcomeFailed    = "failed"     // the agent failed
+	OutcomeInvalid   = "invalid"    // rejected before any SQL
+	OutcomeError     = "error"      // anything else (a database error)
+)
+
+// handleEnd says how a message's handling ended, for the Observer.
+func handleEnd(out Outcome, err error) []lease.Attr {
+	outcome := OutcomeError
+	var conflict string
+	switch {
+	case err == nil && out.Replayed:
+		outcome = OutcomeReplayed
+	case err == nil && out.Resumed:
+		outcome = OutcomeResumed
+	case err == nil:
+		outcome = OutcomeAnswered
+	case errors.Is(err, ErrFingerprintMismatch):
+		outcome, conflict = OutcomeConflict, "fingerprint_mismatch"
+	case errors.Is(err, ErrSessionBusy), errors.Is(err, session.ErrBusy):
+		outcome, conflict = OutcomeConflict, "session_busy"
+	case errors.Is(err, ErrInFlight):
+		outcome, conflict = OutcomeConflict, "in_flight"
+	case errors.Is(err, toolexec.ErrConflict):
+		outcome, conflict = OutcomeConflict, "tool_conflict"
+	case errors.Is(err, ErrTakenOver):
+		outcome = OutcomeTakenOver
+	case errors.Is(err, ErrAgentFailed):
+		outcome = OutcomeFailed
+	case errors.Is(err, lease.ErrInvalid):
+		outcome = OutcomeInvalid
+	}
+	attrs := []lease.Attr{{Key: lease.AttrOutcome, Value: outcome}}
+	if conflict != "" {
+		attrs = append(attrs, lease.Attr{Key: lease.AttrConflict, Value: conflict})
+	}
+	if out.RequestID != "" {
+		attrs = append(attrs, lease.Attr{Key: lease.AttrRequest, Value: out.RequestID})
+	}
+	return attrs
+}
+
+// toolEnd says how a tool call ended, for the Observer.
+func toolEnd(res toolexec.Result, err error) []lease.Attr {
+	outcome := "ok"
+	switch {
+	case err == nil && res.Reused:
+		outcome = "reused"
+	case err == nil:
+	case errors.Is(err, toolexec.ErrToolFailed):
+		outcome = "failed"
+	case errors.Is(err, toolexec.ErrUnknownOutcome):
+		outcome = "unknown_outcome"
+	case errors.Is(err, toolexec.ErrConflict):
+		outcome = "conflict"
+	case errors.Is(err, toolexec.ErrTransient):
+		outcome = "transient"
+	case errors.Is(err, lease.ErrLost):
+		outcome = "lost"
+	case errors.Is(err, toolexec.ErrUnknownTool), errors.Is(err, lease.ErrInvalid):
+		outcome = "invalid"
+	default:
+		outcome = "error"
+	}
+	return []lease.Attr{{Key: lease.AttrOutcome, Value: outcome}, {Key: lease.AttrGeneration, Value: res.Generation}}
+}
+
+// heartbeatEvent forwards the supervisor's retries and losses to obs.
+func heartbeatEvent(ctx context.Context, obs lease.Observer) func(heartbeat.Event) {
+	return func(ev heartbeat.Event) {
+		switch ev.Kind {
+		case heartbeat.EventRetry:
+			obs.Event(ctx, lease.EventRenewRetry, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
+				lease.Attr{Key: lease.AttrAttempt, Value: int64(ev.Attempt)})
+		case heartbeat.EventLost:
+			reason := ""
+			var le *heartbeat.LostError
+			if errors.As(ev.Err, &le) {
+				reason = le.Reason
+			}
+			obs.Event(ctx, lease.EventLeaseLost, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
+				lease.Attr{Key: lease.AttrReason, Value: reason})
+		}
+	}
+}
+
+// ModelRound reports one model round of the agent to the Runner's
+// Observer (Config.Observer): call it before the model call and the
+// returned function after it, with its error. It returns ctx unchanged and
+// does nothing when there is no Observer.
+//
+//	ctx, done := run.ModelRound(ctx, "gpt-4o")
+//	resp, err := model.Complete(ctx, prompt)
+//	done(err)
+func (run *Run) ModelRound(ctx context.Context, model string) (context.Context, func(err error)) {
+	obs := run.r.cfg.Observer
+	if obs == nil {
+		return ctx, func(error) {}
+	}
+	ctx, end := obs.Start(ctx, lease.Span{Name: lease.SpanModelRound, Attrs: []lease.Attr{{Key: "rowlease.model", Value: model}}})
+	return ctx, func(err error) { end(err) }
+}

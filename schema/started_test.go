@@ -1,0 +1,55 @@
+package schema
+
+import (
+	"testing"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+)
+
+// requireStartedAllowed checks the status CHECKs of a database at the
+// current schema: a tool execution may be 'started', a bogus status is
+// refused, and a request still may not be 'started'.
+func requireStartedAllowed(t *testing.T, db *sqlx.DB) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, insertTool(ctx, db, "started-ok", StatusStarted), "a tool execution may be 'started'")
+	requireCheckViolation(t, insertTool(ctx, db, "bogus", "bogus"), toolStatusCheck)
+	requireCheckViolation(t, insertTool(ctx, db, "bogus-case", "Started"), toolStatusCheck)
+	requireCheckViolation(t, insertRequest(ctx, db, "req-started", StatusStarted), "rowlease_request_status_ck")
+	for _, s := range []string{StatusProcessing, StatusSuccess, StatusError} {
+		require.NoError(t, insertTool(ctx, db, "ok-"+s, s))
+	}
+}
+
+// TestStartedStatus: a tool execution may have status 'started' however
+// the database got its tables, and nothing else new is allowed.
+func TestStartedStatus(t *testing.T) {
+	t.Parallel()
+	eachDialect(t, func(t *testing.T, d lease.Dialect) {
+		ctx := t.Context()
+		cases := []struct {
+			name  string
+			setup func(db *sqlx.DB)
+		}{
+			{"Apply on an empty database", applyDDL(t, d)},
+			{"golang-migrate 1+2", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 2) }},
+			{"goose 1+2", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 2) }},
+			{"Apply on the tables of an older Apply", func(db *sqlx.DB) {
+				olderApply(t, d)(db)
+				requireCheckViolation(t, insertTool(ctx, db, "before", StatusStarted), toolStatusCheck)
+				require.NoError(t, Apply(ctx, db, d))
+			}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				db := testdb.Open(t, d)
+				c.setup(db)
+				requireStartedAllowed(t, db)
+			})
+		}
+	})
+}

@@ -1,0 +1,355 @@
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// This file brings tables made by an earlier version of this package up to
+// the current DDL, for Apply. There is one such change so far: migration 2
+// lets a tool execution have status 'started'. A database that an older
+// Apply (or migration 1 alone) set up has the status CHECK of migration 1;
+// upgrade finds that CHECK in the catalog and only then runs the statements
+// of migration 2's golang-migrate up file, the same statements that users of
+// golang-migrate and goose run.
+
+// migration2Up is the embedded golang-migrate file whose statements upgrade
+// runs.
+const migration2Up = "000002_tool_execution_started.up.sql"
+
+// toolExecutionStatusCheck is the name of the status CHECK constraint of
+// ToolExecutionTable on every dialect.
+const toolExecutionStatusCheck = "rowlease_tool_execution_status_ck"
+
+// migration1ToolStatuses are the values the tool-execution status CHECK of
+// migration 1 allows, sorted.
+var migration1ToolStatuses = []string{StatusError, StatusProcessing, StatusSuccess}
+
+// queryer reads rows. *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have
+// it; Apply upgrades older tables only through a value that has it.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// sqliteConn is one connection (or one transaction) that both runs
+// statements and reads rows.
+type sqliteConn interface {
+	Execer
+	queryer
+}
+
+// Catalog queries that return the definition of the tool-execution status
+// CHECK (on SQLite: the whole CREATE TABLE text, from which
+// constraintClause cuts it).
+const (
+	// to_regclass resolves the name through search_path as the DDL's
+	// CREATE TABLE did; pg_get_constraintdef prints the CHECK as the server
+	// keeps it, e.g. CHECK (((status)::text = ANY ((ARRAY['processing'::...]).
+	postgresStatusCheckQuery = `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+WHERE c.conrelid = to_regclass('rowlease_tool_execution')
+AND c.conname = 'rowlease_tool_execution_status_ck' AND c.contype = 'c'`
+
+	// MySQL's CHECK_CONSTRAINTS has no table_name column (MariaDB's has):
+	// TABLE_CONSTRAINTS ties the constraint to its table on both.
+	mysqlStatusCheckQuery = `SELECT cc.CHECK_CLAUSE FROM information_schema.TABLE_CONSTRAINTS tc
+JOIN information_schema.CHECK_CONSTRAINTS cc
+ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
+WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'rowlease_tool_execution'
+AND tc.CONSTRAINT_TYPE = 'CHECK' AND tc.CONSTRAINT_NAME = 'rowlease_tool_execution_status_ck'`
+
+	sqliteTableSQLQuery = `SELECT sql FROM sqlite_master
+WHERE type = 'table' AND name = 'rowlease_tool_execution' COLLATE NOCASE AND sql IS NOT NULL`
+
+	sqliteTriggersQuery = `SELECT sql FROM sqlite_master
+WHERE type = 'trigger' AND tbl_name = 'rowlease_tool_execution' COLLATE NOCASE AND sql IS NOT NULL
+ORDER BY name`
+)
+
+// upgrade runs migration 2 on db if its tool-execution table still has the
+// status CHECK of migration 1. dialect is canonical ("mysql", "postgres" or
+// "sqlite"). Through an Execer that cannot read rows it does nothing: it
+// cannot tell an older table from a current one.
+func upgrade(ctx context.Context, db Execer, dialect string) error {
+	q, ok := db.(queryer)
+	if !ok {
+		return nil
+	}
+	old, err := hasMigration1StatusCheck(ctx, q, dialect)
+	if err != nil {
+		return fmt.Errorf("schema: upgrade %s: read the CHECK %s: %w", dialect, toolExecutionStatusCheck, err)
+	}
+	if !old {
+		return nil
+	}
+	script, err := migrationFiles.ReadFile("migrations/" + dialect + "/migrate/" + migration2Up)
+	if err != nil {
+		// Unreachable unless the embedded files are missing.
+		return fmt.Errorf("schema: read embedded %s migration 2: %w", dialect, err)
+	}
+	if dialect == "sqlite" {
+		err = rebuildSQLite(ctx, db, string(script))
+	} else {
+		// One ALTER TABLE: atomic on its own. Two processes that both saw
+		// the old CHECK run it one after the other (the table lock orders
+		// them), and the second one replaces the new CHECK by an identical one.
+		err = ApplyScript(ctx, db, string(script))
+	}
+	if err != nil {
+		return fmt.Errorf("schema: upgrade %s %s to allow status %q (migration 2): %w",
+			dialect, ToolExecutionTable, StatusStarted, err)
+	}
+	return nil
+}
+
+// hasMigration1StatusCheck reports whether the tool-execution table has the
+// status CHECK of migration 1 exactly. A missing CHECK, the current one or
+// one the user changed otherwise all report false.
+func hasMigration1StatusCheck(ctx context.Context, q queryer, dialect string) (bool, error) {
+	query := map[string]string{
+		"postgres": postgresStatusCheckQuery,
+		"mysql":    mysqlStatusCheckQuery,
+		"sqlite":   sqliteTableSQLQuery,
+	}[dialect]
+	defs, err := queryStrings(ctx, q, query)
+	if err != nil {
+		return false, err
+	}
+	for _, def := range defs {
+		if dialect == "sqlite" {
+			var ok bool
+			if def, ok = constraintClause(def, toolExecutionStatusCheck); !ok {
+				continue
+			}
+		}
+		if isMigration1StatusCheck(def) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+var (
+	sqlStringRE   = regexp.MustCompile(`'((?:[^']|'')*)'`)
+	statusIdentRE = regexp.MustCompile(`(?i)\bstatus\b`)
+)
+
+// isMigration1StatusCheck reports whether a CHECK definition, as a server
+// prints it, tests the status column against exactly the string literals
+// of migration 1. It accepts the forms of all three dialects:
+//
+//	MariaDB:    `status` in ('processing','success','error')
+//	MySQL 8:    (`status` in (_utf8mb4\'processing\',_utf8mb4\'success\',...))
+//	PostgreSQL: CHECK (((status)::text = ANY ((ARRAY['processing'::character varying, ...
+//	SQLite:     CHECK (status IN ('processing', 'success', 'error'))
+func isMigration1StatusCheck(def string) bool {
+	def = strings.ReplaceAll(def, `\'`, `'`)
+	if !statusIdentRE.MatchString(def) {
+		return false
+	}
+	var literals []string
+	for _, m := range sqlStringRE.FindAllStringSubmatch(def, -1) {
+		literals = append(literals, strings.ReplaceAll(m[1], "''", "'"))
+	}
+	slices.Sort(literals)
+	return slices.Equal(literals, migration1ToolStatuses)
+}
+
+// constraintClause cuts "CHECK (...)" of the named table constraint out of
+// an SQLite CREATE TABLE text, parentheses balanced and string literals
+// skipped.
+func constraintClause(tableSQL, name string) (string, bool) {
+	re := regexp.MustCompile("(?i)\\bCONSTRAINT\\s+[\"`\\[]?" + regexp.QuoteMeta(name) + "[\"`\\]]?\\s+(CHECK\\s*)\\(")
+	loc := re.FindStringSubmatchIndex(tableSQL)
+	if loc == nil {
+		return "", false
+	}
+	start, open := loc[2], loc[1]-1
+	depth, inString := 0, false
+	for i := open; i < len(tableSQL); i++ {
+		switch c := tableSQL[i]; {
+		case inString:
+			inString = c != '\'' // a doubled '' closes and reopens
+		case c == '\'':
+			inString = true
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+			if depth == 0 {
+				return tableSQL[start : i+1], true
+			}
+		}
+	}
+	return "", false
+}
+
+// rebuildSQLite runs the rebuild of migration 2 on one connection in one
+// transaction. SQLite cannot alter a CHECK, and the statements of the
+// rebuild must share a connection and a transaction, so a pool (*sql.DB,
+// *sqlx.DB) lends one of its connections; a transaction (*sql.Tx,
+// *sqlx.Tx) is used as it is; a connection (*sql.Conn, *sqlx.Conn) gets a
+// transaction of its own.
+func rebuildSQLite(ctx context.Context, db Execer, script string) error {
+	switch h := db.(type) {
+	case interface {
+		Conn(context.Context) (*sql.Conn, error)
+	}:
+		conn, err := h.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("take a connection from the pool: %w", err)
+		}
+		defer conn.Close()
+		return rebuildSQLiteOnConn(ctx, conn, script)
+	case interface{ Commit() error }:
+		return rebuildSQLiteInTx(ctx, db.(sqliteConn), script)
+	case interface {
+		Raw(func(driverConn any) error) error
+	}:
+		return rebuildSQLiteOnConn(ctx, db.(sqliteConn), script)
+	}
+	return fmt.Errorf("the rebuild needs its statements on one connection, and %T is neither a pool, "+
+		"a transaction nor a connection of database/sql: pass a *sql.DB, *sql.Conn or *sql.Tx, "+
+		"or run migration 2 (Migrations) yourself", db)
+}
+
+// rebuildSQLiteOnConn wraps the rebuild in BEGIN IMMEDIATE … COMMIT on c,
+// with foreign-key enforcement off for the while (PRAGMA foreign_keys has
+// no effect inside a transaction), as the SQLite documentation prescribes
+// for rebuilding a table: otherwise DROP TABLE would delete the rows of any
+// table whose foreign key references this one. BEGIN IMMEDIATE takes the
+// write lock first (waiting up to the connection's busy timeout), so of
+// several processes upgrading at once one rebuilds and the others find the
+// new CHECK when they get the lock.
+func rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script string) error {
+	fk, err := queryInt(ctx, c, "PRAGMA foreign_keys")
+	if err != nil {
+		return fmt.Errorf("PRAGMA foreign_keys: %w", err)
+	}
+	if fk != 0 {
+		if _, err := c.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+			return fmt.Errorf("PRAGMA foreign_keys = OFF: %w", err)
+		}
+	}
+	// Undo on a context that outlives a cancelled ctx. A connection that
+	// cannot be put back (still in the transaction, or without foreign
+	// keys) is discarded rather than returned to the pool.
+	undo := context.WithoutCancel(ctx)
+	var errs []error
+	broken := false
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		errs = append(errs, fmt.Errorf("BEGIN IMMEDIATE: %w", err))
+	} else {
+		err := rebuildSQLiteInTx(ctx, c, script)
+		if err == nil {
+			if _, cerr := c.ExecContext(ctx, "COMMIT"); cerr != nil {
+				err = fmt.Errorf("COMMIT: %w", cerr)
+			}
+		}
+		if err != nil {
+			errs = append(errs, err)
+			if _, rerr := c.ExecContext(undo, "ROLLBACK"); rerr != nil {
+				errs = append(errs, fmt.Errorf("ROLLBACK: %w", rerr))
+				broken = true
+			}
+		}
+	}
+	if fk != 0 {
+		if _, ferr := c.ExecContext(undo, "PRAGMA foreign_keys = ON"); ferr != nil {
+			errs = append(errs, fmt.Errorf("restore PRAGMA foreign_keys = ON: %w", ferr))
+			broken = true
+		}
+	}
+	if broken {
+		discardConn(c)
+	}
+	return errors.Join(errs...)
+}
+
+// rebuildSQLiteInTx checks again, now inside the transaction, that the
+// table has the old CHECK, then runs the rebuild and creates again the
+// triggers on the table (DROP TABLE drops them; the migration files leave
+// that to the user). legacy_alter_table, which the rebuild switches on and
+// off around its RENAME, is put back if it was on.
+func rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {
+	old, err := hasMigration1StatusCheck(ctx, c, "sqlite")
+	if err != nil {
+		return fmt.Errorf("read the CHECK %s again: %w", toolExecutionStatusCheck, err)
+	}
+	if !old {
+		return nil // another process upgraded it first
+	}
+	triggers, err := queryStrings(ctx, c, sqliteTriggersQuery)
+	if err != nil {
+		return fmt.Errorf("read the triggers on %s: %w", ToolExecutionTable, err)
+	}
+	legacy, err := queryInt(ctx, c, "PRAGMA legacy_alter_table")
+	if err != nil {
+		return fmt.Errorf("PRAGMA legacy_alter_table: %w", err)
+	}
+	if err := ApplyScript(ctx, c, script); err != nil {
+		return err
+	}
+	if legacy != 0 {
+		if _, err := c.ExecContext(ctx, "PRAGMA legacy_alter_table = ON"); err != nil {
+			return fmt.Errorf("restore PRAGMA legacy_alter_table = ON: %w", err)
+		}
+	}
+	for _, trigger := range triggers {
+		if _, err := c.ExecContext(ctx, trigger); err != nil {
+			return fmt.Errorf("create trigger again (%s): %w", firstLine(trigger), err)
+		}
+	}
+	return nil
+}
+
+// discardConn makes database/sql close c's driver connection instead of
+// reusing it, if c is a *sql.Conn (or wraps one).
+func discardConn(c any) {
+	if r, ok := c.(interface {
+		Raw(func(driverConn any) error) error
+	}); ok {
+		_ = r.Raw(func(any) error { return driver.ErrBadConn })
+	}
+}
+
+// queryStrings returns the first column of every row of query.
+func queryStrings(ctx context.Context, q queryer, query string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s sql.NullString
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		if s.Valid {
+			out = append(out, s.String)
+		}
+	}
+	return out, rows.Err()
+}
+
+// queryInt returns the single integer that query (a PRAGMA) reads.
+func queryInt(ctx context.Context, q queryer, query string) (int64, error) {
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n int64
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+	}
+	return n, rows.Err()
+}
