@@ -59,6 +59,7 @@ func TestSQLiteDriverErrors(t *testing.T) {
 			_, err = db.ExecContext(ctx, "INSERT INTO t (k) VALUES ('b')")
 			require.Error(t, err)
 			assert.True(t, lease.IsRetryable(err), "%T %v", err, err)
+			assert.True(t, lease.IsTransient(err))
 			assert.False(t, lease.IsDuplicateKey(err))
 			_, err = locker.ExecContext(ctx, "ROLLBACK")
 			require.NoError(t, err)
@@ -91,5 +92,14 @@ func TestMattnErrorsWrapped(t *testing.T) {
 	} {
 		assert.Equal(t, c.dup, lease.IsDuplicateKey(c.err), name)
 		assert.Equal(t, c.busy, lease.IsRetryable(c.err), name)
+		assert.Equal(t, c.busy, lease.IsTransient(c.err), name)
 	}
+}
+
+// TestMattnLockedIsTransient: SQLITE_LOCKED from mattn/go-sqlite3 is
+// transient (not a retryable deadlock victim), as modernc's is.
+func TestMattnLockedIsTransient(t *testing.T) {
+	locked := sqlite3.Error{Code: sqlite3.ErrLocked, ExtendedCode: sqlite3.ErrLockedSharedCache}
+	assert.True(t, lease.IsTransient(fmt.Errorf("w: %w", locked)))
+	assert.False(t, lease.IsRetryable(locked))
 }
