@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/rowlease/rowlease/httpapi"
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -36,7 +37,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	if err := schema.Apply(ctx, db, "sqlite"); err != nil {
+	if err := schema.Apply(ctx, db, lease.SQLite); err != nil {
 		log.Fatal(err)
 	}
 	runner, err := request.New(request.Config{DB: db, TTL: 10 * time.Second, Session: session.Config{AutoCreate: true}})

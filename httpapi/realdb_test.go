@@ -27,7 +27,7 @@ func newRunner(t *testing.T, db *sqlx.DB, autoCreate bool) *request.Runner {
 	t.Helper()
 	d, err := lease.DetectDialect(db)
 	require.NoError(t, err)
-	require.NoError(t, schema.Apply(context.Background(), db, d.String()))
+	require.NoError(t, schema.Apply(context.Background(), db, d))
 	r, err := request.New(request.Config{DB: db, Dialect: d, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
 		Session: session.Config{AutoCreate: autoCreate}})
 	require.NoError(t, err)

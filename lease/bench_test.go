@@ -186,7 +186,7 @@ func BenchmarkRelease(b *testing.B) {
 //     write, sent as text (the same code as BenchmarkHandWrittenPair);
 //   - <dialect>/handwritten_prepared: the same pair, prepared once;
 //   - <dialect>/library: Lease.Acquire then Lease.Release with the default
-//     options (statements prepared and kept on SQLite and MySQL);
+//     options (statements prepared and kept on SQLite, text elsewhere);
 //   - <dialect>/library_text: the same with PrepareNever;
 //   - <dialect>/interleaved: one pair of each kind per iteration, in
 //     rotating order, each timed separately. It reports x-handwritten

@@ -16,4 +16,9 @@ func TestConformance(t *testing.T) {
 			conformance.RunLease(t, d)
 		})
 	}
+	// SQLite through its other common driver, mattn/go-sqlite3 (cgo).
+	t.Run("sqlite3-mattn", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunLeaseOn(t, testdb.OpenMattn)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Dialect names the SQL dialect a Lease speaks.
@@ -17,7 +18,8 @@ const (
 	// Postgres is PostgreSQL 13+, through pgx (or any database/sql driver
 	// that accepts $n placeholders).
 	Postgres
-	// SQLite is SQLite 3.35+ (RETURNING is required), e.g. modernc.org/sqlite.
+	// SQLite is SQLite 3.35+ (RETURNING is required), through
+	// modernc.org/sqlite or mattn/go-sqlite3.
 	SQLite
 )
 
@@ -98,6 +100,16 @@ func (d Dialect) now() string {
 		// statement step.
 		return "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
 	}
+}
+
+// clockResolution is the step of the database clock as the lease statements
+// read it: microseconds on MySQL and PostgreSQL, whole milliseconds on
+// SQLite ('now' has millisecond resolution).
+func (d Dialect) clockResolution() time.Duration {
+	if d == SQLite {
+		return time.Millisecond
+	}
+	return time.Microsecond
 }
 
 // plusMicros adds a microsecond count (an SQL expression) to a time expression.

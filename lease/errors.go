@@ -3,6 +3,8 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -107,8 +109,10 @@ func invalid(field, reason string) error { return &ValidationError{Field: field,
 // IsDuplicateKey reports whether err is a unique-key violation from
 // MySQL/MariaDB (error 1062), PostgreSQL (SQLSTATE 23505) or SQLite
 // (SQLITE_CONSTRAINT_UNIQUE or _PRIMARYKEY). PostgreSQL and SQLite errors are
-// recognised through the methods their error types expose, so this package
-// links neither driver.
+// recognised through the methods their error types expose (pgx, lib/pq,
+// modernc.org/sqlite), or, for mattn/go-sqlite3, whose sqlite3.Error has
+// Code and ExtendedCode fields but no method, through those fields; so this
+// package links none of those drivers.
 func IsDuplicateKey(err error) bool {
 	if err == nil {
 		return false
@@ -124,19 +128,72 @@ func IsDuplicateKey(err error) bool {
 	if errors.As(err, &pg) {
 		return pg.SQLState() == "23505"
 	}
-	var lite interface{ Code() int }
-	if errors.As(err, &lite) {
-		c := lite.Code()
+	if c, ok := sqliteCode(err); ok {
 		return c == 2067 || c == 1555 // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
 	}
 	return false
 }
 
+// sqliteCode finds a SQLite error in err's chain and returns its extended
+// result code: through a Code() int method (modernc.org/sqlite), or the
+// ExtendedCode field of a struct type named Error in a package
+// .../go-sqlite3 (mattn/go-sqlite3, which links cgo and is not imported).
+func sqliteCode(err error) (int, bool) {
+	var lite interface{ Code() int }
+	if errors.As(err, &lite) {
+		return lite.Code(), true
+	}
+	for depth := 0; err != nil && depth < 100; depth++ { // bounded: a cyclic chain is a bug elsewhere
+		if c, ok := mattnCode(err); ok {
+			return c, true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if c, ok := sqliteCode(e); ok {
+					return c, true
+				}
+			}
+			return 0, false
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// mattnCode reads the ExtendedCode of a mattn/go-sqlite3 sqlite3.Error (a
+// value or a pointer).
+func mattnCode(err error) (int, bool) {
+	v := reflect.ValueOf(err)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return 0, false
+		}
+		v = v.Elem()
+	}
+	t := v.Type()
+	if v.Kind() != reflect.Struct || t.Name() != "Error" || !strings.HasSuffix(t.PkgPath(), "/go-sqlite3") {
+		return 0, false
+	}
+	f := v.FieldByName("ExtendedCode")
+	switch f.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return int(f.Int()), true
+	}
+	return 0, false
+}
+
 // IsRetryable reports whether err is a database's way of saying "this
 // statement or transaction was rolled back to break a deadlock or a
-// serialization conflict; run it again": MySQL/MariaDB error 1213,
-// PostgreSQL SQLSTATE 40001 or 40P01. Nothing of the failed statement
-// took effect.
+// serialization conflict, or could not run for another writer; run it
+// again": MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40001 or 40P01,
+// SQLite SQLITE_BUSY and its extended codes (another connection held the
+// lock past the busy timeout; from modernc.org/sqlite or
+// mattn/go-sqlite3). Nothing of the failed statement took effect; inside a
+// transaction, roll it back and run the whole transaction again.
 func IsRetryable(err error) bool {
 	if err == nil {
 		return false
@@ -149,6 +206,9 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &pg) {
 		s := pg.SQLState()
 		return s == "40001" || s == "40P01"
+	}
+	if c, ok := sqliteCode(err); ok {
+		return c&0xff == 5 // SQLITE_BUSY, SQLITE_BUSY_RECOVERY, _SNAPSHOT, _TIMEOUT
 	}
 	return false
 }

@@ -322,9 +322,8 @@ func IsTransient(err error) bool {
 	if errors.As(err, &my) {
 		return my.Number == 1205
 	}
-	var lite interface{ Code() int }
-	if errors.As(err, &lite) {
-		switch lite.Code() & 0xff {
+	if c, ok := sqliteCode(err); ok { // modernc.org/sqlite or mattn/go-sqlite3
+		switch c & 0xff {
 		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
 			return true
 		}

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -25,6 +27,10 @@ const (
 // VARCHAR(191) utf8mb4 column, the widest that MySQL indexes by default).
 const MaxHolderLen = 191
 
+// MaxKeyLen is the longest key of a string kind accepted, in bytes, for the
+// same reason.
+const MaxKeyLen = 191
+
 // Clock gives the local time used for trust deadlines. It must carry a
 // monotonic reading, as time.Now does; tests may inject their own.
 type Clock interface{ Now() time.Time }
@@ -35,8 +41,9 @@ func (systemClock) Now() time.Time { return time.Now() }
 
 // Options configure a Lease. The zero value is valid.
 type Options struct {
-	// SafetyMargin is subtracted from the TTL to give the local trust
-	// deadline. Zero means TTL/10. It must be below every TTL used.
+	// SafetyMargin is subtracted from the TTL (with Lease.Resolution) to
+	// give the local trust deadline. Zero means TTL/10. Every TTL used must
+	// exceed it plus the resolution.
 	// Distributed engines that let node clocks drift (up to ~500ms) need a
 	// margin above that drift.
 	SafetyMargin time.Duration
@@ -46,6 +53,17 @@ type Options struct {
 	// are prepared once and kept; see PrepareMode. Statements inside a
 	// transaction or on a *sql.Conn are always sent as text.
 	Prepare PrepareMode
+	// ExpiryResolution declares an ExpiresAt column coarser than a
+	// microsecond: time.Second for a MySQL DATETIME or a PostgreSQL
+	// timestamptz(0), 10ms for DATETIME(2), and so on (a power of ten
+	// between 1µs and 1s). The database truncates or rounds now+TTL to it,
+	// so the stored expiry may fall up to one resolution early: every
+	// trust deadline is moved that much earlier, and a TTL must exceed the
+	// safety margin plus the resolution. Zero means a column that keeps
+	// microseconds (DATETIME(6), timestamptz, SQLite's integer), as the
+	// shipped tables do. An undeclared coarse column breaks the deadline
+	// guarantee.
+	ExpiryResolution time.Duration
 	// Observer, when set, is told of every operation (see Observer); nil
 	// costs nothing.
 	Observer Observer
@@ -70,8 +88,9 @@ type Grant[K Key] struct {
 	Generation int64 // fencing generation: strictly increasing per row with every new grant
 	TTL        time.Duration
 	// Deadline is the local trust deadline on the monotonic clock: the send
-	// time of the last successful acquire or renew + TTL − safety margin.
-	// Past it, act as if the lease were lost.
+	// time of the last successful acquire or renew + TTL − safety margin −
+	// expiry resolution (see Lease.Resolution). Past it, act as if the
+	// lease were lost.
 	Deadline time.Time
 }
 
@@ -129,6 +148,8 @@ type Lease[K Key] struct {
 	margin  time.Duration
 	clock   Clock
 	prepare PrepareMode
+	res     time.Duration // clock or column resolution, whichever is coarser
+	coarse  bool          // a declared expiry column coarser than a microsecond
 	stmts   stmtCache
 	b       sqlBuilder
 	obs     Observer // nil: nothing is reported
@@ -153,7 +174,15 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
 		return nil, invalid("prepare mode", "unknown")
 	}
+	if r := opts.ExpiryResolution; r != 0 && !powerOfTenMicros(r) {
+		return nil, invalid("expiry resolution", "not a power of ten between 1µs and 1s")
+	}
 	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock, prepare: opts.Prepare}
+	l.res = dialect.clockResolution()
+	if opts.ExpiryResolution > l.res {
+		l.res = opts.ExpiryResolution
+	}
+	l.coarse = opts.ExpiryResolution > time.Microsecond
 	if l.clock == nil {
 		l.clock = systemClock{}
 	}
@@ -170,18 +199,42 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	return l, nil
 }
 
+// powerOfTenMicros reports whether r is 1µs, 10µs, … or 1s.
+func powerOfTenMicros(r time.Duration) bool {
+	for p := time.Microsecond; p <= time.Second; p *= 10 {
+		if r == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolution is how far a stored expiry may fall short of the database
+// clock's now + TTL: the clock's resolution (1µs on MySQL and PostgreSQL,
+// 1ms on SQLite, whose clock reads whole milliseconds, up to 1ms behind) or
+// the declared Options.ExpiryResolution, whichever is coarser. Every trust
+// deadline is moved this much earlier, so that it still falls a whole
+// safety margin before the database expiry.
+func (l *Lease[K]) Resolution() time.Duration { return l.res }
+
 // Dialect returns the lease's dialect.
 func (l *Lease[K]) Dialect() Dialect { return l.dialect }
 
 // Table returns the lease's table spec.
 func (l *Lease[K]) Table() Table { return l.table }
 
+// keyText is the key as text, for errors: a string kind as it is, an
+// integer in decimal. It looks at the underlying kind, so a named type's
+// String method plays no part.
 func keyText[K Key](k K) string {
-	switch v := any(k).(type) {
-	case string:
-		return v
+	v := reflect.ValueOf(k)
+	switch v.Kind() {
+	case reflect.String:
+		return v.String()
+	case reflect.Uint32:
+		return strconv.FormatUint(v.Uint(), 10)
 	}
-	return fmt.Sprint(k)
+	return strconv.FormatInt(v.Int(), 10)
 }
 
 func (l *Lease[K]) checkKey(k K) error {
@@ -189,20 +242,44 @@ func (l *Lease[K]) checkKey(k K) error {
 	if k == zero {
 		return invalid("key", "empty")
 	}
-	if s, ok := any(k).(string); ok {
-		if len(s) > MaxHolderLen || !utf8.ValidString(s) {
-			return invalid("key", "longer than "+strconv.Itoa(MaxHolderLen)+" bytes or not UTF-8")
-		}
+	// Every type whose underlying type is string (type SessionID string),
+	// not only string itself.
+	if v := reflect.ValueOf(k); v.Kind() == reflect.String {
+		return CheckText("key", v.String(), MaxKeyLen)
 	}
 	return nil
 }
 
-func checkHolder(h string) error {
-	if h == "" {
-		return invalid("holder", "empty")
-	}
-	if len(h) > MaxHolderLen || !utf8.ValidString(h) {
-		return invalid("holder", "longer than "+strconv.Itoa(MaxHolderLen)+" bytes or not UTF-8")
+func checkHolder(h string) error { return CheckText("holder", h, MaxHolderLen) }
+
+// CheckText checks text that the lease tables store and compare, so that
+// it behaves alike on every dialect, and returns a *ValidationError (field
+// names it) when it is:
+//
+//   - empty;
+//   - longer than maxBytes bytes;
+//   - not valid UTF-8;
+//   - holding a NUL byte (PostgreSQL cannot store one);
+//   - ending in a space: MySQL's and MariaDB's PAD SPACE collations (the
+//     utf8mb4_bin of the shipped tables among them) compare "a" and "a "
+//     as equal, so they would be one key there and two on PostgreSQL and
+//     SQLite.
+//
+// The error never quotes s. Keys of a string kind and holders are checked
+// with it (maxBytes MaxKeyLen and MaxHolderLen); use it for other text that
+// takes part in a unique key, such as a client request id.
+func CheckText(field, s string, maxBytes int) error {
+	switch {
+	case s == "":
+		return invalid(field, "empty")
+	case len(s) > maxBytes:
+		return invalid(field, "longer than "+strconv.Itoa(maxBytes)+" bytes")
+	case !utf8.ValidString(s):
+		return invalid(field, "not UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		return invalid(field, "contains a NUL byte")
+	case s[len(s)-1] == ' ':
+		return invalid(field, "ends with a space (MySQL would compare it equal to the text without it)")
 	}
 	return nil
 }
@@ -231,10 +308,17 @@ func (l *Lease[K]) checkTTL(ttl time.Duration) error {
 	if err := ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if l.marginFor(ttl) >= ttl {
-		return invalid("ttl", "not above the safety margin "+l.margin.String())
+	if m := l.marginFor(ttl); m+l.res >= ttl {
+		return invalid("ttl", "not above the safety margin "+m.String()+" plus the expiry resolution "+l.res.String())
 	}
 	return nil
+}
+
+// deadline is the trust deadline of a grant whose statement was sent at
+// sent: a whole safety margin before the earliest expiry the database may
+// have stored.
+func (l *Lease[K]) deadline(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - l.marginFor(ttl) - l.res)
 }
 
 func (l *Lease[K]) checkStates(field string, states ...string) error {
@@ -245,8 +329,8 @@ func (l *Lease[K]) checkStates(field string, states ...string) error {
 		if l.table.cols.State == "" {
 			return invalid(field, "the table spec has no State column")
 		}
-		if len(s) > 64 || !utf8.ValidString(s) {
-			return invalid(field, "longer than 64 bytes or not UTF-8")
+		if err := CheckText(field, s, 64); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -318,10 +402,14 @@ func addSet(m map[string]any, set []Assignment) {
 
 // exec runs an UPDATE that hands back the generation and reports whether it
 // matched the row. PostgreSQL and SQLite use RETURNING. MySQL reads the
-// value that LAST_INSERT_ID(expr) put in the OK packet: the row matched when
-// rows affected is 1, or — when go-sql-driver/mysql counts changed rather
-// than matched rows and the row was left unchanged — when that value is
-// non-zero (MySQL sends 0 when no row was evaluated).
+// value that LAST_INSERT_ID(expr) put in the OK packet when rows affected
+// is 1. Every successful statement changes a microsecond expiry column, so
+// 1 is what a match reports in either affected-rows mode. Only on a
+// declared coarser column (Options.ExpiryResolution) can a renewal in the
+// same second leave the row unchanged; there, and only there, 0 rows
+// affected with a non-zero insert id counts as a match (MySQL sends 0 when
+// no row was evaluated; engines that misreport LAST_INSERT_ID(expr), as
+// Vitess 16.0 did, must not be given a coarse column).
 func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any) (gen int64, ok bool, err error) {
 	args := c.args(m)
 	if l.dialect != MySQL {
@@ -343,10 +431,10 @@ func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any
 	if err != nil {
 		return 0, false, err
 	}
-	if n == 0 && id == 0 {
-		return 0, false, nil
+	if n == 1 || (n == 0 && id != 0 && l.coarse) {
+		return id, true, nil
 	}
-	return id, true, nil
+	return 0, false, nil
 }
 
 func (l *Lease[K]) translate(k K, err error) error {
@@ -417,7 +505,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 		return Grant[K]{}, l.whyNot(ctx, db, key, o.InStates)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: gen, TTL: ttl,
-		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
+		Deadline: l.deadline(sent, ttl)}, nil
 }
 
 // whyNot classifies a failed acquire with one read.
@@ -467,7 +555,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	if !ok {
 		return g, &LostError{Key: keyText(g.Key), Op: "renew"}
 	}
-	g.Generation, g.TTL, g.Deadline = gen, ttl, sent.Add(ttl-l.marginFor(ttl))
+	g.Generation, g.TTL, g.Deadline = gen, ttl, l.deadline(sent, ttl)
 	return g, nil
 }
 
@@ -546,7 +634,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	}
 	g.Generation = gen
 	if o.Keep {
-		g.TTL, g.Deadline = o.TTL, sent.Add(o.TTL-l.marginFor(o.TTL))
+		g.TTL, g.Deadline = o.TTL, l.deadline(sent, o.TTL)
 	} else {
 		g.Deadline = sent // released: no longer trusted
 	}
@@ -652,13 +740,23 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 		return Grant[K]{}, l.translate(key, err)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,
-		Deadline: sent.Add(ttl - l.marginFor(ttl))}, nil
+		Deadline: l.deadline(sent, ttl)}, nil
 }
 
 // Delete removes the row if g still holds it, in one token-checked
 // statement: for a row the holder created and gives up before anything
 // came of it. A token that no longer matches gives *LostError and deletes
 // nothing.
+//
+// The row's generation goes with it: a later Create of the same key starts
+// again at generation 1. Keeping it would need the deleted row to stay (a
+// tombstone, which Create would then collide with) or a counter kept
+// elsewhere (a second table and a second statement in every Create, on
+// tables that may be the user's own). So generations order the grants of
+// one row, not of one key across deletions: fence on the generation only
+// where keys are not reused — the request and tool-execution rows of this
+// module are keyed by fresh UUIDs — and do not Delete a row whose
+// generation went out to another system.
 func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "delete", OutcomeOK, time.Now(), &g.Generation, &rerr)

@@ -387,6 +387,10 @@ func TestNewValidation(t *testing.T) {
 		"negative margin":     {lease.SQLite, tbl, lease.Options{SafetyMargin: -time.Nanosecond}, "safety margin"},
 		"margin at MaxTTL":    {lease.SQLite, tbl, lease.Options{SafetyMargin: lease.MaxTTL}, "safety margin"},
 		"margin above MaxTTL": {lease.Postgres, tbl, lease.Options{SafetyMargin: 2 * lease.MaxTTL}, "safety margin"},
+		"resolution 2s":       {lease.MySQL, tbl, lease.Options{ExpiryResolution: 2 * time.Second}, "expiry resolution"},
+		"resolution 3ms":      {lease.MySQL, tbl, lease.Options{ExpiryResolution: 3 * time.Millisecond}, "expiry resolution"},
+		"resolution 1ns":      {lease.Postgres, tbl, lease.Options{ExpiryResolution: time.Nanosecond}, "expiry resolution"},
+		"resolution negative": {lease.MySQL, tbl, lease.Options{ExpiryResolution: -time.Second}, "expiry resolution"},
 	} {
 		l, err := lease.New[string](c.d, c.tbl, c.opts)
 		assert.Nil(t, l, name)
@@ -400,6 +404,24 @@ func TestNewValidation(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, d, l.Dialect())
 		assert.Equal(t, tbl, l.Table())
+	}
+	// Resolution: the database clock's step, or a coarser declared column.
+	for _, c := range []struct {
+		d        lease.Dialect
+		declared time.Duration
+		want     time.Duration
+	}{
+		{lease.MySQL, 0, time.Microsecond},
+		{lease.Postgres, 0, time.Microsecond},
+		{lease.SQLite, 0, time.Millisecond},
+		{lease.MySQL, time.Second, time.Second},
+		{lease.Postgres, 10 * time.Millisecond, 10 * time.Millisecond},
+		{lease.SQLite, 10 * time.Microsecond, time.Millisecond},
+		{lease.MySQL, time.Microsecond, time.Microsecond},
+	} {
+		l, err := lease.New[string](c.d, tbl, lease.Options{ExpiryResolution: c.declared})
+		require.NoError(t, err)
+		assert.Equal(t, c.want, l.Resolution(), "%s, declared %s", c.d, c.declared)
 	}
 }
 
@@ -429,12 +451,17 @@ func TestSafetyMargin(t *testing.T) {
 		}
 	}
 
-	// Just above the margin passes validation (and reaches the database).
+	// The clock's resolution counts too: on SQLite (1ms) a TTL of the
+	// margin + 1ms is refused, and just above it passes validation (and
+	// reaches the database).
+	require.Equal(t, time.Millisecond, l.Resolution())
+	_, err = l.Acquire(ctx, db, "k", "a", 2*time.Second+time.Millisecond)
+	assert.ErrorIs(t, err, lease.ErrInvalid)
 	db2, mock, err := sqlmock.New() // regexp matching: any UPDATE
 	require.NoError(t, err)
 	defer db2.Close()
 	mock.ExpectQuery(`^UPDATE `).WillReturnError(errors.New("reached the database"))
-	_, err = l.Acquire(ctx, db2, "k", "a", 2*time.Second+time.Millisecond)
+	_, err = l.Acquire(ctx, db2, "k", "a", 2*time.Second+time.Millisecond+time.Microsecond)
 	assert.EqualError(t, err, "reached the database")
 
 	// The default margin is TTL/10: every legal TTL is above it.
@@ -474,7 +501,8 @@ func (c *stepClock) last() (time.Time, int64) {
 }
 
 // TestDeadline: Grant.Deadline is the local clock reading taken before the
-// statement was sent, + TTL − margin, exactly; one reading per operation.
+// statement was sent, + TTL − margin − resolution (SQLite's clock: 1ms),
+// exactly; one reading per operation.
 func TestDeadline(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -497,7 +525,7 @@ func TestDeadline(t *testing.T) {
 				t.Helper()
 				sent, count := clock.last()
 				assert.Equal(t, counter.Count()-1, count, "%s: the clock is read before the statement is sent", op)
-				assert.Equal(t, sent.Add(ttl-c.marginFor(ttl)), g.Deadline, op)
+				assert.Equal(t, sent.Add(ttl-c.marginFor(ttl)-time.Millisecond), g.Deadline, op)
 				assert.Equal(t, ttl, g.TTL, op)
 				assert.True(t, g.Trusted(g.Deadline.Add(-time.Nanosecond)), op)
 				assert.False(t, g.Trusted(g.Deadline), op)

@@ -9,8 +9,9 @@ package lease_test
 //   - the expiry assignment always changes the row for the same token (it
 //     advances a stored expiry at or past now+ttl by one microsecond);
 //   - when the row is left unchanged anyway (a column coarser than a
-//     microsecond), the generation that LAST_INSERT_ID(expr) put in the OK
-//     packet tells a matched row from no row.
+//     microsecond, declared with Options.ExpiryResolution), the generation
+//     that LAST_INSERT_ID(expr) put in the OK packet tells a matched row
+//     from no row.
 
 import (
 	"context"
@@ -25,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -162,10 +164,11 @@ func TestMySQLSameMicrosecond(t *testing.T) {
 const secondTableDDL = "CREATE TABLE job_run (run_id BIGINT NOT NULL PRIMARY KEY, owner VARCHAR(191) NULL, " +
 	"secret CHAR(36) NULL, lease_until DATETIME NULL, fence BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB"
 
-// TestMySQLSecondPrecisionExpiry: on a DATETIME column a renewal in the same
-// second stores the very value already there, so the row is unchanged and
-// the default DSN reports 0 rows affected. The LAST_INSERT_ID fallback must
-// still see a success.
+// TestMySQLSecondPrecisionExpiry: on a DATETIME column (declared with
+// Options.ExpiryResolution) a renewal in the same second stores the very
+// value already there, so the row is unchanged and the default DSN reports
+// 0 rows affected. The LAST_INSERT_ID fallback, kept for declared coarse
+// columns only, must still see a success.
 func TestMySQLSecondPrecisionExpiry(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, lease.MySQL)
@@ -175,7 +178,7 @@ func TestMySQLSecondPrecisionExpiry(t *testing.T) {
 	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
 		ExpiresAt: "lease_until", Generation: "fence"})
 	require.NoError(t, err)
-	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{})
+	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second})
 	require.NoError(t, err)
 
 	for mode, pool := range mysqlPools(t, db) {
@@ -359,8 +362,8 @@ func mysqlCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestMySQLPreparedPath: on a pool the lease runs prepared statements
-// (binary protocol). The generation still comes back through
+// TestMySQLPreparedPath: on a pool, with PrepareAlways, the lease runs
+// prepared statements (binary protocol); with the default it sends text. The generation still comes back through
 // LAST_INSERT_ID in the OK packet, and a renewal in the same second on a
 // second-precision column is still a success.
 func TestMySQLPreparedPath(t *testing.T) {
@@ -372,7 +375,7 @@ func TestMySQLPreparedPath(t *testing.T) {
 	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
 		ExpiresAt: "lease_until", Generation: "fence"})
 	require.NoError(t, err)
-	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{})
+	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second, Prepare: lease.PrepareAlways})
 	require.NoError(t, err)
 	pool := mysqlPools(t, db)["changedRows"]
 	pool.SetMaxOpenConns(1) // one session: its pinned clock holds for every statement
@@ -396,9 +399,105 @@ func TestMySQLPreparedPath(t *testing.T) {
 		assert.Equal(t, int64(1), g2.Generation)
 	}
 	assert.Equal(t, before+2, prepared(), "acquire and renew were each prepared once, then reused")
-	_, err = l.Acquire(ctx, pool, 1, "bob", time.Second)
+	_, err = l.Acquire(ctx, pool, 1, "bob", 5*time.Second)
 	assert.ErrorIs(t, err, lease.ErrHeld)
 	require.NoError(t, l.Release(ctx, pool, g))
 	require.ErrorIs(t, l.Release(ctx, pool, g), lease.ErrLost)
 	require.NoError(t, l.Close())
+
+	// The default sends text on MySQL: with interpolateParams (as the
+	// package doc asks) nothing is prepared on the server.
+	text := mysqlPools(t, db)["interpolateParams"]
+	text.SetMaxOpenConns(1)
+	textPrepared := func() int64 {
+		var name string
+		var n int64
+		require.NoError(t, text.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n))
+		return n
+	}
+	def, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second})
+	require.NoError(t, err)
+	before = textPrepared()
+	g, err = def.Acquire(ctx, text, 1, "carol", 5*time.Second)
+	require.NoError(t, err)
+	_, err = def.Renew(ctx, text, g, 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, def.Release(ctx, text, g))
+	assert.Equal(t, before, textPrepared(), "PrepareAuto prepares nothing on MySQL")
+}
+
+// fixedClock is a local clock that always reads the same instant, so that
+// a grant's deadline minus its send time is exactly what the lease gave it.
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time { return c.t }
+
+// TestMySQLSecondPrecisionDeadline: MariaDB truncates now+TTL when it
+// stores it in a DATETIME (no fraction) column, so the stored expiry can
+// fall up to a second early. With the session clock pinned at .999999 s
+// the loss is at its largest, and the time a grant trusts itself (deadline
+// − send time) must still be a whole safety margin shorter than the time
+// the database actually stored (stored expiry − database now). A TTL that
+// the second would swallow is refused before any SQL.
+func TestMySQLSecondPrecisionDeadline(t *testing.T) {
+	t.Parallel()
+	db := testdb.Open(t, lease.MySQL)
+	ctx := mysqlCtx(t)
+	_, err := db.ExecContext(ctx, secondTableDDL)
+	require.NoError(t, err)
+	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
+		ExpiresAt: "lease_until", Generation: "fence"})
+	require.NoError(t, err)
+	sent := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{Clock: fixedClock{sent}, ExpiryResolution: time.Second})
+	require.NoError(t, err)
+	assert.Equal(t, time.Second, l.Resolution())
+
+	conn, err := mysqlPools(t, db)["interpolateParams"].Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	const pinned = "1767225600.999999" // 2026-01-01 00:00:00.999999 UTC
+	_, err = conn.ExecContext(ctx, "SET timestamp = "+pinned)
+	require.NoError(t, err)
+	dbNow := time.Date(2026, 1, 1, 0, 0, 0, 999999000, time.UTC)
+	storedTTL := func(key int64) time.Duration {
+		t.Helper()
+		var s string
+		require.NoError(t, conn.QueryRowContext(ctx, "SELECT CAST(lease_until AS CHAR) FROM job_run WHERE run_id = ?", key).Scan(&s))
+		at, err := time.Parse(time.DateTime, s)
+		require.NoError(t, err)
+		return at.Sub(dbNow)
+	}
+	const ttl = 3 * time.Second
+	margin := ttl / 10
+	check := func(op string, g lease.Grant[int64], key int64) {
+		t.Helper()
+		trusted, stored := g.Deadline.Sub(sent), storedTTL(key)
+		assert.LessOrEqual(t, trusted+margin, stored,
+			"%s: the grant trusts itself for %s, the database stored %s: less than the margin %s apart", op, trusted, stored, margin)
+	}
+
+	require.NoError(t, l.Ensure(ctx, conn, 1, lease.CreateOptions{}))
+	g, err := l.Acquire(ctx, conn, 1, "alice", ttl)
+	require.NoError(t, err)
+	require.Less(t, storedTTL(1), ttl-990*time.Millisecond, "the column lost most of a second (the case under test)")
+	check("acquire", g, 1)
+	_, err = conn.ExecContext(ctx, "SET timestamp = "+pinned)
+	require.NoError(t, err)
+	g, err = l.Renew(ctx, conn, g, ttl)
+	require.NoError(t, err)
+	check("renew", g, 1)
+	require.NoError(t, l.Release(ctx, conn, g))
+	gc, err := l.Create(ctx, conn, 2, "carol", ttl, lease.CreateOptions{})
+	require.NoError(t, err)
+	check("create", gc, 2)
+
+	// TTL 1s with the default margin (100ms): the second would leave the
+	// grant nothing to trust. Refused, nothing sent.
+	var c countdb.Counter
+	_, err = l.Acquire(ctx, c.Wrap(conn), 1, "bob", time.Second)
+	var ve *lease.ValidationError
+	require.ErrorAs(t, err, &ve)
+	assert.Equal(t, "ttl", ve.Field)
+	assert.Zero(t, c.Count())
 }

@@ -846,13 +846,20 @@ func TestSQLMockAcquireFailureClassified(t *testing.T) {
 
 // TestSQLMockMySQLMatchedUnchanged: go-sql-driver/mysql counts changed rows
 // by default, so a write that matched the row but left it as it was reports
-// 0 rows affected. LAST_INSERT_ID(generation) still carries the generation
-// in the OK packet, and that is a success.
+// 0 rows affected. That can only happen on an expiry column coarser than a
+// microsecond, and only there — when it is declared with
+// Options.ExpiryResolution — does the generation that LAST_INSERT_ID put in
+// the OK packet count as a match. On a microsecond column every success
+// changes the row, and 0 rows with a non-zero insert id is what an engine
+// that misreports LAST_INSERT_ID(expr) (Vitess 16.0) sends for no match:
+// it is a loss, not a grant.
 func TestSQLMockMySQLMatchedUnchanged(t *testing.T) {
-	for _, name := range []string{"Acquire", "AcquireReentry", "AcquireWithStatesAndSet", "Renew", "Release", "TransitionKeep", "TransitionRelease"} {
-		t.Run(name, func(t *testing.T) {
+	ops := []string{"Renew", "Release", "TransitionKeep", "TransitionRelease"}
+	for _, name := range append([]string{"Acquire", "AcquireReentry", "AcquireWithStatesAndSet"}, ops...) {
+		t.Run("declared coarse/"+name, func(t *testing.T) {
 			db, mock := newMock(t)
-			l := newMockLease(t, lease.MySQL)
+			l, err := lease.New[string](lease.MySQL, mockTable, lease.Options{Prepare: lease.PrepareNever, ExpiryResolution: time.Second})
+			require.NoError(t, err)
 			g := mockGrant(t)
 			op := mockOp1(t, name)
 			expectOp(t, mock, lease.MySQL, op, g, outcome{gen: 7, unchanged: true})
@@ -861,6 +868,17 @@ func TestSQLMockMySQLMatchedUnchanged(t *testing.T) {
 			if gen != -1 {
 				assert.Equal(t, int64(7), gen)
 			}
+		})
+	}
+	for _, name := range ops {
+		t.Run("microsecond/"+name, func(t *testing.T) {
+			db, mock := newMock(t)
+			l := newMockLease(t, lease.MySQL)
+			g := mockGrant(t)
+			op := mockOp1(t, name)
+			expectOp(t, mock, lease.MySQL, op, g, outcome{gen: 7, unchanged: true})
+			_, _, err := op.run(context.Background(), l, db, g)
+			assert.ErrorIs(t, err, lease.ErrLost, "an insert id without a changed row is not trusted")
 		})
 	}
 }
@@ -992,7 +1010,7 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			require.NoError(t, err)
 			g := mockGrant(t)
 			q := mockOp1(t, "Verify").sql[d].(string)
-			if d == lease.Postgres {
+			if d != lease.SQLite { // PrepareAuto prepares on SQLite only
 				for range 2 {
 					mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 				}
@@ -1017,6 +1035,12 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit())
 			require.NoError(t, l.Close())
+
+			// Closed: text from now on, nothing prepared again.
+			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			_, err = l.Verify(context.Background(), db, g, false)
+			require.NoError(t, err)
+			require.NoError(t, l.Close(), "a second Close is a no-op")
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -38,7 +39,7 @@ func Example_flow() {
 	defer db.Close()
 
 	// The lock tables, and the application's own ledger.
-	if err := schema.Apply(ctx, db, "sqlite"); err != nil {
+	if err := schema.Apply(ctx, db, lease.SQLite); err != nil {
 		log.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (amount TEXT NOT NULL, memo TEXT NOT NULL)"); err != nil {

@@ -736,3 +736,12 @@ func (r *Runner) releaseAll(ctx context.Context, run *Run) {
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, run.req) })
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 }
+
+// Close closes the prepared statements of the Runner's session, request
+// and tool-execution leases (see lease.Lease.Close). It is safe to call
+// while messages are being handled, and more than once: a run in progress
+// finishes, sending its statements as text. Close the Runner before the
+// database it was given.
+func (r *Runner) Close() error {
+	return errors.Join(r.sessions.Close(), r.req.Close(), r.tools.Close())
+}

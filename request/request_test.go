@@ -43,7 +43,7 @@ func newEnvTB(t testing.TB, db *sqlx.DB, ttl time.Duration) *env {
 	ctx := context.Background()
 	d, err := lease.DetectDialect(db)
 	require.NoError(t, err)
-	require.NoError(t, schema.Apply(ctx, db, d.String()))
+	require.NoError(t, schema.Apply(ctx, db, d))
 	_, err = db.ExecContext(ctx, ledgerDDL)
 	require.NoError(t, err)
 	e := &env{db: db, d: d}

@@ -36,7 +36,7 @@ func newSlowEnv(t *testing.T, db *sqlx.DB, ttl time.Duration, work time.Duration
 	ctx := context.Background()
 	d, err := lease.DetectDialect(db)
 	require.NoError(t, err)
-	require.NoError(t, schema.Apply(ctx, db, d.String()))
+	require.NoError(t, schema.Apply(ctx, db, d))
 	_, err = db.ExecContext(ctx, ledgerDDL)
 	require.NoError(t, err)
 	e := &slowEnv{env: &env{db: db, d: d}, started: make(chan struct{}, 1), stop: make(chan struct{}), cause: make(chan error, 1)}

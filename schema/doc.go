@@ -9,14 +9,16 @@
 //
 // # Dialects
 //
-// Every function takes the dialect as a case-insensitive name: "mysql" (also
-// "mariadb"), "postgres" (also "postgresql", "pgx" and "pgx/v5") or "sqlite"
-// (also "sqlite3"). These are the names lease.ParseDialect accepts, so both
-// lease.Dialect.String() and a database/sql driver name work. Any other name
-// yields an error that wraps ErrUnknownDialect and quotes the name. The supported servers are MySQL 8.0.16 or later (earlier
+// Every function takes the dialect as a lease.Dialect (lease.MySQL,
+// lease.Postgres or lease.SQLite), the same value the lease, session,
+// request and toolexec packages take; lease.ParseDialect and
+// lease.DetectDialect turn a driver name or a database handle into one. Any
+// other value yields an error that wraps ErrUnknownDialect. The supported
+// servers are MySQL 8.0.16 or later (earlier
 // 8.0 releases parse but do not enforce CHECK constraints), MariaDB 10.6 or
-// later, PostgreSQL 9.5 or later and SQLite 3. The package is tested against
-// MariaDB 10.11, PostgreSQL 15 and the SQLite of modernc.org/sqlite.
+// later, PostgreSQL 13 or later and SQLite 3.35 or later (the library's
+// statements use RETURNING), as in the README. The package is tested
+// against MariaDB 10.11, PostgreSQL 15 and the SQLite of modernc.org/sqlite.
 //
 // # Tables
 //
@@ -74,10 +76,15 @@
 // MySQL and MariaDB: strings are VARCHAR, large text is LONGTEXT, times are
 // DATETIME(6) holding UTC, defaulting to UTC_TIMESTAMP(6). Tables are InnoDB
 // with utf8mb4 and the binary collation utf8mb4_bin, so keys compare by their
-// bytes and case matters, as on the other two dialects. One difference
-// remains: utf8mb4_bin is a PAD SPACE collation, so on MySQL and MariaDB two
-// keys that differ only in trailing spaces are equal (and collide in a unique
-// key), while PostgreSQL and SQLite keep them apart. Open connections with
+// bytes and case matters, as on the other two dialects. utf8mb4_bin is a
+// PAD SPACE collation: on MySQL and MariaDB two keys that differ only in
+// trailing spaces are equal (and collide in a unique key), while PostgreSQL
+// and SQLite keep them apart. The library therefore refuses session keys,
+// holders and client request ids that end in a space, on every dialect,
+// before any SQL (lease.CheckText); check text of your own that goes into
+// these columns the same way. (A NO PAD collation has no name common to
+// MariaDB and MySQL 8, and would not help tables of your own.) Open
+// connections with
 // parseTime=true and loc=UTC (the go-sql-driver default for loc) so that
 // time.Time values go in and come out as UTC. Lengths are enforced only in
 // strict SQL mode (the default of both servers); otherwise MySQL truncates
@@ -214,7 +221,7 @@
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
 //
-//	fsys, err := schema.Migrations("postgres", "golang-migrate")
+//	fsys, err := schema.Migrations(lease.Postgres, "golang-migrate")
 //	src, err := iofs.New(fsys, ".")
 //	m, err := migrate.NewWithSourceInstance("iofs", src, databaseURL)
 //	err = m.Up()
@@ -227,7 +234,7 @@
 //
 // With goose (github.com/pressly/goose/v3):
 //
-//	fsys, err := schema.Migrations("mysql", "goose")
+//	fsys, err := schema.Migrations(lease.MySQL, "goose")
 //	goose.SetBaseFS(fsys)
 //	err = goose.SetDialect("mysql")
 //	err = goose.Up(db, ".")

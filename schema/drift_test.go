@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -146,7 +147,7 @@ func (m migrationTexts) clone() migrationTexts {
 	return migrationTexts{ddl: m.ddl, up: maps.Clone(m.up), down: maps.Clone(m.down), goose: maps.Clone(m.goose)}
 }
 
-func readMigrationTexts(t *testing.T, dialect string) migrationTexts {
+func readMigrationTexts(t *testing.T, dialect lease.Dialect) migrationTexts {
 	t.Helper()
 	ddl, err := DDL(dialect)
 	require.NoError(t, err)
@@ -393,7 +394,7 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 	// On the servers: a DDL or a migration 2 that builds anything else than
 	// the other is reported, with the object that differs.
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
-		m := readMigrationTexts(t, d.String())
+		m := readMigrationTexts(t, d)
 		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 2) })
 		edit := func(src, old, repl string) string {
 			t.Helper()
@@ -432,4 +433,44 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 				edit(m.up[2], "INTEGER NOT NULL DEFAULT 0", "INTEGER NOT NULL"))))
 		}
 	})
+}
+
+// TestMigrationFilesAreUsersFiles: users copy the migration files into
+// their own folders, so the files say what they do and nothing about this
+// repository's tests or paths.
+func TestMigrationFilesAreUsersFiles(t *testing.T) {
+	t.Parallel()
+	err := fs.WalkDir(migrationFiles, "migrations", func(path string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		if d.IsDir() {
+			return nil
+		}
+		b, err := fs.ReadFile(migrationFiles, path)
+		require.NoError(t, err)
+		for _, word := range []string{"Test", "test", "schema/sql", "drift"} {
+			assert.NotContains(t, string(b), word, path)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+// TestSupportedVersionsAgree: the package doc and the DDL headers name the
+// server versions the README names.
+func TestSupportedVersionsAgree(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	doc, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "MySQL 8 / MariaDB 10.6+, PostgreSQL 13+ and SQLite 3.35+")
+	for _, want := range []string{"MariaDB 10.6 or\n// later", "PostgreSQL 13 or later", "SQLite 3.35 or later"} {
+		assert.Contains(t, string(doc), want, "schema/doc.go")
+	}
+	for d, want := range map[lease.Dialect]string{lease.MySQL: "MariaDB 10.6+", lease.Postgres: "PostgreSQL 13+", lease.SQLite: "SQLite 3.35+"} {
+		ddl, err := DDL(d)
+		require.NoError(t, err)
+		first, _, _ := strings.Cut(ddl, "\n")
+		assert.Contains(t, first, want, "schema/sql/%s.sql", d)
+	}
 }

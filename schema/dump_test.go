@@ -55,7 +55,7 @@ var (
 // file (statements joined again, each ending in ";\n").
 func migrationScript(t *testing.T, d lease.Dialect, tool string, version int, up bool) string {
 	t.Helper()
-	fsys, err := Migrations(d.String(), tool)
+	fsys, err := Migrations(d, tool)
 	require.NoError(t, err)
 	if tool == "golang-migrate" {
 		name := migrateFiles[version][1]
@@ -282,7 +282,7 @@ func freshDump(t *testing.T, d lease.Dialect, setup func(db *sqlx.DB)) []string 
 
 // applyDDL is a setup for freshDump: Apply on an empty database.
 func applyDDL(t *testing.T, d lease.Dialect) func(db *sqlx.DB) {
-	return func(db *sqlx.DB) { require.NoError(t, Apply(t.Context(), db, d.String())) }
+	return func(db *sqlx.DB) { require.NoError(t, Apply(t.Context(), db, d)) }
 }
 
 // insertTool inserts a tool execution with the given id and status.

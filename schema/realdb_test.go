@@ -18,6 +18,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/lease"
 	_ "modernc.org/sqlite"
 )
 
@@ -29,7 +31,7 @@ const (
 
 // harness is one freshly created, empty database of one dialect.
 type harness struct {
-	dialect string // canonical: mysql, postgres or sqlite
+	dialect lease.Dialect
 	db      *sql.DB
 	// execScript sends a whole migration file in one call, as golang-migrate
 	// does.
@@ -52,7 +54,7 @@ func TestRealSQLite(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	runRealSuite(t, &harness{
-		dialect: "sqlite",
+		dialect: lease.SQLite,
 		db:      db,
 		execScript: func(ctx context.Context, script string) error {
 			_, err := db.ExecContext(ctx, script)
@@ -107,7 +109,7 @@ func TestRealMySQL(t *testing.T) {
 	t.Logf("MySQL server %s, database %s", version, name)
 
 	runRealSuite(t, &harness{
-		dialect: "mysql",
+		dialect: lease.MySQL,
 		db:      db,
 		execScript: func(ctx context.Context, script string) error {
 			_, err := mdb.ExecContext(ctx, script)
@@ -152,7 +154,7 @@ func TestRealPostgres(t *testing.T) {
 	t.Logf("%s, schema %s", version, name)
 
 	runRealSuite(t, &harness{
-		dialect: "postgres",
+		dialect: lease.Postgres,
 		db:      db,
 		execScript: func(ctx context.Context, script string) error {
 			// Without arguments pgx uses the simple protocol, which accepts
@@ -165,7 +167,7 @@ func TestRealPostgres(t *testing.T) {
 
 // rebind turns ? placeholders into $n for PostgreSQL.
 func (h *harness) rebind(query string) string {
-	if h.dialect != "postgres" {
+	if h.dialect != lease.Postgres {
 		return query
 	}
 	var b strings.Builder
@@ -209,7 +211,7 @@ func (h *harness) strings(t *testing.T, query string, args ...any) []string {
 
 // timeArg converts a time to what the dialect stores.
 func (h *harness) timeArg(tm time.Time) any {
-	if h.dialect == "sqlite" {
+	if h.dialect == lease.SQLite {
 		return tm.UnixMicro()
 	}
 	return tm.UTC()
@@ -219,7 +221,7 @@ func (h *harness) timeArg(tm time.Time) any {
 func (h *harness) readTime(t *testing.T, query string, args ...any) time.Time {
 	t.Helper()
 	row := h.db.QueryRowContext(t.Context(), h.rebind(query), args...)
-	if h.dialect == "sqlite" {
+	if h.dialect == lease.SQLite {
 		var us int64
 		require.NoError(t, row.Scan(&us), query)
 		return time.UnixMicro(us).UTC()
@@ -232,9 +234,9 @@ func (h *harness) readTime(t *testing.T, query string, args ...any) time.Time {
 func (h *harness) tables(t *testing.T) []string {
 	t.Helper()
 	switch h.dialect {
-	case "sqlite":
+	case lease.SQLite:
 		return h.strings(t, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-	case "mysql":
+	case lease.MySQL:
 		return h.strings(t, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() ORDER BY table_name")
 	default:
 		return h.strings(t, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY table_name")
@@ -244,9 +246,9 @@ func (h *harness) tables(t *testing.T) []string {
 func (h *harness) columns(t *testing.T, table string) []string {
 	t.Helper()
 	switch h.dialect {
-	case "sqlite":
+	case lease.SQLite:
 		return h.strings(t, "SELECT name FROM pragma_table_info(?) ORDER BY cid", table)
-	case "mysql":
+	case lease.MySQL:
 		return h.strings(t, "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? ORDER BY ordinal_position", table)
 	default:
 		return h.strings(t, "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position", table)
@@ -257,9 +259,9 @@ func (h *harness) columnType(t *testing.T, table, column string) string {
 	t.Helper()
 	var q string
 	switch h.dialect {
-	case "sqlite":
+	case lease.SQLite:
 		q = "SELECT type FROM pragma_table_info(?) WHERE name = ?"
-	case "mysql":
+	case lease.MySQL:
 		q = "SELECT column_type FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?"
 	default:
 		q = "SELECT data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?"
@@ -274,9 +276,9 @@ func (h *harness) columnType(t *testing.T, table, column string) string {
 func (h *harness) indexes(t *testing.T, table string) []string {
 	t.Helper()
 	switch h.dialect {
-	case "sqlite":
+	case lease.SQLite:
 		return h.strings(t, "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND name NOT LIKE 'sqlite_autoindex_%' ORDER BY name", table)
-	case "mysql":
+	case lease.MySQL:
 		return h.strings(t, "SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? AND index_name <> 'PRIMARY' ORDER BY index_name", table)
 	default:
 		return h.strings(t, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ? AND indexname <> ? ORDER BY indexname", table, table+"_pk")
@@ -306,11 +308,11 @@ func (h *harness) checkStructure(t *testing.T) {
 		assert.Equal(t, cols, h.columns(t, table), "columns of %s", table)
 		assert.ElementsMatch(t, wantIndexes[table], h.indexes(t, table), "indexes of %s", table)
 		for _, col := range []string{ColExpiresAt, ColCreatedAt, ColUpdatedAt} {
-			want := map[string]string{"mysql": "datetime(6)", "postgres": "timestamp with time zone", "sqlite": "integer"}[h.dialect]
+			want := map[string]string{"mysql": "datetime(6)", "postgres": "timestamp with time zone", "sqlite": "integer"}[h.dialect.String()]
 			assert.Equal(t, want, h.columnType(t, table, col), "%s.%s", table, col)
 		}
 	}
-	if h.dialect == "mysql" {
+	if h.dialect == lease.MySQL {
 		for _, table := range allTables {
 			got := h.strings(t, "SELECT CONCAT(engine, ' ', table_collation) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?", table)
 			assert.Equal(t, []string{"InnoDB utf8mb4_bin"}, got, table)
@@ -320,7 +322,7 @@ func (h *harness) checkStructure(t *testing.T) {
 
 // pkName is the name a primary-key violation reports.
 func (h *harness) pkName(table string) string {
-	if h.dialect == "mysql" {
+	if h.dialect == lease.MySQL {
 		return "PRIMARY"
 	}
 	return table + "_pk"
@@ -331,7 +333,7 @@ func (h *harness) wantUnique(t *testing.T, err error, name, table string, cols .
 	t.Helper()
 	require.Error(t, err, "expected a violation of %s", name)
 	msg := err.Error()
-	if h.dialect == "sqlite" {
+	if h.dialect == lease.SQLite {
 		// SQLite names the columns, not the index.
 		var qualified []string
 		for _, c := range cols {
@@ -451,7 +453,7 @@ func (h *harness) checkConstraints(t *testing.T) {
 	var holder, token sql.NullString
 	var expires sql.NullInt64
 	var generation int64
-	if h.dialect == "sqlite" {
+	if h.dialect == lease.SQLite {
 		require.NoError(t, h.db.QueryRowContext(t.Context(), h.rebind("SELECT holder, token, expires_at, generation FROM "+SessionTable+" WHERE session_key = ?"), "s1").
 			Scan(&holder, &token, &expires, &generation))
 		assert.False(t, expires.Valid)
@@ -468,7 +470,7 @@ func (h *harness) checkConstraints(t *testing.T) {
 	// PAD SPACE: MySQL's utf8mb4_bin ignores trailing spaces in comparisons.
 	h.mustExec(t, insSession, "pad")
 	err := h.exec(t, insSession, "pad ")
-	if h.dialect == "mysql" {
+	if h.dialect == lease.MySQL {
 		h.wantUnique(t, err, h.pkName(SessionTable), SessionTable, ColSessionKey)
 	} else {
 		require.NoError(t, err, "trailing space must make a different key")
@@ -521,7 +523,7 @@ func (h *harness) checkTimes(t *testing.T) {
 		for _, col := range []string{ColCreatedAt, ColUpdatedAt} {
 			got := h.readTime(t, "SELECT "+col+" FROM "+q.table+" WHERE "+q.keyCol+" = ?", q.key)
 			assert.WithinRange(t, got, before.Add(-slack), after.Add(slack), "%s.%s default", q.table, col)
-			if h.dialect == "sqlite" {
+			if h.dialect == lease.SQLite {
 				assert.Zero(t, got.UnixMicro()%1000, "SQLite default has millisecond resolution")
 			}
 		}
@@ -543,7 +545,7 @@ func (h *harness) checkTimes(t *testing.T) {
 	assert.Equal(t, 0, count(">", exp))
 	assert.Equal(t, 1, count("=", exp))
 
-	if h.dialect != "sqlite" {
+	if h.dialect != lease.SQLite {
 		return
 	}
 	// SQLite: only integers go into time columns.
@@ -564,7 +566,7 @@ func TestApplyCanceledContext(t *testing.T) {
 	t.Cleanup(func() { _ = db.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = Apply(ctx, db, "sqlite")
+	err = Apply(ctx, db, lease.SQLite)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Contains(t, err.Error(), "statement 1 of")
 }

@@ -145,9 +145,8 @@ func ErrorText(msg string) string {
 	return msg[:n]
 }
 
-// ErrUnknownDialect is wrapped by the error returned for a dialect name that
-// is not one of mysql, mariadb, postgres, postgresql, pgx, pgx/v5, sqlite or
-// sqlite3 (the names lease.ParseDialect accepts).
+// ErrUnknownDialect is wrapped by the error returned for a lease.Dialect
+// that is not lease.MySQL, lease.Postgres or lease.SQLite.
 var ErrUnknownDialect = errors.New("schema: unknown dialect")
 
 // ErrUnknownTool is wrapped by the error Migrations returns for a migration
@@ -163,24 +162,27 @@ type Execer interface {
 //go:embed sql/*.sql
 var ddlFiles embed.FS
 
+// migrationFiles hold the same statements as ddlFiles, for golang-migrate
+// and goose; TestMigrationsMatchDDL fails when they drift. The files carry
+// no note about that test: users copy them into their own folders.
+//
 //go:embed migrations
 var migrationFiles embed.FS
 
-// canonicalDialect maps an accepted dialect name (those lease.ParseDialect
-// takes) to the directory and file name used in this package: "mysql",
-// "postgres" or "sqlite".
-func canonicalDialect(name string) (string, error) {
-	d, err := lease.ParseDialect(name)
-	if err != nil {
-		return "", fmt.Errorf("%w %q (want mysql, postgres or sqlite)", ErrUnknownDialect, name)
+// canonicalDialect maps a dialect to the directory and file name used in
+// this package: "mysql", "postgres" or "sqlite".
+func canonicalDialect(d lease.Dialect) (string, error) {
+	switch d {
+	case lease.MySQL, lease.Postgres, lease.SQLite:
+		return d.String(), nil
 	}
-	return d.String(), nil
+	return "", fmt.Errorf("%w %s (want lease.MySQL, lease.Postgres or lease.SQLite)", ErrUnknownDialect, d)
 }
 
 // DDL returns the embedded DDL script for dialect, comments included. The
 // script holds several statements; use Statements or Apply to run it on a
 // connection that executes one statement at a time.
-func DDL(dialect string) (string, error) {
+func DDL(dialect lease.Dialect) (string, error) {
 	d, err := canonicalDialect(dialect)
 	if err != nil {
 		return "", err
@@ -196,7 +198,7 @@ func DDL(dialect string) (string, error) {
 // Statements returns the statements of the DDL for dialect, in order, without
 // comments and without the trailing semicolon, each suitable for a single
 // ExecContext call. The slice is new on every call.
-func Statements(dialect string) ([]string, error) {
+func Statements(dialect lease.Dialect) ([]string, error) {
 	src, err := DDL(dialect)
 	if err != nil {
 		return nil, err
@@ -226,7 +228,7 @@ func Statements(dialect string) ([]string, error) {
 // the dialect and the statement and wraps the driver's error. Statements that
 // ran before it are not undone (MySQL commits DDL implicitly anyway); fix the
 // cause and call Apply again.
-func Apply(ctx context.Context, db Execer, dialect string) error {
+func Apply(ctx context.Context, db Execer, dialect lease.Dialect) error {
 	src, err := DDL(dialect)
 	if err != nil {
 		return err
@@ -299,7 +301,7 @@ func isCreateRace(err error) bool {
 //     directory ".".
 //
 // Tool names are case-insensitive.
-func Migrations(dialect, tool string) (fs.FS, error) {
+func Migrations(dialect lease.Dialect, tool string) (fs.FS, error) {
 	d, err := canonicalDialect(dialect)
 	if err != nil {
 		return nil, err

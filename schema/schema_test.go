@@ -13,36 +13,39 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/lease"
 )
 
-var dialects = []string{"mysql", "postgres", "sqlite"}
+var dialects = []lease.Dialect{lease.MySQL, lease.Postgres, lease.SQLite}
 
-func TestDialectNames(t *testing.T) {
+// TestDialects: every function takes a lease.Dialect; a name goes through
+// lease.ParseDialect first, and an invalid value is ErrUnknownDialect.
+func TestDialects(t *testing.T) {
 	t.Parallel()
-	aliases := map[string]string{
-		"mysql": "mysql", "MySQL": "mysql", "mariadb": "mysql", " MYSQL ": "mysql",
-		"postgres": "postgres", "Postgres": "postgres", "postgresql": "postgres", "pgx": "postgres", "PGX": "postgres", "pgx/v5": "postgres",
-		"sqlite": "sqlite", "SQLite": "sqlite", "sqlite3": "sqlite", "SQLITE3": "sqlite",
-	}
-	for name, canon := range aliases {
-		got, err := DDL(name)
+	for _, name := range []string{"mariadb", "pgx/v5", "sqlite3"} {
+		d, err := lease.ParseDialect(name)
 		require.NoError(t, err, name)
-		want, err := DDL(canon)
-		require.NoError(t, err, canon)
-		assert.Equal(t, want, got, "DDL(%q) differs from DDL(%q)", name, canon)
+		got, err := DDL(d)
+		require.NoError(t, err, name)
+		file, err := ddlFiles.ReadFile("sql/" + d.String() + ".sql")
+		require.NoError(t, err)
+		assert.Equal(t, string(file), got, name)
 	}
-	for _, bad := range []string{"", "oracle", "sqlserver", "my sql", "postgres9"} {
+	for _, bad := range []lease.Dialect{0, lease.Dialect(4), lease.Dialect(-1)} {
 		_, err := DDL(bad)
-		require.Error(t, err, bad)
+		require.Error(t, err, "%s", bad)
 		assert.ErrorIs(t, err, ErrUnknownDialect)
-		assert.Contains(t, err.Error(), `"`+bad+`"`, "error must name the dialect")
+		assert.Contains(t, err.Error(), bad.String(), "error must name the dialect")
 
 		_, err = Statements(bad)
 		assert.ErrorIs(t, err, ErrUnknownDialect)
 		_, err = Migrations(bad, "goose")
 		assert.ErrorIs(t, err, ErrUnknownDialect)
-		err = Apply(context.Background(), &recordingExecer{}, bad)
+		rec := recordingExecer{}
+		err = Apply(context.Background(), &rec, bad)
 		assert.ErrorIs(t, err, ErrUnknownDialect)
+		assert.Empty(t, rec.queries)
 	}
 }
 
@@ -70,14 +73,14 @@ func TestStatementsShape(t *testing.T) {
 			norm := normalizeStatement(s)
 			if m := createTableRE.FindStringSubmatch(norm); m != nil {
 				tables = append(tables, m[1])
-				if d == "mysql" {
+				if d == lease.MySQL {
 					assert.True(t, strings.HasSuffix(norm, ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"),
 						"mysql table %s must be InnoDB utf8mb4_bin", m[1])
 				}
 				continue
 			}
 			if createIndexRE.MatchString(norm) {
-				assert.NotEqual(t, "mysql", d, "MySQL 8 has no CREATE INDEX IF NOT EXISTS; declare keys inside CREATE TABLE: %s", norm)
+				assert.NotEqual(t, lease.MySQL, d, "MySQL 8 has no CREATE INDEX IF NOT EXISTS; declare keys inside CREATE TABLE: %s", norm)
 				continue
 			}
 			t.Errorf("%s: statement is neither CREATE TABLE IF NOT EXISTS nor CREATE INDEX IF NOT EXISTS: %s", d, norm)
@@ -164,7 +167,7 @@ func TestApplyStopsAtFirstError(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
 	rec := recordingExecer{failAt: 2, err: boom}
-	err := Apply(context.Background(), &rec, "mariadb")
+	err := Apply(context.Background(), &rec, lease.MySQL)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, boom)
 	assert.Contains(t, err.Error(), "mysql")
@@ -175,7 +178,7 @@ func TestApplyStopsAtFirstError(t *testing.T) {
 
 func TestApplyNilExecer(t *testing.T) {
 	t.Parallel()
-	err := Apply(context.Background(), nil, "sqlite")
+	err := Apply(context.Background(), nil, lease.SQLite)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nil Execer")
 }
@@ -203,7 +206,7 @@ func TestMigrationsFS(t *testing.T) {
 			assert.Equal(t, want[kind], names, "%s %s", d, tool)
 		}
 	}
-	_, err := Migrations("sqlite", "flyway")
+	_, err := Migrations(lease.SQLite, "flyway")
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ErrUnknownTool)
 	assert.Contains(t, err.Error(), `"flyway"`)
@@ -221,21 +224,21 @@ func TestApplyRetriesCreateRace(t *testing.T) {
 
 	// The statement that loses the race once is repeated and Apply succeeds.
 	rec := recordingExecer{failAt: 1, err: race}
-	require.NoError(t, Apply(context.Background(), &rec, "postgres"))
-	stmts, err := Statements("postgres")
+	require.NoError(t, Apply(context.Background(), &rec, lease.Postgres))
+	stmts, err := Statements(lease.Postgres)
 	require.NoError(t, err)
 	assert.Equal(t, append([]string{stmts[0]}, stmts...), rec.queries)
 
 	// A race error that persists is returned after 1 + 3 attempts.
 	var attempts int
-	err = Apply(context.Background(), execFunc(func(string) error { attempts++; return race }), "postgres")
+	err = Apply(context.Background(), execFunc(func(string) error { attempts++; return race }), lease.Postgres)
 	assert.ErrorIs(t, err, race)
 	assert.Equal(t, 4, attempts)
 
 	// Other errors, with or without an SQLSTATE, are not retried.
 	for _, e := range []error{sqlStateError{"42601"}, errors.New("plain")} {
 		attempts = 0
-		err = Apply(context.Background(), execFunc(func(string) error { attempts++; return e }), "postgres")
+		err = Apply(context.Background(), execFunc(func(string) error { attempts++; return e }), lease.Postgres)
 		assert.ErrorIs(t, err, e)
 		assert.Equal(t, 1, attempts, "%v", e)
 	}

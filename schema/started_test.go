@@ -41,7 +41,7 @@ func TestStartedStatus(t *testing.T) {
 			{"Apply on the tables of an older Apply", func(db *sqlx.DB) {
 				olderApply(t, d)(db)
 				requireCheckViolation(t, insertTool(ctx, db, "before", StatusStarted), toolStatusCheck)
-				require.NoError(t, Apply(ctx, db, d.String()))
+				require.NoError(t, Apply(ctx, db, d))
 			}},
 		}
 		for _, c := range cases {

@@ -42,7 +42,7 @@ func TestApplyUpgradesOlderTables(t *testing.T) {
 		const workers = 8
 		errs := make(chan error, workers)
 		for range workers {
-			go func() { errs <- Apply(ctx, db, d.String()) }()
+			go func() { errs <- Apply(ctx, db, d) }()
 		}
 		for range workers {
 			require.NoError(t, <-errs, "concurrent Apply on older tables")
@@ -51,8 +51,8 @@ func TestApplyUpgradesOlderTables(t *testing.T) {
 		require.Equal(t, rows, tableRows(t, db), "the upgrade changed the rows")
 
 		rec := &recordingDB{db: db}
-		require.NoError(t, Apply(ctx, rec, d.String()))
-		stmts, err := Statements(d.String())
+		require.NoError(t, Apply(ctx, rec, d))
+		stmts, err := Statements(d)
 		require.NoError(t, err)
 		assert.Equal(t, stmts, rec.execs, "Apply on upgraded tables must run the DDL only")
 		assert.Len(t, rec.queries, 1, "one catalog query")
@@ -71,24 +71,24 @@ func TestApplyUpgradesThroughEveryHandle(t *testing.T) {
 			name  string
 			apply func(db *sqlx.DB) error
 		}{
-			{"*sqlx.DB", func(db *sqlx.DB) error { return Apply(ctx, db, d.String()) }},
-			{"*sql.DB", func(db *sqlx.DB) error { return Apply(ctx, db.DB, d.String()) }},
+			{"*sqlx.DB", func(db *sqlx.DB) error { return Apply(ctx, db, d) }},
+			{"*sql.DB", func(db *sqlx.DB) error { return Apply(ctx, db.DB, d) }},
 			{"*sql.Conn", func(db *sqlx.DB) error {
 				conn, err := db.Conn(ctx)
 				require.NoError(t, err)
 				defer conn.Close()
-				return Apply(ctx, conn, d.String())
+				return Apply(ctx, conn, d)
 			}},
 			{"*sqlx.Conn", func(db *sqlx.DB) error {
 				conn, err := db.Connx(ctx)
 				require.NoError(t, err)
 				defer conn.Close()
-				return Apply(ctx, conn, d.String())
+				return Apply(ctx, conn, d)
 			}},
 			{"*sql.Tx", func(db *sqlx.DB) error {
 				tx, err := db.BeginTx(ctx, nil)
 				require.NoError(t, err)
-				if err := Apply(ctx, tx, d.String()); err != nil {
+				if err := Apply(ctx, tx, d); err != nil {
 					_ = tx.Rollback()
 					return err
 				}
@@ -97,7 +97,7 @@ func TestApplyUpgradesThroughEveryHandle(t *testing.T) {
 			{"*sqlx.Tx", func(db *sqlx.DB) error {
 				tx, err := db.BeginTxx(ctx, nil)
 				require.NoError(t, err)
-				if err := Apply(ctx, tx, d.String()); err != nil {
+				if err := Apply(ctx, tx, d); err != nil {
 					_ = tx.Rollback()
 					return err
 				}
@@ -151,7 +151,7 @@ func TestApplyWithoutQueryDoesNotUpgrade(t *testing.T) {
 		db := testdb.Open(t, d)
 		olderApply(t, d)(db)
 		older := dumpSchema(t, db, d)
-		require.NoError(t, Apply(t.Context(), execOnly{db}, d.String()))
+		require.NoError(t, Apply(t.Context(), execOnly{db}, d))
 		requireSameSchema(t, "the older Apply", older, "after Apply through ExecContext alone", dumpSchema(t, db, d))
 	})
 }
@@ -167,7 +167,7 @@ func TestApplyUpgradeSQLiteNeedsOneConnection(t *testing.T) {
 	seedRows(t, db, lease.SQLite)
 	older, rows := dumpSchema(t, db, lease.SQLite), tableRows(t, db)
 
-	err := Apply(t.Context(), &recordingDB{db: db}, "sqlite")
+	err := Apply(t.Context(), &recordingDB{db: db}, lease.SQLite)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "schema: upgrade sqlite "+ToolExecutionTable)
 	assert.Contains(t, err.Error(), "*schema.recordingDB")
@@ -208,7 +208,7 @@ func TestApplyUpgradeSQLiteKeepsUserObjects(t *testing.T) {
 			_, err := db.ExecContext(ctx, "INSERT INTO app_effect VALUES ('e1', 't1')")
 			require.NoError(t, err)
 
-			require.NoError(t, Apply(ctx, db, "sqlite"))
+			require.NoError(t, Apply(ctx, db, lease.SQLite))
 
 			requireStartedAllowed(t, db)
 			assert.Equal(t, []string{"e1 | t1"}, queryRows(t, db, "SELECT id, tool_id FROM app_effect"),
@@ -243,7 +243,7 @@ func TestApplyUpgradeSQLiteRollsBack(t *testing.T) {
 	}
 	older, rows := dumpSchema(t, db, lease.SQLite), tableRows(t, db)
 
-	err := Apply(ctx, db, "sqlite")
+	err := Apply(ctx, db, lease.SQLite)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "schema: upgrade sqlite")
 	assert.Contains(t, err.Error(), "CREATE TABLE rowlease_tool_execution_new")
@@ -254,7 +254,7 @@ func TestApplyUpgradeSQLiteRollsBack(t *testing.T) {
 	// Once the cause is gone, Apply completes the upgrade.
 	_, err = db.ExecContext(ctx, "DROP TABLE rowlease_tool_execution_new")
 	require.NoError(t, err)
-	require.NoError(t, Apply(ctx, db, "sqlite"))
+	require.NoError(t, Apply(ctx, db, lease.SQLite))
 	requireStartedAllowed(t, db)
 }
 

@@ -154,3 +154,9 @@ func (s *Locker) Inspect(ctx context.Context, db lease.DB, sessionKey string) (l
 	st, err := s.l.Inspect(ctx, db, sessionKey)
 	return st, wrap(err)
 }
+
+// Close closes the prepared statements the Locker's lease keeps (see
+// lease.Lease.Close). It is safe to call while other goroutines use the
+// Locker, and more than once; the Locker stays usable and sends text from
+// then on. Close it before the pools it was used with.
+func (s *Locker) Close() error { return s.l.Close() }

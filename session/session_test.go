@@ -30,7 +30,7 @@ func setup(t *testing.T, db *sqlx.DB) lease.Dialect {
 	t.Helper()
 	d, err := lease.DetectDialect(db)
 	require.NoError(t, err)
-	require.NoError(t, schema.Apply(bg(t), db, d.String()))
+	require.NoError(t, schema.Apply(bg(t), db, d))
 	return d
 }
 

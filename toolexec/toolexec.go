@@ -436,3 +436,9 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 	}
 	return out, nil
 }
+
+// Close closes the prepared statements the Store's lease keeps (see
+// lease.Lease.Close). It is safe to call while other goroutines use the
+// Store, and more than once; the Store stays usable and sends text from
+// then on. Close it before the pools it was used with.
+func (s *Store) Close() error { return s.l.Close() }

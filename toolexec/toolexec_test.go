@@ -48,7 +48,7 @@ func newEnv(t *testing.T, db *sqlx.DB) *env {
 	ctx := bg(t)
 	d, err := lease.DetectDialect(db)
 	require.NoError(t, err)
-	require.NoError(t, schema.Apply(ctx, db, d.String()))
+	require.NoError(t, schema.Apply(ctx, db, d))
 	_, err = db.ExecContext(ctx, ledgerDDL)
 	require.NoError(t, err)
 	e := &env{db: db, d: d}

@@ -1,6 +1,6 @@
 module github.com/rowlease/rowlease/contrib/otel
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/rowlease/rowlease v0.0.0

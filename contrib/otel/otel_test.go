@@ -35,7 +35,7 @@ func setup(t *testing.T) (*request.Runner, *tracetest.InMemoryExporter, *sdkmetr
 	}
 	t.Cleanup(func() { db.Close() })
 	ctx := context.Background()
-	if err := schema.Apply(ctx, db, lease.SQLite.String()); err != nil {
+	if err := schema.Apply(ctx, db, lease.SQLite); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (request_id TEXT, amount TEXT)"); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -21,6 +22,12 @@ import (
 // RunLease runs the lease conformance suite on dialect d. Every case opens
 // its own database and runs in parallel.
 func RunLease(t *testing.T, d lease.Dialect) {
+	RunLeaseOn(t, func(t testing.TB) *sqlx.DB { return testdb.Open(t, d) })
+}
+
+// RunLeaseOn runs the same suite on databases that open returns, one per
+// case: for a second driver of a dialect (mattn/go-sqlite3).
+func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, e Env)
@@ -48,7 +55,7 @@ func RunLease(t *testing.T, d lease.Dialect) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := Setup(t, testdb.Open(t, d), lease.Options{})
+			e := Setup(t, open(t), lease.Options{})
 			c.fn(t, e)
 		})
 	}
@@ -409,11 +416,26 @@ func badInputWritesNothing(t *testing.T, e Env) {
 	noKey := g
 	noKey.Key = ""
 	calls := map[string]func() error{
-		"empty key":      func() error { _, err := e.Lease.Acquire(ctx, db, "", "b", time.Second); return err },
-		"long key":       func() error { _, err := e.Lease.Acquire(ctx, db, long, "b", time.Second); return err },
-		"empty holder":   func() error { _, err := e.Lease.Acquire(ctx, db, "k", "", time.Second); return err },
-		"long holder":    func() error { _, err := e.Lease.Acquire(ctx, db, "k", long, time.Second); return err },
-		"bad utf8":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "\xff", time.Second); return err },
+		"empty key":    func() error { _, err := e.Lease.Acquire(ctx, db, "", "b", time.Second); return err },
+		"long key":     func() error { _, err := e.Lease.Acquire(ctx, db, long, "b", time.Second); return err },
+		"empty holder": func() error { _, err := e.Lease.Acquire(ctx, db, "k", "", time.Second); return err },
+		"long holder":  func() error { _, err := e.Lease.Acquire(ctx, db, "k", long, time.Second); return err },
+		"bad utf8":     func() error { _, err := e.Lease.Acquire(ctx, db, "k", "\xff", time.Second); return err },
+		// PostgreSQL cannot store a NUL byte; MySQL's PAD SPACE collations
+		// make "k " the same key as "k": refused everywhere instead.
+		"NUL in key":     func() error { _, err := e.Lease.Acquire(ctx, db, "k\x00", "b", time.Second); return err },
+		"NUL in holder":  func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b\x00", time.Second); return err },
+		"key + space":    func() error { _, err := e.Lease.Acquire(ctx, db, "k ", "b", time.Second); return err },
+		"holder + space": func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b ", time.Second); return err },
+		"create key + space": func() error {
+			_, err := e.Lease.Create(ctx, db, "new ", "b", time.Second, lease.CreateOptions{})
+			return err
+		},
+		"ensure key + space": func() error { return e.Lease.Ensure(ctx, db, "new ", lease.CreateOptions{}) },
+		"state + space": func() error {
+			_, err := e.Lease.AcquireWith(ctx, db, "k", "b", time.Second, lease.AcquireOptions{SetState: "processing "})
+			return err
+		},
 		"zero ttl":       func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 0); return err },
 		"negative ttl":   func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", -time.Second); return err },
 		"sub-ms ttl":     func() error { _, err := e.Lease.Acquire(ctx, db, "k", "b", 500*time.Microsecond); return err },
@@ -472,6 +494,14 @@ func deleteIsTokenChecked(t *testing.T, e Env) {
 	_, err = e.Lease.Inspect(ctx, e.DB, "d")
 	assert.ErrorIs(t, err, lease.ErrNotFound)
 	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g2), lease.ErrLost)
+
+	// The generation went with the row: the key created again starts at 1
+	// (documented on Delete), and the deleted grants hold nothing.
+	g3, err := e.Lease.Create(ctx, e.DB, "d", "c", 30*time.Second, lease.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), g3.Generation)
+	_, err = e.Lease.Renew(ctx, e.DB, g2, time.Second)
+	assert.ErrorIs(t, err, lease.ErrLost)
 }
 
 // everyHandleType runs acquire, renew, inspect and release through each

@@ -1,4 +1,4 @@
--- rowlease lock tables for PostgreSQL 9.5+ (tested on 15).
+-- rowlease lock tables for PostgreSQL 13+ (tested on 15).
 --
 -- Times are TIMESTAMPTZ. Unique keys are named table constraints, so both
 -- ON CONFLICT (columns) and ON CONFLICT ON CONSTRAINT <name> work, and

@@ -1,4 +1,4 @@
--- rowlease lock tables for SQLite 3.
+-- rowlease lock tables for SQLite 3.35+ (the library uses RETURNING).
 --
 -- Times are INTEGER microseconds since the Unix epoch (UTC). The defaults
 -- have millisecond resolution (julianday('now') is read once per statement).

@@ -18,7 +18,7 @@ var ddlFiles embed.FS
 // tables, and seeds the default categories. It is idempotent and safe to
 // run from several processes at once.
 func (s *Store) Migrate(ctx context.Context) error {
-	if err := schema.Apply(ctx, s.DB, s.Dialect.String()); err != nil {
+	if err := schema.Apply(ctx, s.DB, s.Dialect); err != nil {
 		return err
 	}
 	script, err := ddlFiles.ReadFile("sql/" + s.Dialect.String() + ".sql")

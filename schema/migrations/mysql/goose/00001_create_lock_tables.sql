@@ -1,4 +1,3 @@
--- Same statements as schema/sql/mysql.sql (keep them in step); TestMigrationsMatchDDL fails if they drift.
 -- goose migration for the rowlease lock tables (mysql).
 
 -- +goose Up

@@ -1,7 +1,4 @@
 -- goose migration 2: a tool execution may have status 'started' (mysql).
--- Keep in step with migrate/000002_tool_execution_started.*.sql and
--- schema/sql/mysql.sql: TestMigrationsMatchDDL applies both to real databases and
--- compares them.
 --
 -- One ALTER TABLE drops and re-adds the CHECK (MariaDB 10.6+, MySQL 8.0.19+:
 -- earlier MySQL 8.0 releases have no DROP CONSTRAINT). The server checks every

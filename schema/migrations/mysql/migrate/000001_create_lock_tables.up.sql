@@ -1,4 +1,3 @@
--- Same statements as schema/sql/mysql.sql (keep them in step); TestMigrationsMatchDDL fails if they drift.
 -- golang-migrate up migration: creates the rowlease lock tables (mysql).
 
 CREATE TABLE IF NOT EXISTS rowlease_session (

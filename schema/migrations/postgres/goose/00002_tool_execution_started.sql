@@ -1,7 +1,4 @@
 -- goose migration 2: a tool execution may have status 'started' (postgres).
--- Keep in step with migrate/000002_tool_execution_started.*.sql and
--- schema/sql/postgres.sql: TestMigrationsMatchDDL applies both to real databases and
--- compares them.
 --
 -- One ALTER TABLE drops and re-adds the CHECK in one transaction. It takes an
 -- ACCESS EXCLUSIVE lock on rowlease_tool_execution and reads every row once.

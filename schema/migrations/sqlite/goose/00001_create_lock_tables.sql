@@ -1,4 +1,3 @@
--- Same statements as schema/sql/sqlite.sql (keep them in step); TestMigrationsMatchDDL fails if they drift.
 -- goose migration for the rowlease lock tables (sqlite).
 
 -- +goose Up

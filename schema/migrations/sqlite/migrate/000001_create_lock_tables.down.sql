@@ -1,4 +1,3 @@
--- Same statements as schema/sql/sqlite.sql (keep them in step); TestMigrationsMatchDDL fails if they drift.
 -- golang-migrate down migration: drops the rowlease lock tables and their data (sqlite).
 
 DROP TABLE IF EXISTS rowlease_tool_execution;

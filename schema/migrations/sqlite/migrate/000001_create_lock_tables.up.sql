@@ -1,4 +1,3 @@
--- Same statements as schema/sql/sqlite.sql (keep them in step); TestMigrationsMatchDDL fails if they drift.
 -- golang-migrate up migration: creates the rowlease lock tables (sqlite).
 
 CREATE TABLE IF NOT EXISTS rowlease_session (

@@ -1,6 +1,4 @@
 -- golang-migrate up migration 2: a tool execution may have status 'started' (sqlite).
--- Keep in step with goose/00002_tool_execution_started.sql and schema/sql/sqlite.sql:
--- TestMigrationsMatchDDL applies both to real databases and compares them.
 --
 -- SQLite cannot alter a CHECK, so the table is rebuilt as the SQLite
 -- documentation describes (lang_altertable.html, "Making Other Kinds Of Table
