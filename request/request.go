@@ -226,12 +226,16 @@ type ToolRecord struct {
 type Agent func(ctx context.Context, run *Run) (Answer, error)
 
 func validate(m *Message) error {
-	switch {
-	case m.SessionKey == "" || len(m.SessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(m.SessionKey):
-		return &lease.ValidationError{Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
-	case m.ClientRequestID == "" || len(m.ClientRequestID) > schema.MaxClientRequestIDLen || !utf8.ValidString(m.ClientRequestID):
-		return &lease.ValidationError{Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
-	case !utf8.ValidString(m.Content):
+	// One text rule for keys and ids on every dialect (lease.CheckText):
+	// no NUL, no trailing space (MySQL's PAD SPACE collations would make
+	// "abc" and "abc " one id), valid UTF-8, bounded.
+	if err := lease.CheckText("session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {
+		return err
+	}
+	if err := lease.CheckText("client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
+		return err
+	}
+	if !utf8.ValidString(m.Content) {
 		return &lease.ValidationError{Field: "content", Reason: "not UTF-8"}
 	}
 	if m.Fingerprint == "" {

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -213,15 +212,14 @@ func IdempotencyKey(requestID, tool, argsHash string) string {
 }
 
 func validateCall(c Call) error {
-	switch {
-	case c.SessionKey == "" || len(c.SessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(c.SessionKey):
-		return &lease.ValidationError{Field: "session key", Reason: "empty, too long or not UTF-8"}
-	case c.RequestID == "" || len(c.RequestID) > 36:
-		return &lease.ValidationError{Field: "request id", Reason: "empty or longer than 36"}
-	case c.Tool == "" || len(c.Tool) > schema.MaxToolNameLen || !utf8.ValidString(c.Tool):
-		return &lease.ValidationError{Field: "tool name", Reason: "empty, too long or not UTF-8"}
+	if err := lease.CheckText("session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
+		return err
 	}
-	return nil
+	if err := lease.CheckText("request id", c.RequestID, 36); err != nil {
+		return err
+	}
+	// A tool name is part of a unique key: the same text rule as keys.
+	return lease.CheckText("tool name", c.Tool, schema.MaxToolNameLen)
 }
 
 // Run runs one tool call with exactly-once commit of its side effect:

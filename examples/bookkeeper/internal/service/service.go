@@ -185,8 +185,11 @@ func newModel(cfg Config) (llm.Model, time.Duration, error) {
 	return nil, 0, fmt.Errorf("service: -llm %q: want %q or %q", cfg.LLM, LLMRule, LLMOpenAI)
 }
 
-// Close closes the database.
-func (s *Service) Close() error { return s.Store.Close() }
+// Close releases the Runner's prepared statements and closes the database.
+func (s *Service) Close() error {
+	// The Runner's prepared statements first, then the pool they live on.
+	return errors.Join(s.Runner.Close(), s.Store.Close())
+}
 
 // Serve serves HTTP on ln until ctx is done, then shuts down: it stops
 // accepting requests, lets in-flight ones finish for ShutdownGrace, then
