@@ -2,9 +2,7 @@ package rowleaseotel_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,30 +12,20 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	_ "modernc.org/sqlite"
 
 	rowleaseotel "github.com/rowlease/rowlease/contrib/otel"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
-	"github.com/rowlease/rowlease/schema"
-	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// setup runs the whole flow on SQLite with the adapter on in-memory
-// exporters.
+// setup runs the whole flow on SQLite (rowleasetest) with the adapter on
+// in-memory exporters.
 func setup(t *testing.T) (*request.Runner, *tracetest.InMemoryExporter, *sdkmetric.ManualReader) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "otel.db")+
-		"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := rowleasetest.NewDB(t)
 	ctx := context.Background()
-	if err := schema.Apply(ctx, db, lease.SQLite); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (request_id TEXT, amount TEXT)"); err != nil {
 		t.Fatal(err)
 	}
@@ -50,18 +38,12 @@ func setup(t *testing.T) (*request.Runner, *tracetest.InMemoryExporter, *sdkmetr
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools := toolexec.NewRegistry()
-	if err := tools.Register("book", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
-		_, err := x.Tx.ExecContext(ctx, "INSERT INTO ledger VALUES (?, ?)", x.Call.RequestID, "35")
-		return json.RawMessage(`{"ok":true}`), err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := request.New(request.Config{DB: db, TTL: 5 * time.Second, Tools: tools, Observer: obs,
-		Session: session.Config{AutoCreate: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _ := rowleasetest.NewRunner(t, rowleasetest.WithDB(db),
+		rowleasetest.WithTool("book", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			_, err := x.Tx.ExecContext(ctx, "INSERT INTO ledger VALUES (?, ?)", x.Call.RequestID, "35")
+			return json.RawMessage(`{"ok":true}`), err
+		}),
+		rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.Observer = 5*time.Second, obs }))
 	return r, spans, reader
 }
 
