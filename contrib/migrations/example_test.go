@@ -16,8 +16,8 @@ import (
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
-	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
 )
