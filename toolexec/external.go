@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -134,41 +133,18 @@ type ExternalOptions struct {
 // after the act leaves it started too, for the flow that owns the request
 // now to reconcile.
 func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
-	if db == nil {
-		return Result{}, &lease.ValidationError{Field: "db", Reason: "nil"}
-	}
 	if fn == nil {
 		return Result{}, &lease.ValidationError{Field: "external effect", Reason: "nil"}
 	}
-	if err := validateCall(call); err != nil {
-		return Result{}, err
+	c, err := s.start(ctx, db, call, &o)
+	if err != nil || c.res != nil {
+		return c.result(err)
 	}
-	canonical, hash, err := CanonicalArguments(call.Arguments)
-	if err != nil {
-		return Result{}, err
-	}
-	if o.ReleaseTimeout <= 0 {
-		o.ReleaseTimeout = defaultReleaseTimeout
-	}
-	g, again, res, err := s.claim(ctx, db, call, hash, o)
-	if err != nil || res != nil {
-		if res != nil {
-			return *res, nil
-		}
-		return Result{}, err
-	}
-	var once sync.Once
-	unwatch := func() {}
-	if o.Watch != nil {
-		stop := o.Watch(g)
-		unwatch = func() { once.Do(stop) }
-	}
+	g, again, canonical := c.g, c.started, c.canonical
+	unwatch := watch(o, g)
 	defer unwatch()
 
-	gens := make(map[string]int64, len(o.Fences))
-	for _, f := range o.Fences {
-		gens[f.Name()] = f.Generation()
-	}
+	gens := generations(o.Fences)
 	x := External{EffectKey: g.Key, Generation: g.Generation, Fences: gens, Call: call, Canonical: canonical, ExecutionID: g.Key, Again: again}
 
 	if !again {

@@ -227,52 +227,36 @@ func validateCall(c Call) error {
 //   - a previous success returns its stored result without running fn;
 //   - a previous error is retried;
 //   - a call left processing by a holder whose lease expired is taken over;
-//   - a call processing under a live lease gives ErrConflict.
+//   - a call processing under a live lease gives ErrConflict;
+//   - a call whose external effect was announced and never recorded
+//     (started) gives *UnknownOutcomeError: running it here could do it twice.
 //
-// fn runs in a transaction that first checks every fence (session, request)
-// and finally marks the tool done, token-checked; it commits only if all of
-// them still hold. If fn fails, the transaction rolls back and the failure
-// is recorded (status error) and returned as *FailedError. Invalid
-// arguments give ErrInvalidArguments and write nothing.
+// fn runs in a transaction that then confirms every fence (session,
+// request: a token-checked write each) and finally marks the tool done,
+// token-checked; it commits only if all of them still hold. The lease rows
+// are locked only for that end, so the heartbeat keeps renewing them while
+// fn works. If fn fails, the transaction rolls back and the failure is
+// recorded (status error) and returned as *FailedError; a transient
+// database error is run again a few times, then returned as
+// *TransientError. Invalid arguments give ErrInvalidArguments and write
+// nothing.
 func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, fn SideEffect) (Result, error) {
-	if db == nil {
-		return Result{}, &lease.ValidationError{Field: "db", Reason: "nil"}
-	}
 	if fn == nil {
 		return Result{}, &lease.ValidationError{Field: "side effect", Reason: "nil"}
 	}
-	if err := validateCall(call); err != nil {
-		return Result{}, err
+	c, err := s.start(ctx, db, call, &o)
+	if err != nil || c.res != nil {
+		return c.result(err)
 	}
-	canonical, hash, err := CanonicalArguments(call.Arguments)
-	if err != nil {
-		return Result{}, err
-	}
-	if o.ReleaseTimeout <= 0 {
-		o.ReleaseTimeout = defaultReleaseTimeout
-	}
-	g, started, res, err := s.claim(ctx, db, call, hash, o)
-	if err != nil || res != nil {
-		if res != nil {
-			return *res, nil
-		}
-		return Result{}, err
-	}
-	if started {
+	g := c.g
+	if c.started {
 		// An effect outside the database was announced for this call and
 		// never recorded: running it in a transaction now could do it twice.
 		return Result{}, s.giveBack(ctx, db, g, o, s.unknown(call, g, nil))
 	}
-	// The tool lease is supervised while the side effect runs, and must be
-	// unwatched before the statement that marks or releases it, or a
-	// renewal racing with that statement would report a loss.
-	var once sync.Once
-	unwatch := func() {}
-	if o.Watch != nil {
-		stop := o.Watch(g)
-		unwatch = func() { once.Do(stop) }
-	}
+	unwatch := watch(o, g)
 	defer unwatch()
+	canonical := c.canonical
 	var out json.RawMessage
 	for attempt := 1; ; attempt++ {
 		out, err = s.runTx(ctx, db, call, canonical, g, o, fn, unwatch)
@@ -285,6 +269,64 @@ func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, f
 		return Result{ExecutionID: g.Key, Output: out, Generation: g.Generation}, nil
 	}
 	return Result{}, s.afterFailure(ctx, db, call.Tool, g, o, err)
+}
+
+// claimed is a validated call, claimed: a grant to run under, or a stored
+// result.
+type claimed struct {
+	g         Grant
+	started   bool // the call's external effect was announced before, without a result
+	canonical []byte
+	res       *Result
+}
+
+func (c claimed) result(err error) (Result, error) {
+	if c.res != nil {
+		return *c.res, nil
+	}
+	return Result{}, err
+}
+
+// start validates a call (before any SQL) and claims it (see claim). It
+// fills in o's defaults.
+func (s *Store) start(ctx context.Context, db Beginner, call Call, o *RunOptions) (claimed, error) {
+	if db == nil {
+		return claimed{}, &lease.ValidationError{Field: "db", Reason: "nil"}
+	}
+	if err := validateCall(call); err != nil {
+		return claimed{}, err
+	}
+	canonical, hash, err := CanonicalArguments(call.Arguments)
+	if err != nil {
+		return claimed{}, err
+	}
+	if o.ReleaseTimeout <= 0 {
+		o.ReleaseTimeout = defaultReleaseTimeout
+	}
+	g, started, res, err := s.claim(ctx, db, call, hash, *o)
+	return claimed{g: g, started: started, canonical: canonical, res: res}, err
+}
+
+// watch supervises the tool lease while the call runs (o.Watch). The
+// returned unwatch is idempotent; call it before the statement that marks
+// or releases the lease, or a renewal racing that statement would report a
+// loss.
+func watch(o RunOptions, g Grant) (unwatch func()) {
+	if o.Watch == nil {
+		return func() {}
+	}
+	var once sync.Once
+	stop := o.Watch(g)
+	return func() { once.Do(stop) }
+}
+
+// generations are the fences' generations by name, as handed to effects.
+func generations(fences []lease.Fence) map[string]int64 {
+	gens := make(map[string]int64, len(fences))
+	for _, f := range fences {
+		gens[f.Name()] = f.Generation()
+	}
+	return gens
 }
 
 // maxTxAttempts bounds the runs of a side effect's transaction that end in
@@ -389,10 +431,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 }
 
 func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o RunOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
-	gens := make(map[string]int64, len(o.Fences))
-	for _, f := range o.Fences {
-		gens[f.Name()] = f.Generation()
-	}
+	gens := generations(o.Fences)
 	err = s.runFenced(ctx, db, call.Tool, "effect", lease.FencedTx{
 		Fences: o.Fences,
 		Flow:   o.Flow,
