@@ -21,7 +21,7 @@ const (
 // runs no sweeper: finished requests are kept.
 type RetentionConfig struct {
 	// After is the retention: a request that finished (succeeded, failed
-	// or interrupted) longer ago than After, by the database clock, is
+	// or interrupted) at least After ago, by the database clock, is
 	// swept. 0 means no sweeper.
 	After time.Duration
 	// Interval is the time between two sweeps (jittered); 0 means
@@ -67,7 +67,7 @@ func cutoff(d lease.Dialect) string {
 }
 
 // Sweep turns the requests that finished (succeeded, failed or were
-// interrupted) longer ago than olderThan, by the database clock, into
+// interrupted) at least olderThan ago, by the database clock, into
 // tombstones and deletes their tool executions, in batches of
 // RetentionConfig.Batch requests, one short transaction each, until none
 // is left. It returns how many it swept.
@@ -109,7 +109,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	batch := r.cfg.Retention.Batch
 	micros := olderThan.Microseconds()
 	rows, err := r.db.QueryContext(ctx, d.Rebind("SELECT id FROM "+t+" WHERE status IN "+finished+
-		" AND updated_at < "+cutoff(d)+" LIMIT ?"), micros, batch)
+		" AND updated_at <= "+cutoff(d)+" LIMIT ?"), micros, batch)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: reading requests to sweep: %w", err)
 	}
@@ -142,7 +142,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	args := append(append([]any{}, ids...), micros)
 	res, err := tx.ExecContext(ctx, d.Rebind("UPDATE "+t+" SET status = 'expired', reply = NULL, result = NULL, error = NULL, "+
 		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, updated_at = "+d.Now()+
-		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at < "+cutoff(d)+" AND token IS NULL"), args...)
+		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at <= "+cutoff(d)+" AND token IS NULL"), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: sweeping requests: %w", err)
 	}
