@@ -81,8 +81,8 @@ var (
 	// its outcome was swept (410). It never runs again.
 	ErrExpired = errors.New("request: expired")
 	// ErrNotFound: no request has this (session, client request id)
-	// (Status, Wait). Also matches lease.ErrNotFound.
-	ErrNotFound = errors.New("request: not found")
+	// (Status, Wait). It wraps, and so matches, lease.ErrNotFound.
+	ErrNotFound = fmt.Errorf("request: not found: %w", lease.ErrNotFound)
 	// ErrStopped is the cause with which Stop cancels the runs that the
 	// Runner started from the queue.
 	ErrStopped = errors.New("request: runner stopped")

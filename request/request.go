@@ -375,6 +375,9 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
 	case schema.StatusQueued:
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
+		if errors.Is(err, ErrNotFound) {
+			return nil, Outcome{}, errVanished
+		}
 		if err != nil {
 			return nil, Outcome{}, err
 		}

@@ -134,7 +134,7 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 	err := r.db.QueryRowContext(ctx, r.q.statusQ, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
 		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Status{}, fmt.Errorf("%w (%w)", ErrNotFound, lease.ErrNotFound)
+		return Status{}, ErrNotFound
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("request: reading the request's status: %w", err)

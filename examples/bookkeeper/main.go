@@ -139,6 +139,7 @@ func serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.LLMBaseURL, "llm-base-url", llm.DefaultOpenAIBaseURL, "OpenAI-compatible API root, for -llm openai")
 	fs.StringVar(&o.cfg.LLMModel, "llm-model", service.DefaultOpenAIModel, "model name, for -llm openai (key from OPENAI_API_KEY)")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
+	fs.DurationVar(&o.cfg.Retention, "retention", service.DefaultRetention, "how long finished messages are kept and replayed; a resend of an older one gets 410 Gone (negative: keep forever)")
 	return fs, o
 }
 
