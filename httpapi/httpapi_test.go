@@ -62,7 +62,7 @@ func TestProblemFor(t *testing.T) {
 		{"expired", request.ErrExpired, 410, httpapi.TypeExpired, 0},
 		{"queue full", &request.QueueFullError{Max: 20}, 429, httpapi.TypeQueueFull, time.Second},
 		{"interrupted", &request.InterruptedError{By: "m-2"}, 409, httpapi.TypeInterrupted, 0},
-		{"request not found", fmt.Errorf("%w (%w)", request.ErrNotFound, lease.ErrNotFound), 404, httpapi.TypeNotFound, 0},
+		{"request not found", request.ErrNotFound, 404, httpapi.TypeNotFound, 0},
 		{"session not found", session.ErrNotFound, 404, httpapi.TypeSessionNotFound, 0},
 		{"agent failed", wrap(request.ErrAgentFailed, errors.New("boom")), 500, httpapi.TypeAgentFailed, 0},
 		{"the agent's own validation error", wrap(request.ErrAgentFailed, &lease.ValidationError{Field: "ttl", Reason: "0"}), 500, httpapi.TypeAgentFailed, 0},
