@@ -50,7 +50,8 @@ func TestRun(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, stdout.String())
 	out := stdout.String()
-	for _, want := range []string{"409 session-busy", "200 replayed", "422 client-request-id-reused", "transactions written", "PASS"} {
+	for _, want := range []string{"409 session-busy", "200 replayed", "422 client-request-id-reused", "transactions written",
+		"202 queued (on_busy: queue)", "409 interrupted", "on_busy interrupt", "Prefer: wait", "PASS"} {
 		assert.Contains(t, out, want)
 	}
 	assert.NotContains(t, out, "FAIL")
