@@ -801,3 +801,81 @@ func TestPolicyValidation(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentQueueing: 30 messages queued at once, from as many
+// goroutines, behind a running one, with room for 12: exactly 12 are
+// queued, with the positions 0 to 11, the rest get ErrQueueFull and write
+// nothing; the 12 then run once each, one at a time, in the order of
+// their positions.
+func TestConcurrentQueueing(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 5*time.Second)
+		ctx := bg(t)
+		rc := &recorder{}
+		r := e.newRunner(t, func(c *Config) {
+			c.Agent = rc.agent
+			c.Queue.Max = 12
+		})
+		slow := newBlocker(rc)
+		slowDone := make(chan error, 1)
+		go func() {
+			_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "slow", Content: "slow"}, slow.agent)
+			slowDone <- err
+		}()
+		<-slow.started
+
+		const n = 30
+		type res struct {
+			id  string
+			out Outcome
+			err error
+		}
+		results := make(chan res, n)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				id := fmt.Sprintf("q-%02d", i)
+				out, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: id, Content: id, OnBusy: Queue}, nil)
+				results <- res{id, out, err}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(results)
+		byPos := map[int]string{}
+		full := 0
+		for x := range results {
+			switch {
+			case x.err == nil:
+				require.True(t, x.out.Queued, x.id)
+				_, dup := byPos[x.out.Position]
+				require.False(t, dup, "position %d given twice", x.out.Position)
+				byPos[x.out.Position] = x.id
+			case errors.Is(x.err, ErrQueueFull):
+				full++
+				_, err := r.Status(ctx, "s", x.id)
+				require.ErrorIs(t, err, ErrNotFound, "a refused message writes nothing")
+			default:
+				t.Fatalf("%s: %v", x.id, x.err)
+			}
+		}
+		require.Len(t, byPos, 12, "exactly as many as the queue takes")
+		assert.Equal(t, n-12, full)
+		var want []string
+		for p := range 12 {
+			id, ok := byPos[p]
+			require.True(t, ok, "position %d", p)
+			want = append(want, id)
+		}
+
+		close(slow.release)
+		require.NoError(t, <-slowDone)
+		st, err := r.Wait(ctx, "s", want[11])
+		require.NoError(t, err)
+		require.Equal(t, StateSucceeded, st.State)
+		assert.Equal(t, append([]string{"slow"}, want...), rc.ordered(), "the order of the positions")
+		assert.Equal(t, int64(1), rc.maxSeen.Load(), "one run at a time")
+	})
+}
