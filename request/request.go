@@ -279,14 +279,24 @@ type existing struct {
 //
 //  1. read the request (one SELECT);
 //  2. a stored success is replayed, taking no lock; another fingerprint
-//     is ErrFingerprintMismatch; a live run is ErrInFlight;
+//     is ErrFingerprintMismatch; a live run is ErrInFlight; a queued
+//     message answers its position (Outcome.Queued), an interrupted one
+//     ErrInterrupted, a swept one ErrExpired;
 //  3. take the session, then the request — a new one inserted, an
 //     existing one taken over — in one transaction, so they succeed or
-//     fail together;
+//     fail together; a busy session is ErrSessionBusy, or, as
+//     msg.OnBusy says, the message is queued (Queue: Handle returns at
+//     once) or interrupts the running one (Interrupt: Handle waits to
+//     run it);
 //  4. on a takeover, read the tool calls that already committed;
-//  5. run agent under a heartbeat, with a context that dies on lease loss;
-//  6. mark success (storing the reply) or error, token-checked;
-//  7. release the session, with a bounded timeout even if ctx is done.
+//  5. run agent under a heartbeat, with a context that dies on lease loss
+//     or on an interrupt;
+//  6. mark success (storing the reply), error or interrupted,
+//     token-checked;
+//  7. release the session, with a bounded timeout even if ctx is done,
+//     and start the session's next queued message if there may be one.
+//
+// A nil agent means Config.Agent.
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (Outcome, error) {
 	if agent == nil {
 		agent = r.cfg.Agent
