@@ -369,3 +369,19 @@ func TestExpiredIs410AndBadOnBusyIs400(t *testing.T) {
 		assert.Equal(t, "GET, HEAD", r.header.Get("Allow"))
 	})
 }
+
+// The status of a message whose model failed is "failed", and waiting
+// for it returns at once.
+func TestStatusOfAFailedMessage(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, withModel(failingModel{}))
+		sid := e.newSession()
+		r := e.post(sid, "lunch 12", "m", "")
+		require.Equal(t, http.StatusBadGateway, r.status, string(r.raw))
+		st := readStatus(t, e.status(sid, "m", "Prefer", "wait=60"))
+		assert.Equal(t, "failed", st.Status)
+		assert.Nil(t, st.Reply)
+		assert.Nil(t, st.TransactionID)
+		assert.NotContains(t, st.keys, "position")
+	})
+}
