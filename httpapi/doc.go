@@ -28,22 +28,26 @@
 //	 2  lease.IsTransient(err),                     503    database-busy             1 s            resend later, same id: nothing committed
 //	    toolexec.ErrTransient
 //	 3  request.ErrFingerprintMismatch              422    client-request-id-reused  –              use a new id for new content
-//	 4  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
-//	 5  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
-//	 6  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
+//	 4  request.ErrExpired                          410    expired                   –              use a new id: the old one never runs again
+//	 5  request.ErrQueueFull                        429    queue-full                1 s            resend after Retry-After, same id
+//	 6  request.ErrInterrupted                      409    interrupted               –              nothing: final (a resend answers the same)
+//	 7  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
+//	 8  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
+//	 9  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
 //	    request.ErrAgentFailed)
-//	 7  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
-//	 8  session.ErrNotFound                         404    session-not-found         –              create the session
-//	 9  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
+//	10  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
+//	11  session.ErrNotFound                         404    session-not-found         –              create the session
+//	12  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
 //	    request.ErrAgentFailed)
-//	10  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	11  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	13  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	14  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
 //	    toolexec.ErrInvalidArguments
-//	12  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	13  lease.ErrLost                               409    lease-lost                1 s            retry
-//	14  lease.ErrNotFound                           404    not-found                 –
-//	15  lease.ErrExists                             409    already-exists            –
-//	16  lease.ErrState                              409    wrong-state               –
+//	15  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	16  lease.ErrLost                               409    lease-lost                1 s            retry
+//	17  lease.ErrNotFound (also                     404    not-found                 –
+//	    request.ErrNotFound)
+//	18  lease.ErrExists                             409    already-exists            –
+//	19  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
@@ -58,13 +62,17 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 10 comes before row 11. A transient
-// database error (row 2) or an unknown external outcome (row 9) inside
+// not bad client input, so row 13 comes before row 14. A transient
+// database error (row 2) or an unknown external outcome (row 12) inside
 // ErrAgentFailed says more than "the agent failed", so they come first.
 //
-// 410 Gone and 429 Too Many Requests: no rowlease error means either yet,
-// so ProblemFor never answers them; when one does, it gets a row and a
-// type here.
+// A message that request.Runner.Handle queued (Message.OnBusy:
+// request.Queue) comes back with a nil error and Outcome.Queued: it is
+// not a problem, and answering it (202 Accepted, with a Location to poll)
+// is the handler's job. Rows 4 to 6 are the answers of the queue,
+// interrupts and retention: a resend of an id the sweeper expired (410),
+// a full queue (429), and a message that a later one interrupted (409,
+// without Retry-After: it is final).
 //
 // # A database that cannot be reached
 //
@@ -94,8 +102,9 @@
 //   - Every status and type above is stable: a client may switch on the
 //     type; names are not changed or reused, new ones may be added.
 //   - Every 409 that a retry can resolve (session-busy, request-in-flight,
-//     tool-in-flight, taken-over, lease-held, lease-lost) and every 503
-//     carries RetryAfter, which Write sends as Retry-After.
+//     tool-in-flight, taken-over, lease-held, lease-lost), every 503 and
+//     the 429 carry RetryAfter, which Write sends as Retry-After. The 409
+//     interrupted and the 410 expired do not: a retry answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
 //     token. The one error text shown is a *lease.ValidationError's, for a
 //     400, and it never contains a token.

@@ -30,6 +30,9 @@ const (
 	TypeAlreadyExists         = "already-exists"           // 409
 	TypeWrongState            = "wrong-state"              // 409
 	TypeClientRequestIDReused = "client-request-id-reused" // 422
+	TypeExpired               = "expired"                  // 410
+	TypeQueueFull             = "queue-full"               // 429, Retry-After
+	TypeInterrupted           = "interrupted"              // 409
 	TypeOutcomeUnknown        = "outcome-unknown"          // 502, Retry-After
 	TypeDatabaseBusy          = "database-busy"            // 503, Retry-After
 	TypeAgentFailed           = "agent-failed"             // 500

@@ -89,6 +89,29 @@ func TestProblemForRealErrors(t *testing.T) {
 		p = check(t, "the agent failed", err, want{500, httpapi.TypeAgentFailed})
 		assert.NotContains(t, p.Detail, "exploded")
 
+		// The queue, interrupts and retention.
+		qr, err := request.New(request.Config{DB: db, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
+			Session: session.Config{AutoCreate: true}, Agent: noop, Queue: request.QueueConfig{Max: 1}})
+		require.NoError(t, err)
+		t.Cleanup(func() { assert.NoError(t, qr.Stop(context.Background())) })
+		_, err = qr.Handle(ctx, request.Message{SessionKey: "q", ClientRequestID: "q-1", Content: "x"},
+			func(ctx context.Context, run *request.Run) (request.Answer, error) {
+				out, err := qr.Handle(ctx, request.Message{SessionKey: "q", ClientRequestID: "q-2", Content: "x", OnBusy: request.Queue}, nil)
+				require.NoError(t, err)
+				assert.True(t, out.Queued, "a queued message is not a problem")
+				_, err = qr.Handle(ctx, request.Message{SessionKey: "q", ClientRequestID: "q-3", Content: "x", OnBusy: request.Queue}, nil)
+				p := check(t, "a full queue", err, want{429, httpapi.TypeQueueFull})
+				assert.Equal(t, time.Second, p.RetryAfter)
+				return request.Answer{Reply: "ok"}, nil
+			})
+		require.NoError(t, err)
+		_, err = qr.Sweep(ctx, 0)
+		require.NoError(t, err)
+		_, err = qr.Handle(ctx, request.Message{SessionKey: "q", ClientRequestID: "q-1", Content: "x"}, nil)
+		check(t, "a swept message", err, want{410, httpapi.TypeExpired})
+		_, err = qr.Status(ctx, "q", "no-such")
+		check(t, "an unknown message", err, want{404, httpapi.TypeNotFound})
+
 		strict := newRunner(t, db, false)
 		_, err = strict.Handle(ctx, request.Message{SessionKey: "nobody", ClientRequestID: "m-1", Content: "x"}, noop)
 		check(t, "no such session", err, want{404, httpapi.TypeSessionNotFound})

@@ -46,6 +46,16 @@ func ProblemFor(err error) Problem {
 	case errors.Is(err, request.ErrFingerprintMismatch):
 		return Problem{Type: ProblemBase + TypeClientRequestIDReused, Title: "Client request id reused", Status: http.StatusUnprocessableEntity,
 			Detail: "this client request id was already used in this session with different content; use a new id for a new message"}
+	case errors.Is(err, request.ErrExpired):
+		return Problem{Type: ProblemBase + TypeExpired, Title: "Expired", Status: http.StatusGone,
+			Detail: "this client request id was answered longer ago than the server keeps answers; it is never run again: use a new id for a new message"}
+	case errors.Is(err, request.ErrQueueFull):
+		return Problem{Type: ProblemBase + TypeQueueFull, Title: "Queue full", Status: http.StatusTooManyRequests,
+			Detail:     "the session already has as many messages queued as it takes; nothing was stored: retry after Retry-After seconds",
+			RetryAfter: DefaultRetryAfter}
+	case errors.Is(err, request.ErrInterrupted):
+		return Problem{Type: ProblemBase + TypeInterrupted, Title: "Interrupted", Status: http.StatusConflict,
+			Detail: "a later message of the session interrupted this one; the tool calls it had committed stay, and it is never run again"}
 	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, session.ErrBusy):
 		return conflict(err, TypeSessionBusy, "Session busy",
 			"the session is answering another message; retry with the same client request id after Retry-After seconds")

@@ -263,7 +263,7 @@ func (f *FlowDB) current() DB {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.tx != nil {
-		return routedTx{f.tx}
+		return routedTx{tx: f.tx, pool: f.pool}
 	}
 	return f.pool
 }
@@ -284,19 +284,37 @@ func (f *FlowDB) QueryRowContext(ctx context.Context, query string, args ...any)
 }
 
 // routedTx is a transaction borrowed by a FlowDB: its statements do not
-// inherit the caller's cancellation.
-type routedTx struct{ tx *sql.Tx }
+// inherit the caller's cancellation. A transaction that ended between the
+// routing and the statement refuses it with sql.ErrTxDone before running
+// anything; the statement then goes to the pool, where the write lock is
+// free again.
+type routedTx struct {
+	tx   *sql.Tx
+	pool DB
+}
 
 func (r routedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return r.tx.ExecContext(context.WithoutCancel(ctx), q, args...)
+	res, err := r.tx.ExecContext(context.WithoutCancel(ctx), q, args...)
+	if errors.Is(err, sql.ErrTxDone) {
+		return r.pool.ExecContext(ctx, q, args...)
+	}
+	return res, err
 }
 
 func (r routedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return r.tx.QueryContext(context.WithoutCancel(ctx), q, args...)
+	rows, err := r.tx.QueryContext(context.WithoutCancel(ctx), q, args...)
+	if errors.Is(err, sql.ErrTxDone) {
+		return r.pool.QueryContext(ctx, q, args...)
+	}
+	return rows, err
 }
 
 func (r routedTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return r.tx.QueryRowContext(context.WithoutCancel(ctx), q, args...)
+	row := r.tx.QueryRowContext(context.WithoutCancel(ctx), q, args...)
+	if errors.Is(row.Err(), sql.ErrTxDone) {
+		return r.pool.QueryRowContext(ctx, q, args...)
+	}
+	return row
 }
 
 // resolve picks the database a statement runs on: a FlowDB's current one.

@@ -15,8 +15,10 @@
 //		return request.Answer{Reply: reply}, nil
 //	})
 //	switch {
+//	case err == nil && out.Queued:
+//		// 202: queued at out.Position (Message.OnBusy: request.Queue)
 //	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, request.ErrInFlight),
-//		errors.Is(err, request.ErrTakenOver):
+//		errors.Is(err, request.ErrTakenOver), errors.Is(err, request.ErrInterrupted):
 //		// 409
 //	case errors.Is(err, request.ErrFingerprintMismatch):
 //		// 422
@@ -28,13 +30,32 @@
 //
 // # States of a request
 //
-//	   INSERT (born held by its run,          mark success (token-checked, reply stored)
-//	   with the session, in one transaction)
-//	(none) ──────────▶ processing ─────────────────────────────────────────▶ success ─▶ replayed,
-//	                    │  ▲  ▲                                                         no lock taken
-//	   agent failed     │  │  │ lease expired or given back: taken over
-//	   (token-checked)  ▼  │  └── together with the session, in one transaction
-//	                  error┘ retried (with the session, in one transaction)
+//	            busy session, Queue or Interrupt:
+//	            INSERT queued (its arrival number; the session's
+//	            processing requests asked to stop, for Interrupt)
+//	(none) ─────────────────────────────────────▶ queued
+//	  │                                             │ the session is free: the run that freed it, a
+//	  │ INSERT (born held by its run,               │ dispatcher, or the interrupting Handle takes the
+//	  │ with the session, in one transaction)       │ session and the request (queued → processing),
+//	  ▼                                             ▼ in one transaction
+//	processing ◀─────────────────────────────────────┘
+//	 │  │  ▲  ▲
+//	 │  │  │  └── lease expired or given back: taken over (by a resend, or for a
+//	 │  │  │      message that came through the queue, by a dispatcher), with the
+//	 │  │  │      session, in one transaction
+//	 │  │  └───── failed: retried by a resend (with the session, in one transaction)
+//	 │  ▼ agent failed (token-checked)
+//	 │ error
+//	 ├─ asked to stop (interrupted_by set) and it stopped (token-checked), or its run
+//	 │  is gone (marked by the next claim of the session, or by a resend) ──▶ interrupted
+//	 └─ mark success (token-checked, reply stored) ──▶ success ─▶ replayed, no lock taken
+//
+//	success, error, interrupted ── older than the retention (Sweep) ──▶ expired
+//	                                  (a tombstone: reply, result, tool calls deleted)
+//
+// A resend of a queued message answers its position; of an interrupted
+// one, ErrInterrupted; of an expired one, ErrExpired. None of them runs
+// anything.
 //
 // # The flow
 //
@@ -46,7 +67,7 @@
 //     request already held by this run. Session busy → the transaction
 //     rolls back, nothing was written, ErrSessionBusy (or ErrInFlight, when
 //     the session is busy with this very message, sent a moment ago by a
-//     duplicate). Existing and failed or stale: take the session, then the
+//     duplicate; with Queue or Interrupt, see below). Existing and failed or stale: take the session, then the
 //     request, in one transaction. Either way both or neither: a session is
 //     never left held by a request that does not exist. (When the commit's
 //     outcome is unknown — the connection dropped, or ctx was cancelled,
@@ -59,10 +80,13 @@
 //     the new run claims the same call at once instead of being refused
 //     with toolexec.ErrConflict, and the dead run can mark none of them.
 //  5. Run the agent under a heartbeat (session, request, and the running
-//     tool), with a context that is cancelled as soon as a lease is lost.
+//     tool), with a context that is cancelled as soon as a lease is lost,
+//     or another message interrupts the run.
 //  6. Mark success with the reply, or error, token-checked; release the
 //     session. Clean-up writes use a bounded timeout that survives the
 //     caller's cancellation.
+//  7. The run that frees the session starts the session's next queued
+//     message (see "The queue"), if it may have one.
 //
 // One new request with two model rounds and one tool call costs 9
 // statements and two transactions (BEGIN/COMMIT): 13 round trips, against
@@ -76,7 +100,12 @@
 //   - A loser changes nothing: a duplicate gets its conflict and leaves the
 //     owner's session, request and tool rows as they were. No path releases,
 //     marks or restores a lock it does not hold: every write is
-//     token-checked.
+//     token-checked. Three writes touch rows nobody holds a live lease on,
+//     each conditional on that: the claim that marks a dead run interrupted
+//     (its lease free or expired, as for a takeover), the sweeper (finished
+//     rows, no lease), and the one write to a row another run holds: an
+//     interrupting message sets interrupted_by on the session's processing
+//     requests, which only asks them to stop (no lease column, no status).
 //   - A failed request frees its session at once, not after the TTL.
 //   - Loss stops the work: the agent's context is cancelled with a cause
 //     that matches lease.ErrLost within one heartbeat interval — also while
@@ -88,12 +117,121 @@
 //     (tested with five TTLs of work). Effects outside the database go
 //     through CallTool too, with a stable effect key (toolexec.RunExternal).
 //
+// # When the session is busy: Message.OnBusy
+//
+//   - Reject (the default): ErrSessionBusy (409), nothing written. It
+//     costs nothing more than before: no statement of the flow above reads
+//     the queue.
+//   - Queue: the message is stored as queued (one transaction: the
+//     session's queue is counted against QueueConfig.Max, beyond which it
+//     is ErrQueueFull and nothing is written, and the message gets the
+//     next arrival number, unique per session) and Handle returns at once
+//     with Outcome.Queued and Outcome.Position (how many run before it).
+//     Config.Agent runs it later, exactly once, in arrival order. A Queue
+//     message that finds the session free but messages queued before it
+//     is queued behind them.
+//   - Interrupt: in the same transaction as its insert, every processing
+//     request of the session is asked to stop (its interrupted_by column
+//     is set; nothing else of its row is touched). The running run reads
+//     that column at each heartbeat renewal (one more statement per
+//     interval) and cancels its agent's context with an *InterruptedError
+//     (matching ErrInterrupted): within one heartbeat interval. When its
+//     agent returns, the run marks itself interrupted, token-checked, and
+//     frees the session. Its tool calls that committed stay (never undone,
+//     never repeated: the request never runs again); one inside its
+//     transaction is rolled back by the cancelled context, or commits if
+//     it was already committing; CallTool and InTx refuse every write
+//     after the interruption, whatever context the agent passes. The
+//     interrupting message is queued ahead of the plain queued messages
+//     (behind earlier interrupting ones) and Handle waits, polling (see
+//     QueueConfig.PollMin), until it can start it and run it with its own
+//     agent, or until another process has run it (then it returns that
+//     outcome, Replayed). If the running run is dead, the interrupter
+//     waits for its lease to expire, like any takeover; the claim that
+//     then takes the session marks the dead request interrupted.
+//
+// # The queue
+//
+// Queued messages live in the request table (status queued, with their
+// content and arrival number), so they survive a crash of every process.
+// A message is started by claiming it: in one transaction, the session
+// (free or expired) for it, the dead interrupted runs of the session
+// marked interrupted, then the request, queued → processing (or, for a
+// message started from the queue whose run died, taken over with its tool
+// calls, as a resend would). Any process may claim; the transaction makes
+// one win. Claims come from:
+//
+//   - the run that frees the session, if it may have queued messages: it
+//     came from the queue, or was interrupted, or this Runner queued
+//     messages for the session or saw them (a continuation, in a
+//     goroutine of the Runner, with a bounded context);
+//   - Handle itself, right after queueing, if the session was freed in
+//     between (one read of the session lock);
+//   - the interrupting Handle, while it waits;
+//   - the dispatcher (Start), every QueueConfig.DispatchInterval: one read
+//     of the sessions with queued messages (at most DispatchBatch), and
+//     one read of the lock of each, then a claim of those that are free or
+//     expired. It starts what no running process will: the queue of a
+//     session whose holder crashed (after the TTL), or one that another
+//     process freed without knowing of it.
+//
+// A claimed message runs with Config.Agent in a goroutine of the Runner
+// (owned: Stop lets it finish, then cancels it and waits for it), or,
+// when an interrupting Handle of the same process is waiting for it, in
+// that call with its agent.
+//
+// Races, and how they end:
+//
+//   - Interrupt against the run finishing: the flag and the final mark
+//     are two writes of one row. If the mark comes first, the flag (set
+//     only on processing rows) misses and the answer stands; if the flag
+//     comes first and the agent still returns an answer, the answer is
+//     stored: an interrupt never throws a finished answer away. Either
+//     way the interrupting message runs next.
+//   - Two interrupters: both are queued in arrival order; the first one's
+//     flag stays on the running request, which stops once; they then run
+//     one after the other, neither interrupting the other: an interrupt
+//     stops what runs when it arrives.
+//   - Interrupt against the queue: interrupting messages go before plain
+//     queued ones; a plain message queued later waits behind them.
+//   - A Reject message that finds the session free takes it, even if
+//     messages are queued (only Queue and Interrupt messages look at the
+//     queue): queue order holds among queued messages.
+//   - Two claims of one head (continuation, dispatcher, interrupter): the
+//     session's conditional UPDATE lets one win; the other changes nothing.
+//
+// # Waiting, status, retention
+//
+// Wait(session, client request id) waits until the request is final and
+// returns its Status with the stored outcome, across processes: it reads
+// the status (one statement) with a jittered backoff (QueueConfig.PollMin
+// to PollMax), and is woken at once by requests that end in its own
+// process. Status reads a request's state (with the position of a queued
+// one), its outcome and whether a run holds it, in one statement, taking
+// no lock.
+//
+// Sweep (and the sweeper Start runs when Retention.After is set) turns
+// finished requests (success, error, interrupted) older than the retention
+// into tombstones (status expired, reply, result, error and content
+// emptied) and deletes their tool executions (but not an external effect
+// left started, whose outcome is unknown), in batches of
+// Retention.Batch, one short transaction each; it never touches a queued
+// or processing request. A resend of a swept id gets ErrExpired (410) and
+// never runs again; its fingerprint is kept, so other content is still
+// ErrFingerprintMismatch. Tombstones are kept.
+//
 // # What it does not do
 //
-// It does not queue: a busy session is a 409, and the client retries. It
-// cannot stop an agent that ignores its context. A model call is not a
-// side effect and may run again after a takeover; only tool calls are
-// exactly-once.
+// It cannot stop an agent that ignores its context (an interrupted run
+// then ends only when its agent returns; its writes are refused). A model
+// call is not a side effect and may run again after a takeover; only tool
+// calls are exactly-once. The queue is per session; a message of a Reject
+// client may run before queued ones. The dispatcher is polled, not pushed:
+// a queue that only it can start waits up to DispatchInterval (and, after
+// a crash, the TTL). Waits are polled too (no LISTEN/NOTIFY). A processing
+// request whose run died and that came straight from a client (not
+// through the queue) is left for that client's resend, as before: the
+// dispatcher does not resume it, and the sweeper does not remove it.
 //
 // # Failure handling
 //
@@ -119,5 +257,21 @@
 //     cancellation, and Handle returns it with a nil error: a retry
 //     replays it instead of running the model rounds again.
 //   - Run.Abandon: nothing is written; the leases expire after the TTL (a
-//     crash, simulated).
+//     crash, simulated). No queued message is started by it.
+//   - Outcome.Queued (nil error): the message is queued, not answered; its
+//     outcome comes later (Wait, Status). A resend answers the same.
+//   - ErrQueueFull (*QueueFullError): the session's queue is full; nothing
+//     was written; retry later (429).
+//   - ErrInterrupted (*InterruptedError, naming the interrupting message):
+//     the request stopped because another message asked it to; final: a
+//     resend answers the same (409).
+//   - ErrExpired: the request finished before the retention and was swept;
+//     final (410).
+//   - ErrNotFound (Status, Wait): no such request (404).
+//   - An interrupting Handle whose ctx ends before its message could run:
+//     the message stays queued at the head and runs later; the error
+//     matches ctx's cause (or ErrInFlight, if it is running elsewhere).
+//   - Stop: runs started from the queue are let finish until Stop's ctx
+//     ends, then cancelled (cause ErrStopped): their requests stay
+//     processing and free, and a dispatcher of any process resumes them.
 package request

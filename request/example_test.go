@@ -111,3 +111,59 @@ func Example_flow() {
 	// reused id, other content: true
 	// agent runs: 1 ledger rows: 1
 }
+
+// Example_queue queues a message behind the one its session is running:
+// Handle returns at once with its position, the run that frees the
+// session starts it, and Wait returns its stored outcome.
+func Example_queue() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "rowlease-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "chat.db")+
+		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Apply(ctx, db, lease.SQLite); err != nil {
+		log.Fatal(err)
+	}
+
+	// Config.Agent runs the messages the Runner starts from the queue.
+	echo := func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		return request.Answer{Reply: "you said: " + run.Content()}, nil
+	}
+	runner, err := request.New(request.Config{DB: db, Agent: echo, Session: session.Config{AutoCreate: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer runner.Stop(ctx) // joins the runs it started
+
+	first := request.Message{SessionKey: "chat-7", ClientRequestID: "msg-1", Content: "hello"}
+	_, err = runner.Handle(ctx, first, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		// While this message runs, the user sends another one.
+		second := request.Message{SessionKey: "chat-7", ClientRequestID: "msg-2", Content: "and another thing",
+			OnBusy: request.Queue}
+		out, err := runner.Handle(ctx, second, nil)
+		if err != nil {
+			return request.Answer{}, err
+		}
+		fmt.Printf("msg-2 queued=%v position=%d\n", out.Queued, out.Position)
+		return request.Answer{Reply: "hi"}, nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := runner.Wait(ctx, "chat-7", "msg-2")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("msg-2 %s: %q\n", st.State, st.Reply)
+
+	// Output:
+	// msg-2 queued=true position=0
+	// msg-2 succeeded: "you said: and another thing"
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -95,6 +96,17 @@ type Config struct {
 	// lease operations (it overrides Lease.Observer). Nil costs nothing.
 	// See package contrib/otel for OpenTelemetry.
 	Observer lease.Observer
+	// Agent runs the messages that this Runner starts from the queue (a
+	// continuation or the dispatcher: see Start), and the messages of
+	// Handle calls whose agent is nil. The Queue and Interrupt policies
+	// need it: a queued message may be started by any process of the
+	// service, so every Runner of the service must be given the same
+	// work here.
+	Agent Agent
+	// Queue configures the queue, the dispatcher and the waits.
+	Queue QueueConfig
+	// Retention configures the sweeper that Start runs.
+	Retention RetentionConfig
 }
 
 // Runner runs messages through the three-level lock. It is safe for
@@ -108,6 +120,7 @@ type Runner struct {
 	log      *slog.Logger
 	findQ    string
 	priorQ   string
+	q        queueState
 }
 
 // New validates cfg and returns a Runner.
@@ -144,6 +157,12 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Observer != nil {
 		cfg.Lease.Observer = cfg.Observer
 	}
+	if err := cfg.Queue.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Retention.fill(); err != nil {
+		return nil, err
+	}
 	// Validate TTL and interval once, as the heartbeat will.
 	if err := (heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}).Validate(); err != nil {
 		return nil, err
@@ -170,10 +189,13 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg, db: cfg.DB, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
-	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation FROM " +
+	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation, " +
+		"COALESCE(interrupted_by, ''), CASE WHEN queue_seq IS NULL THEN 0 ELSE 1 END FROM " +
 		req.Table().Quoted(cfg.Dialect) + " WHERE session_key = ? AND client_request_id = ?")
 	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tools.Lease().Table().Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND request_id = ? AND status = 'success' ORDER BY created_at, id")
+	r.initQueue()
+	r.q.statusQ = r.statusQuery()
 	return r, nil
 }
 
@@ -189,6 +211,9 @@ type Message struct {
 	// Content. The same ClientRequestID with another fingerprint is
 	// ErrFingerprintMismatch.
 	Fingerprint string
+	// OnBusy says what to do when the session is busy with another
+	// message: Reject (the default), Queue or Interrupt.
+	OnBusy Policy
 }
 
 // Answer is what an agent returns.
@@ -210,6 +235,13 @@ type Outcome struct {
 	Replayed  bool            `json:"replayed"` // a stored success, returned without running anything or taking any lock
 	Resumed   bool            `json:"resumed"`  // this run took the request over from a failed or crashed run
 	Attempt   int64           `json:"attempt"`  // the request's generation: 1 for the first run
+	// Queued: the message was stored to run when its session is free
+	// (Queue policy, or a resend of a queued message); nothing ran yet,
+	// Reply is empty. Wait returns its outcome.
+	Queued bool `json:"queued,omitempty"`
+	// Position is, when Queued, the number of queued messages of the
+	// session that run before it (0: it runs next).
+	Position int `json:"position,omitempty"`
 }
 
 // ToolRecord is a tool call of this request that already succeeded (in an
@@ -222,7 +254,9 @@ type ToolRecord struct {
 }
 
 // Agent is the caller's work: model rounds and tool calls. ctx dies as
-// soon as any lease of the flow is lost (cause matches lease.ErrLost).
+// soon as any lease of the flow is lost (cause matches lease.ErrLost), or
+// another message of the session interrupts it (cause matches
+// ErrInterrupted).
 type Agent func(ctx context.Context, run *Run) (Answer, error)
 
 func validate(m *Message) error {
@@ -235,8 +269,15 @@ func validate(m *Message) error {
 	if err := lease.CheckText("client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
 		return err
 	}
-	if !utf8.ValidString(m.Content) {
+	switch {
+	case !utf8.ValidString(m.Content):
 		return &lease.ValidationError{Field: "content", Reason: "not UTF-8"}
+	case strings.IndexByte(m.Content, 0) >= 0:
+		// A queued message's content is stored, and PostgreSQL's text
+		// cannot hold a NUL: refused on every dialect alike.
+		return &lease.ValidationError{Field: "content", Reason: "contains a NUL byte"}
+	case m.OnBusy < Reject || m.OnBusy > Interrupt:
+		return &lease.ValidationError{Field: "on busy", Reason: "not Reject, Queue or Interrupt"}
 	}
 	if m.Fingerprint == "" {
 		sum := sha256.Sum256([]byte(m.Content))
@@ -250,20 +291,32 @@ func validate(m *Message) error {
 type existing struct {
 	id, fingerprint, status, reply, result string
 	generation                             int64
+	interruptedBy                          string // who asked it to stop, or ""
+	queued                                 int    // 1: it came through the queue
 }
 
 // Handle runs one message through the whole flow:
 //
 //  1. read the request (one SELECT);
 //  2. a stored success is replayed, taking no lock; another fingerprint
-//     is ErrFingerprintMismatch; a live run is ErrInFlight;
+//     is ErrFingerprintMismatch; a live run is ErrInFlight; a queued
+//     message answers its position (Outcome.Queued), an interrupted one
+//     ErrInterrupted, a swept one ErrExpired;
 //  3. take the session, then the request — a new one inserted, an
 //     existing one taken over — in one transaction, so they succeed or
-//     fail together;
+//     fail together; a busy session is ErrSessionBusy, or, as
+//     msg.OnBusy says, the message is queued (Queue: Handle returns at
+//     once) or interrupts the running one (Interrupt: Handle waits to
+//     run it);
 //  4. on a takeover, read the tool calls that already committed;
-//  5. run agent under a heartbeat, with a context that dies on lease loss;
-//  6. mark success (storing the reply) or error, token-checked;
-//  7. release the session, with a bounded timeout even if ctx is done.
+//  5. run agent under a heartbeat, with a context that dies on lease loss
+//     or on an interrupt;
+//  6. mark success (storing the reply), error or interrupted,
+//     token-checked;
+//  7. release the session, with a bounded timeout even if ctx is done,
+//     and start the session's next queued message if there may be one.
+//
+// A nil agent means Config.Agent.
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
 	if obs := r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
@@ -271,16 +324,22 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 		defer func() { end(err, handleEnd(out, err)...) }()
 	}
 	if agent == nil {
-		return Outcome{}, &lease.ValidationError{Field: "agent", Reason: "nil"}
+		agent = r.cfg.Agent
+	}
+	if agent == nil {
+		return Outcome{}, &lease.ValidationError{Field: "agent", Reason: "nil, and Config.Agent is nil"}
 	}
 	if err := validate(&msg); err != nil {
 		return Outcome{}, err
+	}
+	if msg.OnBusy != Reject && r.cfg.Agent == nil {
+		return Outcome{}, &lease.ValidationError{Field: "on busy", Reason: msg.OnBusy.String() + " needs Config.Agent"}
 	}
 	run, out, err := r.begin(ctx, msg)
 	if err != nil || run == nil {
 		return out, err
 	}
-	return r.execute(ctx, run, agent)
+	return r.runAndContinue(ctx, run, agent)
 }
 
 func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewString()[:13] }
@@ -325,6 +384,9 @@ func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Ru
 			if !errors.Is(ferr, sql.ErrNoRows) {
 				return nil, Outcome{}, ferr
 			}
+			if msg.OnBusy != Reject {
+				return r.busy(ctx, msg, err)
+			}
 		}
 		return nil, Outcome{}, err
 	}
@@ -339,8 +401,25 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 	if ex.fingerprint != msg.Fingerprint {
 		return nil, Outcome{}, ErrFingerprintMismatch
 	}
-	if ex.status == schema.StatusSuccess {
+	switch ex.status {
+	case schema.StatusSuccess:
 		return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
+	case schema.StatusExpired:
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrExpired
+	case schema.StatusInterrupted:
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
+	case schema.StatusQueued:
+		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
+		if errors.Is(err, ErrNotFound) {
+			return nil, Outcome{}, errVanished
+		}
+		if err != nil {
+			return nil, Outcome{}, err
+		}
+		if st.State != StateQueued {
+			return nil, Outcome{}, errVanished
+		}
+		return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
 	}
 	if ex.status == schema.StatusProcessing {
 		// Running now, or left by a run that died? The database clock
@@ -356,8 +435,24 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 			return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
 				&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
 		}
+		if ex.interruptedBy != "" {
+			// Asked to stop, and its run is gone: it is interrupted, and
+			// never runs again.
+			ok, err := r.settleInterrupted(ctx, msg.SessionKey, ex.id)
+			if err != nil {
+				return nil, Outcome{}, err
+			}
+			if !ok {
+				return nil, Outcome{}, errVanished
+			}
+			r.notify()
+			return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
+		}
 	}
 	run, err := r.takeOver(ctx, msg, ex, holder)
+	if run != nil {
+		run.fromQueue = ex.queued == 1
+	}
 	switch {
 	case errors.Is(err, session.ErrNotFound):
 		// The session row is gone: that is final, and the same answer
@@ -398,6 +493,14 @@ func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (
 		return session.Grant{}, lease.Grant[string]{}, err
 	}
 	sg, err := r.sessions.AcquireExisting(ctx, tx, msg.SessionKey, id, r.cfg.TTL)
+	if err == nil && msg.OnBusy != Reject {
+		// The session is free, but messages queued before this one (or,
+		// for Interrupt, interrupting ones) go first.
+		var ahead bool
+		if ahead, err = r.ahead(ctx, tx, msg); err == nil && ahead {
+			err = fmt.Errorf("%w: %w", session.ErrBusy, errQueueAhead)
+		}
+	}
 	var g lease.Grant[string]
 	if err == nil {
 		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
@@ -476,7 +579,7 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
 	var ex existing
 	err := r.db.QueryRowContext(ctx, r.findQ, msg.SessionKey, msg.ClientRequestID).
-		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation)
+		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation, &ex.interruptedBy, &ex.queued)
 	if err != nil {
 		return ex, fmt.Errorf("request: reading the existing request: %w", err)
 	}
@@ -530,6 +633,12 @@ type Run struct {
 	resumed bool
 	prior   []ToolRecord
 	sup     *heartbeat.Supervisor
+	// fromQueue: the request came through the queue; when it ends, the
+	// session's next queued message is started.
+	fromQueue bool
+	// work is the agent's context, set before the agent is called: once
+	// it is done, CallTool and InTx refuse to write.
+	work context.Context
 
 	flowOnce sync.Once
 	flow     *lease.FlowDB // the heartbeat's database; see flowDB
@@ -579,6 +688,9 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
 		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
 	}
+	if err := run.stopped(); err != nil {
+		return err
+	}
 	return lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
 }
 
@@ -611,6 +723,9 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 			{Key: lease.AttrTool, Value: tool}, {Key: lease.AttrToolKind, Value: kind}, {Key: lease.AttrRequest, Value: run.id}}})
 		defer func() { end(err, toolEnd(res, err)...) }()
 	}
+	if err := run.stopped(); err != nil {
+		return toolexec.Result{}, err
+	}
 	flow := run.flowDB()
 	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
@@ -623,6 +738,19 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL))
 		},
 	})
+}
+
+// stopped returns an *InterruptedError once another message has
+// interrupted the run, so that an agent that carries on with another
+// context writes nothing more: its leases are still valid until it marks
+// itself interrupted, so the fences alone would let the write through. (A
+// run that lost a lease is refused by the fences.)
+func (run *Run) stopped() error {
+	var ie *InterruptedError
+	if run.work != nil && errors.As(context.Cause(run.work), &ie) {
+		return ie
+	}
+	return nil
 }
 
 // Abandon stops the heartbeat and makes Handle return without writing or
@@ -657,14 +785,20 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		r.releaseAll(ctx, run)
 		return Outcome{}, err
 	}
+	// The request's renewals also read whether another message asked the
+	// run to stop: then ictx, and with it the work context, is cancelled
+	// with an *InterruptedError.
+	ictx, interrupt := context.WithCancelCause(ctx)
+	defer interrupt(nil)
 	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
-	sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL))
-	work, err := sup.Start(ctx)
+	sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL),
+		r: r, run: run, cancel: interrupt})
+	work, err := sup.Start(ictx)
 	if err != nil {
 		r.releaseAll(ctx, run)
 		return Outcome{}, err
 	}
-	run.sup = sup
+	run.sup, run.work = sup, work
 	ans, aerr := runAgent(work, run, agent)
 	sup.Stop()
 	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
@@ -684,6 +818,13 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		// changes where someone else holds it now.
 		r.releaseAll(ctx, run)
 		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
+	}
+	var ie *InterruptedError
+	if aerr != nil && ctx.Err() == nil && errors.As(context.Cause(ictx), &ie) {
+		// Another message asked this run to stop, and it stopped: it is
+		// interrupted, token-checked, and frees the session. Its tool
+		// calls that committed stay; it never runs again.
+		return base, r.markInterrupted(ctx, run, ie)
 	}
 	if aerr != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, client gone) and the agent
@@ -734,6 +875,24 @@ func runAgent(ctx context.Context, run *Run, agent Agent) (ans Answer, err error
 		}
 	}()
 	return agent(ctx, run)
+}
+
+// markInterrupted marks the run's request interrupted (token-checked)
+// and frees its session.
+func (r *Runner) markInterrupted(ctx context.Context, run *Run, ie *InterruptedError) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
+		From: []string{schema.StatusProcessing}, To: schema.StatusInterrupted,
+	})
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+	if errors.Is(merr, lease.ErrLost) {
+		return fmt.Errorf("%w: %w", ErrTakenOver, merr)
+	}
+	if merr != nil {
+		return errors.Join(ie, merr)
+	}
+	return ie
 }
 
 func (r *Runner) releaseAll(ctx context.Context, run *Run) {

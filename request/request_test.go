@@ -29,6 +29,7 @@ type env struct {
 	db              *sqlx.DB
 	d               lease.Dialect
 	r               *Runner
+	tools           *toolexec.Registry
 	writes          atomic.Int64 // side effects committed by the "write" tool
 }
 
@@ -72,6 +73,7 @@ func newEnvTB(t testing.TB, db *sqlx.DB, ttl time.Duration) *env {
 	require.NoError(t, tools.Register("read", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 		return json.RawMessage(`{"ok":true}`), nil
 	}))
+	e.tools = tools
 	e.r, err = New(Config{DB: db, TTL: ttl, HeartbeatInterval: ttl / 4, Tools: tools, ReleaseTimeout: 10 * time.Second,
 		Session: sessionConfigAutoCreate()})
 	require.NoError(t, err)

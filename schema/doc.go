@@ -41,13 +41,27 @@
 //	session_key        VARCHAR(191)  NOT NULL
 //	client_request_id  VARCHAR(191)  NOT NULL
 //	fingerprint        VARCHAR(64)   NOT NULL; hash of the request payload
-//	status             VARCHAR(16)   NOT NULL; 'processing', 'success' or 'error'
+//	status             VARCHAR(16)   NOT NULL; 'queued', 'processing', 'success',
+//	                                 'error', 'interrupted' or 'expired'
 //	holder, token, expires_at, generation   as in rowlease_session
 //	reply              large text    NULL
 //	result             large text    NULL; JSON
 //	error              text          NULL
 //	created_at, updated_at                  as in rowlease_session
+//	content            large text    NULL; the message, kept for a queued request
+//	queue_seq          BIGINT        NULL; arrival order of a queued request
+//	on_busy            VARCHAR(16)   NULL; 'queue' or 'interrupt' for a queued request
+//	interrupted_by     VARCHAR(191)  NULL; who asked the request to stop
 //	UNIQUE (session_key, client_request_id)   rowlease_request_session_client_uq
+//	UNIQUE (session_key, queue_seq)           rowlease_request_session_queue_uq
+//	INDEX (status, updated_at)                rowlease_request_status_updated_idx
+//
+// The last four columns, the last two keys and the statuses 'queued',
+// 'interrupted' and 'expired' came with migration 3; package request says
+// what they mean. On PostgreSQL and SQLite the queue key is a table
+// constraint (on SQLite its index is named sqlite_autoindex_…), because
+// the DDL cannot create an index on queue_seq before Apply has upgraded a
+// table of an earlier version.
 //
 // rowlease_tool_execution (ToolExecutionTable) has one row per tool call made
 // while serving a request:
@@ -135,27 +149,34 @@
 //
 // # Upgrading
 //
-// The DDL has changed once: since migration 2 the status CHECK of
+// The DDL has changed twice. Since migration 2 the status CHECK of
 // rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
 // 'started' (StatusStarted: the intent of an effect outside the database is
-// recorded, its result not yet). Tables that an earlier Apply created, like
-// tables of migration 1 alone, refuse that status.
+// recorded, its result not yet). Since migration 3 rowlease_request has the
+// columns content, queue_seq, on_busy and interrupted_by, the unique key
+// rowlease_request_session_queue_uq, the index
+// rowlease_request_status_updated_idx, and a status CHECK
+// (rowlease_request_status_ck) that also allows 'queued', 'interrupted' and
+// 'expired'. Tables that an earlier Apply created, like tables of the
+// earlier migrations alone, lack them.
 //
-// Apply upgrades them. After its CREATE statements it reads the definition of
-// the CHECK from the catalog (PostgreSQL pg_get_constraintdef, MySQL and
-// MariaDB information_schema.CHECK_CONSTRAINTS, SQLite the CREATE TABLE text
-// in sqlite_master) and, only if it is exactly the CHECK of migration 1, runs
-// the statements of migration 2 (below). A missing CHECK, or one you have
-// changed yourself, is left alone. What the upgrade does:
+// Apply upgrades them. Before its CREATE statements it reads, for each of
+// the two tables, the definition of its status CHECK from the catalog
+// (PostgreSQL pg_get_constraintdef, MySQL and MariaDB
+// information_schema.CHECK_CONSTRAINTS, SQLite the CREATE TABLE text in
+// sqlite_master) and, only if it is exactly the CHECK of migration 1, runs
+// the statements of that table's migration (2 for the tool-execution table,
+// then 3 for the request table). A missing CHECK, or one you have changed
+// yourself, is left alone. What the upgrade does:
 //
-//   - PostgreSQL, MySQL and MariaDB: one ALTER TABLE drops and re-adds the
-//     CHECK, atomically. PostgreSQL holds an ACCESS EXCLUSIVE lock on the
-//     table while it checks the rows; MariaDB copies the table to check them
-//     (ALGORITHM=COPY) and blocks writes to it meanwhile, and MySQL checks
-//     them too: on a large table that takes a while. MySQL needs 8.0.19 or
-//     later (ALTER TABLE ... DROP CONSTRAINT); on 8.0.16 to 8.0.18 the upgrade
-//     fails with a syntax error, and you run the ALTER TABLE yourself with
-//     DROP CHECK instead.
+//   - PostgreSQL, MySQL and MariaDB: one ALTER TABLE per table, atomic (on
+//     PostgreSQL migration 3 then creates its index). PostgreSQL holds an
+//     ACCESS EXCLUSIVE lock on the table while it checks the rows; MariaDB
+//     copies the table to check them (ALGORITHM=COPY) and blocks writes to
+//     it meanwhile, and MySQL checks them too: on a large table that takes
+//     a while. MySQL needs 8.0.19 or later (ALTER TABLE ... DROP
+//     CONSTRAINT); on 8.0.16 to 8.0.18 the upgrade fails with a syntax
+//     error, and you run the ALTER TABLE yourself with DROP CHECK instead.
 //   - SQLite cannot alter a CHECK: the table is rebuilt (new table under a
 //     temporary name, rows copied, old table dropped, new one renamed,
 //     indexes created again) in one BEGIN IMMEDIATE transaction on one
@@ -173,22 +194,26 @@
 //     first one's rebuild and then finds the new CHECK.
 //
 // Several processes may upgrade at once: on PostgreSQL and MySQL the table
-// lock orders their ALTER TABLE statements, and a second one replaces the new
-// CHECK by an identical one; on SQLite the second one checks again under the
-// write lock and does nothing. If the upgrade fails, the table stays as it was
-// (one ALTER TABLE, or SQLite's transaction, is all or nothing) and Apply
-// returns an error that names the failing statement; call it again after
-// fixing the cause.
+// lock orders their ALTER TABLE statements, and a second one finds the
+// table upgraded (on MySQL its ALTER fails, and Apply, reading the CHECK
+// again, lets that pass); on SQLite the second one checks again under the
+// write lock and does nothing. If an upgrade fails, its table stays as it
+// was (one ALTER TABLE, or SQLite's transaction, is all or nothing) and
+// Apply returns an error that names the failing statement; call it again
+// after fixing the cause.
 //
 // The upgrade needs to read the catalog: db must also have QueryContext
 // (*sql.DB, *sql.Tx, *sql.Conn and sqlx's forms of them do). Through an
-// Execer that has only ExecContext, Apply creates missing tables as before but
-// cannot see an older table and leaves it as it is; inserting 'started' then
-// fails with a violation of rowlease_tool_execution_status_ck.
+// Execer that has only ExecContext, Apply creates missing tables as before
+// but cannot see an older table and leaves it as it is (on PostgreSQL and
+// SQLite it adds rowlease_request_status_updated_idx, whose columns an
+// older table has); inserting 'started' or 'queued' then fails with a
+// violation of the status CHECK.
 //
 // If you manage the tables with golang-migrate or goose instead, copy
-// migration 2 into your migration directory (or use Migrations, which has it)
-// and run it: Apply's upgrade does not write your tool's version table.
+// migrations 2 and 3 into your migration directory (or use Migrations,
+// which has them) and run them: Apply's upgrade does not write your tool's
+// version table.
 //
 // # Migrations
 //
@@ -209,14 +234,24 @@
 //     off if a table of yours references rowlease_tool_execution; triggers on
 //     the table are dropped with it (create them again), and
 //     legacy_alter_table is left off.
+//   - 3, request_queue: the request table's new columns, keys and statuses
+//     (the upgrade above); on SQLite a rebuild as in migration 2, with the
+//     same notes. Down restores the request table of migration 2, losing
+//     the values of the new columns, and fails, changing nothing, while a
+//     request is 'queued', 'interrupted' or 'expired' (the errors of
+//     migration 2's down). Up runs once: on a table that already has the
+//     new columns (Apply upgraded it) it fails on MySQL and MariaDB (error
+//     1060, duplicate column) and on SQLite ("duplicate column name"),
+//     changing nothing — record version 3 as applied instead — and on
+//     PostgreSQL it changes nothing.
 //
-// Migrations 1 and 2 together build exactly what the DDL builds: a test
-// applies both to real databases of each dialect and compares tables,
-// columns, constraints and indexes. A database set up by any version of Apply
-// can adopt the migrations: migration 1 creates nothing that exists, and
-// migration 2 may run again on tables that already allow 'started' (it
+// Migrations 1, 2 and 3 together build exactly what the DDL builds: a test
+// applies them to real databases of each dialect and compares tables,
+// columns, constraints and indexes. A database set up by any version of
+// Apply can adopt the migrations: migration 1 creates nothing that exists,
+// and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once
-// more).
+// more); for migration 3, see above.
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
@@ -241,6 +276,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 and 000002 and the goose files 00001 and 00002; add your own
+// 000001 to 000003 and the goose files 00001 to 00003; add your own
 // migrations after them, or copy the files into your own migration directory.
 package schema

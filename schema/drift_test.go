@@ -215,14 +215,14 @@ func checkDrift(m migrationTexts) error {
 			}
 		}
 	}
-	if !slices.Equal(versions, []int{1, 2}) {
-		errs = append(errs, fmt.Errorf("migration versions %v, want [1 2]", versions))
+	if !slices.Equal(versions, []int{1, 2, 3}) {
+		errs = append(errs, fmt.Errorf("migration versions %v, want [1 2 3]", versions))
 	}
 	return errors.Join(errs...)
 }
 
 // TestMigrationsMatchDDL is the drift test. On each real database it sets
-// up one database with Apply (the DDL) and others with migrations 1 and 2
+// up one database with Apply (the DDL) and others with migrations 1 to 3
 // of golang-migrate and of goose, run as those tools run them, and requires
 // the same schema: tables, columns with types, nullability and defaults,
 // constraints with their definitions, indexes (dumpSchema). Without a
@@ -240,51 +240,91 @@ func TestMigrationsMatchDDL(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		want := freshDump(t, d, applyDDL(t, d))
 		for _, tool := range migrationTools {
-			got := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 2) })
-			requireSameSchema(t, "the DDL (Apply)", want, tool+" migrations 1+2", got)
+			got := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 3) })
+			requireSameSchema(t, "the DDL (Apply)", want, tool+" migrations 1-3", got)
 		}
 	})
 }
 
-// TestMigrationsDownUp runs migration 2 down and up again on a database
-// with rows, with each tool: down gives back the schema of migration 1,
-// up the schema of the DDL, and the rows survive both. Down refuses, and
-// changes nothing, while a tool execution has status 'started'. Up runs
-// again harmlessly on a database that already has migration 2 (a database
-// that Apply upgraded before the user copied migration 2).
+// TestMigrationsDownUp runs migrations 3 and 2 down and up again on a
+// database with rows, with each tool: down gives back the schema of the
+// version before, up the schema of the version, and the rows survive
+// both. Down refuses, and changes nothing, while a row has a status only
+// the newer version allows. Migration 2 runs again harmlessly on a
+// database that already has it; migration 3 does on PostgreSQL, and
+// elsewhere refuses loudly, changing nothing (a database that Apply
+// upgraded before the user copied the migrations).
 func TestMigrationsDownUp(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		ctx := t.Context()
-		v2 := freshDump(t, d, applyDDL(t, d))
+		v3 := freshDump(t, d, applyDDL(t, d))
 		for _, tool := range migrationTools {
 			v1 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 1) })
-			require.NotEqual(t, v1, v2, "migration 1 alone must differ from the DDL")
+			v2 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 2) })
+			require.NotEqual(t, v1, v2, "migration 1 alone must differ from 1+2")
+			require.NotEqual(t, v2, v3, "migrations 1+2 must differ from the DDL")
 
 			db := testdb.Open(t, d)
-			migrateUp(t, db, d, tool, 2)
+			migrateUp(t, db, d, tool, 3)
 			seedRows(t, db, d)
 			rows := tableRows(t, db)
 
+			// Migration 3.
+			require.NoError(t, runMigration(t, db, d, tool, 3, false), "%s down 3", tool)
+			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" 1-3, then 3 down", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s down 3 changed the rows", tool)
+			requireCheckViolation(t, insertRequest(ctx, db, "after-down-3", StatusQueued), requestStatusCheck)
+
+			require.NoError(t, runMigration(t, db, d, tool, 3, true), "%s up 3 after down", tool)
+			requireSameSchema(t, "the DDL", v3, tool+" 3 down, then up", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s up 3 changed the rows", tool)
+
+			err := runMigration(t, db, d, tool, 3, true)
+			if d == lease.Postgres {
+				require.NoError(t, err, "%s up 3 a second time", tool)
+			} else {
+				require.Error(t, err, "%s up 3 a second time must refuse", tool)
+				assert.Contains(t, strings.ToLower(err.Error()), "duplicate column")
+			}
+			requireSameSchema(t, "the DDL", v3, tool+" up 3 twice", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s up 3 twice changed the rows", tool)
+
+			// A 'queued' request blocks down 3, loudly, and down changes
+			// nothing; so do 'interrupted' and 'expired'.
+			for _, st := range []string{StatusQueued, StatusInterrupted, StatusExpired} {
+				require.NoError(t, insertRequest(ctx, db, "blocks-"+st, st))
+				rows = tableRows(t, db)
+				err = runMigration(t, db, d, tool, 3, false)
+				requireCheckViolation(t, err, requestStatusCheck)
+				requireSameSchema(t, "the DDL", v3, tool+" after a refused down 3", dumpSchema(t, db, d))
+				require.Equal(t, rows, tableRows(t, db), "%s refused down 3 changed the rows", tool)
+				_, err = db.ExecContext(ctx, db.Rebind("DELETE FROM "+RequestTable+" WHERE id = ?"), "blocks-"+st)
+				require.NoError(t, err)
+			}
+			rows = tableRows(t, db)
+			require.NoError(t, runMigration(t, db, d, tool, 3, false), "%s down 3", tool)
+
+			// Migration 2, on the tables of 1+2.
 			require.NoError(t, runMigration(t, db, d, tool, 2, false), "%s down 2", tool)
 			requireSameSchema(t, tool+" migration 1", v1, tool+" 1+2, then 2 down", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s down 2 changed the rows", tool)
 			requireCheckViolation(t, insertTool(ctx, db, "after-down", StatusStarted), toolStatusCheck)
 
 			require.NoError(t, runMigration(t, db, d, tool, 2, true), "%s up 2 after down", tool)
-			requireSameSchema(t, "the DDL", v2, tool+" 2 down, then up", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" 2 down, then up", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s up 2 changed the rows", tool)
 
 			require.NoError(t, runMigration(t, db, d, tool, 2, true), "%s up 2 a second time", tool)
-			requireSameSchema(t, "the DDL", v2, tool+" up 2 twice", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" up 2 twice", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s up 2 twice changed the rows", tool)
 
 			// A 'started' row blocks down, loudly, and down changes nothing.
 			require.NoError(t, insertTool(ctx, db, "started-1", StatusStarted))
 			rows = tableRows(t, db)
-			err := runMigration(t, db, d, tool, 2, false)
+			err = runMigration(t, db, d, tool, 2, false)
 			requireCheckViolation(t, err, toolStatusCheck)
-			requireSameSchema(t, "the DDL", v2, tool+" after a refused down 2", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" after a refused down 2", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s refused down 2 changed the rows", tool)
 
 			// Without it, down 2 and down 1 remove everything.
@@ -395,7 +435,7 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 	// the other is reported, with the object that differs.
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		m := readMigrationTexts(t, d)
-		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 2) })
+		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 3) })
 		edit := func(src, old, repl string) string {
 			t.Helper()
 			out := strings.Replace(src, old, repl, 1)
@@ -404,19 +444,27 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		}
 		mustDrift := func(name, mentions string, got []string) {
 			t.Helper()
-			diff := schemaDiff("migrations 1+2", migrated, name, got)
+			diff := schemaDiff("migrations 1-3", migrated, name, got)
 			assert.NotEmpty(t, diff, "%s: drift not detected: %s", d, name)
 			assert.Contains(t, diff, mentions, "%s: %s: the difference must name %s", d, name, mentions)
 		}
 		ddlWith := func(ddl string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) { require.NoError(t, ApplyScript(t.Context(), db, ddl)) }
 		}
-		migrationsWith2 := func(up2 string) func(db *sqlx.DB) {
+		// migrationsWith runs migrations 1-3 with the given text as the
+		// up file of one version.
+		migrationsWith := func(version int, text string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) {
-				migrateUp(t, db, d, "golang-migrate", 1)
-				require.NoError(t, runScriptAs(t, db, d, "golang-migrate", up2))
+				for v := 1; v <= 3; v++ {
+					if v == version {
+						require.NoError(t, runScriptAs(t, db, d, "golang-migrate", text))
+						continue
+					}
+					require.NoError(t, runMigration(t, db, d, "golang-migrate", v, true))
+				}
 			}
 		}
+		migrationsWith2 := func(up2 string) func(db *sqlx.DB) { return migrationsWith(2, up2) }
 
 		mustDrift("DDL with the CHECK of migration 1", toolStatusCheck, freshDump(t, d, ddlWith(
 			edit(m.ddl, "'processing', 'started', 'success', 'error'", "'processing', 'success', 'error'"))))
@@ -426,6 +474,17 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 			edit(m.ddl, "NOT NULL DEFAULT 0", "NOT NULL DEFAULT 1"))))
 		mustDrift("migration 2 that allows one more status", toolStatusCheck, freshDump(t, d, migrationsWith2(
 			edit(m.up[2], "'started', ", "'started', 'cancelled', "))))
+		mustDrift("DDL with the request CHECK of migration 1", requestStatusCheck, freshDump(t, d, ddlWith(
+			edit(m.ddl, "'queued', 'processing', 'success', 'error', 'interrupted', 'expired'", "'processing', 'success', 'error'"))))
+		mustDrift("migration 3 that forgets a status", requestStatusCheck, freshDump(t, d, migrationsWith(3,
+			edit(m.up[3], ", 'expired')", ")"))))
+		var noIndex string
+		if d == lease.MySQL {
+			noIndex = edit(m.up[3], "    ADD KEY "+RequestStatusUpdatedIndex+" (status, updated_at),\n", "")
+		} else {
+			noIndex = m.up[3][:strings.LastIndex(m.up[3], "CREATE INDEX")]
+		}
+		mustDrift("migration 3 that forgets the status index", RequestStatusUpdatedIndex, freshDump(t, d, migrationsWith(3, noIndex)))
 		if d == lease.SQLite {
 			up2 := m.up[2][:strings.LastIndex(m.up[2], "CREATE INDEX")]
 			mustDrift("migration 2 that forgets an index", ToolExecutionSessionRequestIndex, freshDump(t, d, migrationsWith2(up2)))

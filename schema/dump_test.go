@@ -20,9 +20,12 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// toolStatusCheck is the name of the tool-execution status CHECK, which
-// every server names in its violation message.
-const toolStatusCheck = "rowlease_tool_execution_status_ck"
+// toolStatusCheck and requestStatusCheck are the names of the status
+// CHECKs, which every server names in its violation message.
+const (
+	toolStatusCheck    = "rowlease_tool_execution_status_ck"
+	requestStatusCheck = "rowlease_request_status_ck"
+)
 
 // eachDialect runs fn as a parallel subtest per dialect, like testdb.Each,
 // for tests that need several fresh databases of one dialect
@@ -42,10 +45,12 @@ var (
 	migrateFiles = map[int][2]string{ // version → up, down
 		1: {"000001_create_lock_tables.up.sql", "000001_create_lock_tables.down.sql"},
 		2: {"000002_tool_execution_started.up.sql", "000002_tool_execution_started.down.sql"},
+		3: {"000003_request_queue.up.sql", "000003_request_queue.down.sql"},
 	}
 	gooseFiles = map[int]string{
 		1: "00001_create_lock_tables.sql",
 		2: "00002_tool_execution_started.sql",
+		3: "00003_request_queue.sql",
 	}
 	migrationTools = []string{"golang-migrate", "goose"}
 )
@@ -204,7 +209,11 @@ func dumpSchema(t *testing.T, db *sqlx.DB, d lease.Dialect) []string {
 		var schemaName string
 		require.NoError(t, db.QueryRowContext(t.Context(), "SELECT current_schema()").Scan(&schemaName))
 		add("table", `SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = current_schema()`)
-		add("column", `SELECT table_name, column_name, ordinal_position, data_type, character_maximum_length,
+		// The position counts the columns in order: ordinal_position is
+		// PostgreSQL's attnum, which keeps a gap for every dropped column
+		// (a down migration followed by an up one).
+		add("column", `SELECT table_name, column_name,
+			ROW_NUMBER() OVER (PARTITION BY table_name ORDER BY ordinal_position), data_type, character_maximum_length,
 			is_nullable, column_default, collation_name FROM information_schema.columns WHERE table_schema = current_schema()`)
 		add("constraint", `SELECT cl.relname, c.conname, c.contype, c.convalidated, c.condeferrable, pg_get_constraintdef(c.oid)
 			FROM pg_constraint c JOIN pg_class cl ON cl.oid = c.conrelid JOIN pg_namespace n ON n.oid = cl.relnamespace
@@ -325,8 +334,18 @@ func seedRows(t *testing.T, db *sqlx.DB, d lease.Dialect) {
 	}
 }
 
-// tableRows returns every row of every lock table, for comparing the data
-// before and after a migration.
+// migration1Columns are the columns of each table in migration 1, which
+// every later version keeps.
+var migration1Columns = map[string]string{
+	SessionTable: "session_key, holder, token, expires_at, generation, created_at, updated_at",
+	RequestTable: "id, session_key, client_request_id, fingerprint, status, holder, token, expires_at, generation, " +
+		"reply, result, error, created_at, updated_at",
+	ToolExecutionTable: "id, session_key, request_id, tool_name, arguments_hash, idempotency_key, status, holder, " +
+		"token, expires_at, generation, result, error, created_at, updated_at",
+}
+
+// tableRows returns every row of every lock table (the columns of
+// migration 1), for comparing the data before and after a migration.
 func tableRows(t *testing.T, db *sqlx.DB) []string {
 	t.Helper()
 	var out []string
@@ -335,7 +354,7 @@ func tableRows(t *testing.T, db *sqlx.DB) []string {
 		if tbl == SessionTable {
 			key = ColSessionKey
 		}
-		for _, r := range queryRows(t, db, "SELECT * FROM "+tbl+" ORDER BY "+key) {
+		for _, r := range queryRows(t, db, "SELECT "+migration1Columns[tbl]+" FROM "+tbl+" ORDER BY "+key) {
 			out = append(out, tbl+": "+r)
 		}
 	}

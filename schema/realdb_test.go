@@ -290,15 +290,32 @@ var allTables = []string{RequestTable, SessionTable, ToolExecutionTable} // sort
 var wantColumns = map[string][]string{
 	SessionTable: {ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt},
 	RequestTable: {ColID, ColSessionKey, ColClientRequestID, ColFingerprint, ColStatus, ColHolder, ColToken,
-		ColExpiresAt, ColGeneration, ColReply, ColResult, ColError, ColCreatedAt, ColUpdatedAt},
+		ColExpiresAt, ColGeneration, ColReply, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
+		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy},
 	ToolExecutionTable: {ColID, ColSessionKey, ColRequestID, ColToolName, ColArgumentsHash, ColIdempotencyKey,
 		ColStatus, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColResult, ColError, ColCreatedAt, ColUpdatedAt},
 }
 
 var wantIndexes = map[string][]string{
 	SessionTable:       nil,
-	RequestTable:       {RequestSessionClientUnique},
+	RequestTable:       {RequestSessionClientUnique, RequestSessionQueueUnique, RequestStatusUpdatedIndex},
 	ToolExecutionTable: {ToolExecutionCallUnique, ToolExecutionIdemUnique, ToolExecutionSessionRequestIndex},
+}
+
+// wantIndexesOf is wantIndexes[table] as h lists them: SQLite's index of a
+// UNIQUE table constraint is an sqlite_autoindex_…, which h.indexes leaves
+// out.
+func (h *harness) wantIndexesOf(table string) []string {
+	if h.dialect != lease.SQLite {
+		return wantIndexes[table]
+	}
+	var out []string
+	for _, ix := range wantIndexes[table] {
+		if ix != RequestSessionQueueUnique {
+			out = append(out, ix)
+		}
+	}
+	return out
 }
 
 func (h *harness) checkStructure(t *testing.T) {
@@ -306,7 +323,7 @@ func (h *harness) checkStructure(t *testing.T) {
 	require.Equal(t, allTables, h.tables(t), "tables")
 	for table, cols := range wantColumns {
 		assert.Equal(t, cols, h.columns(t, table), "columns of %s", table)
-		assert.ElementsMatch(t, wantIndexes[table], h.indexes(t, table), "indexes of %s", table)
+		assert.ElementsMatch(t, h.wantIndexesOf(table), h.indexes(t, table), "indexes of %s", table)
 		for _, col := range []string{ColExpiresAt, ColCreatedAt, ColUpdatedAt} {
 			want := map[string]string{"mysql": "datetime(6)", "postgres": "timestamp with time zone", "sqlite": "integer"}[h.dialect.String()]
 			assert.Equal(t, want, h.columnType(t, table, col), "%s.%s", table, col)
@@ -384,12 +401,29 @@ func runRealSuite(t *testing.T, h *harness) {
 		require.NoError(t, err)
 		return string(b)
 	}
-	migrateUp := readFile(mfs, "000001_create_lock_tables.up.sql")
-	migrateDown := readFile(mfs, "000001_create_lock_tables.down.sql")
-	gooseUp, gooseDown, err := parseGoose(readFile(gfs, "00001_create_lock_tables.sql"))
-	require.NoError(t, err)
+	// Every version, up in order and down in reverse order, as the tools
+	// run them.
+	var migrateUp, migrateDown []string
+	var gooseUp, gooseDown []string
+	for v := 1; v <= len(migrateFiles); v++ {
+		migrateUp = append(migrateUp, readFile(mfs, migrateFiles[v][0]))
+		migrateDown = append([]string{readFile(mfs, migrateFiles[v][1])}, migrateDown...)
+		up, down, err := parseGoose(readFile(gfs, gooseFiles[v]))
+		require.NoError(t, err)
+		gooseUp = append(gooseUp, up...)
+		gooseDown = append(down, gooseDown...)
+	}
+	execAll := func(scripts []string) error {
+		for _, sc := range scripts {
+			if err := h.execScript(ctx, sc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	dropScript := readFile(mfs, migrateFiles[1][1])
 
-	h.concurrentApply(t, migrateDown)
+	h.concurrentApply(t, dropScript)
 
 	// Idempotent: twice on an empty database.
 	require.NoError(t, Apply(ctx, h.db, h.dialect))
@@ -406,9 +440,10 @@ func runRealSuite(t *testing.T, h *harness) {
 	assert.Positive(t, n, "Apply must not touch existing rows")
 
 	// golang-migrate down, then up: whole files in one call each.
-	require.NoError(t, h.execScript(ctx, migrateDown), "golang-migrate down")
+	require.NoError(t, h.execScript(ctx, "DELETE FROM "+RequestTable), "rows in statuses that down 3 refuses")
+	require.NoError(t, execAll(migrateDown), "golang-migrate down")
 	assert.Empty(t, h.tables(t), "tables left after golang-migrate down")
-	require.NoError(t, h.execScript(ctx, migrateUp), "golang-migrate up")
+	require.NoError(t, execAll(migrateUp), "golang-migrate up")
 	h.checkStructure(t)
 	h.mustExec(t, "INSERT INTO "+SessionTable+" (session_key) VALUES (?)", "after-migrate")
 
@@ -484,6 +519,12 @@ func (h *harness) checkConstraints(t *testing.T) {
 	h.mustExec(t, insRequest, uuid3, "s2", "c1", hashA, StatusError)
 	h.mustExec(t, insRequest, uuid4, "s1", "C1", hashA, StatusError)
 	h.wantUnique(t, h.exec(t, insRequest, uuid1, "s9", "c9", hashA, StatusSuccess), h.pkName(RequestTable), RequestTable, ColID)
+	for i, st := range []string{StatusQueued, StatusInterrupted, StatusExpired} {
+		h.mustExec(t, insRequest, fmt.Sprintf("q-%d", i), "s1", fmt.Sprintf("q%d", i), hashA, st)
+	}
+	h.mustExec(t, "UPDATE "+RequestTable+" SET queue_seq = ? WHERE id = ?", int64(1), "q-0")
+	h.wantUnique(t, h.exec(t, "UPDATE "+RequestTable+" SET queue_seq = ? WHERE id = ?", int64(1), "q-1"),
+		RequestSessionQueueUnique, RequestTable, ColSessionKey, ColQueueSeq)
 	h.wantCheck(t, h.exec(t, insRequest, uuid5, "s1", "c5", hashA, "done"), "rowlease_request_status_ck")
 	h.wantCheck(t, h.exec(t, insRequest, uuid5, "s1", "c5", hashA, "Success"), "rowlease_request_status_ck")
 	require.Error(t, h.exec(t, insRequest, uuid5, "s1", "c5", hashA, nil), "status is NOT NULL")
@@ -568,5 +609,6 @@ func TestApplyCanceledContext(t *testing.T) {
 	cancel()
 	err = Apply(ctx, db, lease.SQLite)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.Contains(t, err.Error(), "statement 1 of")
+	// The upgrade's catalog read comes first.
+	assert.Contains(t, err.Error(), "schema: upgrade sqlite: read the CHECK")
 }

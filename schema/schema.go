@@ -54,9 +54,10 @@ const (
 	// ColFingerprint is a 64-character hash (hex SHA-256) of the request
 	// payload in RequestTable.
 	ColFingerprint = "fingerprint"
-	// ColStatus is the state of a request (StatusProcessing, StatusSuccess
-	// or StatusError) or of a tool execution (the same three, or
-	// StatusStarted); a CHECK constraint on each table rejects anything else.
+	// ColStatus is the state of a request (StatusQueued, StatusProcessing,
+	// StatusSuccess, StatusError, StatusInterrupted or StatusExpired) or of
+	// a tool execution (StatusProcessing, StatusStarted, StatusSuccess or
+	// StatusError); a CHECK constraint on each table rejects anything else.
 	ColStatus = "status"
 	// ColReply is the reply text stored for a request (large text).
 	ColReply = "reply"
@@ -73,6 +74,19 @@ const (
 	ColArgumentsHash = "arguments_hash"
 	// ColIdempotencyKey is the idempotency key of a tool execution.
 	ColIdempotencyKey = "idempotency_key"
+	// ColContent is the message of a request (large text, NULL unless it
+	// was queued): what the process that starts a queued request runs.
+	// Since migration 3.
+	ColContent = "content"
+	// ColQueueSeq orders the queued requests of a session (BIGINT, NULL
+	// unless the request was queued); unique per session. Since migration 3.
+	ColQueueSeq = "queue_seq"
+	// ColOnBusy is the busy-session policy a queued request came with
+	// ('queue' or 'interrupt'; NULL otherwise). Since migration 3.
+	ColOnBusy = "on_busy"
+	// ColInterruptedBy is the client request id of the message that asked
+	// a processing request to stop (NULL until one did). Since migration 3.
+	ColInterruptedBy = "interrupted_by"
 )
 
 // Index and constraint names of the unique keys and the secondary index.
@@ -89,11 +103,24 @@ const (
 	// ToolExecutionSessionRequestIndex is the plain (non-unique) index on
 	// ToolExecutionTable (session_key, request_id).
 	ToolExecutionSessionRequestIndex = "rowlease_tool_execution_session_request_idx"
+	// RequestSessionQueueUnique is the unique key on RequestTable
+	// (session_key, queue_seq). On PostgreSQL and SQLite it is a table
+	// constraint (SQLite names its index sqlite_autoindex_…). Since
+	// migration 3.
+	RequestSessionQueueUnique = "rowlease_request_session_queue_uq"
+	// RequestStatusUpdatedIndex is the plain index on RequestTable
+	// (status, updated_at), for the queue dispatcher and the retention
+	// sweeper. Since migration 3.
+	RequestStatusUpdatedIndex = "rowlease_request_status_updated_idx"
 )
 
 // Values allowed in the status column of RequestTable and ToolExecutionTable.
-// StatusStarted is allowed in ToolExecutionTable only.
+// StatusStarted is allowed in ToolExecutionTable only; StatusQueued,
+// StatusInterrupted and StatusExpired in RequestTable only.
 const (
+	// StatusQueued marks a request stored to run when its session is free
+	// (RequestTable, from migration 3 on).
+	StatusQueued = "queued"
 	// StatusProcessing marks work that has started and not yet finished.
 	StatusProcessing = "processing"
 	// StatusStarted marks a tool execution whose effect outside the database
@@ -104,6 +131,14 @@ const (
 	StatusSuccess = "success"
 	// StatusError marks work that finished with an error.
 	StatusError = "error"
+	// StatusInterrupted marks a request that stopped because another
+	// message of its session asked it to (RequestTable, from migration 3
+	// on).
+	StatusInterrupted = "interrupted"
+	// StatusExpired marks the tombstone of a finished request whose
+	// outcome the retention sweeper deleted (RequestTable, from migration 3
+	// on).
+	StatusExpired = "expired"
 )
 
 // Maximum lengths, in characters, of the VARCHAR columns on MySQL and
@@ -210,10 +245,11 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 // exist yet, running the statements one at a time on db. It is idempotent:
 // on a database that already has the current tables it changes nothing.
 //
-// Tables that an earlier version of Apply created are upgraded: if the
+// Tables that an earlier version of Apply created are upgraded first: if the
 // tool-execution table still has the status CHECK of migration 1 (without
-// StatusStarted), Apply runs the statements of migration 2 (see the package
-// documentation, "Upgrading"). For that it reads the catalog through db's
+// StatusStarted), Apply runs the statements of migration 2, and if the
+// request table does (without StatusQueued), those of migration 3 (see the
+// package documentation, "Upgrading"). For that it reads the catalog through db's
 // QueryContext method, which *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms
 // have; a db with ExecContext alone gets no upgrade. Apply does not check or
 // alter tables that differ from the DDL in any other way.
@@ -234,10 +270,16 @@ func Apply(ctx context.Context, db Execer, dialect lease.Dialect) error {
 		return err
 	}
 	d, _ := canonicalDialect(dialect)
+	// Upgrade first: the DDL may index a column that the table of an
+	// earlier version lacks until it is upgraded, and a refused upgrade
+	// then leaves everything as it was.
+	if err := upgrade(ctx, db, d); err != nil {
+		return err
+	}
 	if err := ApplyScript(ctx, db, src); err != nil {
 		return fmt.Errorf("schema: apply %s DDL: %w", d, err)
 	}
-	return upgrade(ctx, db, d)
+	return nil
 }
 
 // ApplyScript runs an SQL script written in the style of the embedded
@@ -293,12 +335,13 @@ func isCreateRace(err error) bool {
 // directory that holds them, ready for the tool's fs.FS source:
 //
 //   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql,
-//     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql
-//     and 000002_tool_execution_started.down.sql, for source/iofs with path ".".
-//   - tool "goose": 00001_create_lock_tables.sql and
-//     00002_tool_execution_started.sql, each with -- +goose Up and
-//     -- +goose Down sections, for goose.SetBaseFS or goose.NewProvider with
-//     directory ".".
+//     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql,
+//     000002_tool_execution_started.down.sql, 000003_request_queue.up.sql
+//     and 000003_request_queue.down.sql, for source/iofs with path ".".
+//   - tool "goose": 00001_create_lock_tables.sql,
+//     00002_tool_execution_started.sql and 00003_request_queue.sql, each
+//     with -- +goose Up and -- +goose Down sections, for goose.SetBaseFS or
+//     goose.NewProvider with directory ".".
 //
 // Tool names are case-insensitive.
 func Migrations(dialect lease.Dialect, tool string) (fs.FS, error) {

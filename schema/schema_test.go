@@ -89,14 +89,15 @@ func TestStatementsShape(t *testing.T) {
 
 		for _, name := range []string{
 			RequestSessionClientUnique, ToolExecutionIdemUnique, ToolExecutionCallUnique, ToolExecutionSessionRequestIndex,
+			RequestSessionQueueUnique, RequestStatusUpdatedIndex,
 			ColID, ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt,
 			ColClientRequestID, ColFingerprint, ColStatus, ColReply, ColResult, ColError, ColRequestID,
-			ColToolName, ColArgumentsHash, ColIdempotencyKey,
+			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy,
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
-		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+
-			StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"'))", d)
+		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StatusQueued+"', '"+
+			StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"', '"+StatusInterrupted+"', '"+StatusExpired+"'))", d)
 		assert.Contains(t, ddl, toolStatusCheck+" CHECK (status IN ('"+
 			StatusProcessing+"', '"+StatusStarted+"', '"+StatusSuccess+"', '"+StatusError+"'))", d)
 	}
@@ -187,8 +188,9 @@ func TestMigrationsFS(t *testing.T) {
 	t.Parallel()
 	want := map[string][]string{
 		"migrate": {"000001_create_lock_tables.down.sql", "000001_create_lock_tables.up.sql",
-			"000002_tool_execution_started.down.sql", "000002_tool_execution_started.up.sql"},
-		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql"},
+			"000002_tool_execution_started.down.sql", "000002_tool_execution_started.up.sql",
+			"000003_request_queue.down.sql", "000003_request_queue.up.sql"},
+		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql"},
 	}
 	tools := map[string]string{"golang-migrate": "migrate", "migrate": "migrate", "Golang-Migrate": "migrate", "goose": "goose", "GOOSE": "goose"}
 	for _, d := range dialects {

@@ -12,24 +12,36 @@ import (
 )
 
 // This file brings tables made by an earlier version of this package up to
-// the current DDL, for Apply. There is one such change so far: migration 2
-// lets a tool execution have status 'started'. A database that an older
-// Apply (or migration 1 alone) set up has the status CHECK of migration 1;
-// upgrade finds that CHECK in the catalog and only then runs the statements
-// of migration 2's golang-migrate up file, the same statements that users of
-// golang-migrate and goose run.
+// the current DDL, for Apply. There are two such changes so far: migration
+// 2 lets a tool execution have status 'started', and migration 3 gives the
+// request table the columns and statuses of the queue, interrupts and
+// retention. A table that an older Apply (or the migrations before) set up
+// still has the status CHECK of migration 1; upgrade finds that CHECK in
+// the catalog and only then runs the statements of the migration's
+// golang-migrate up file, the same statements that users of golang-migrate
+// and goose run.
 
-// migration2Up is the embedded golang-migrate file whose statements upgrade
-// runs.
-const migration2Up = "000002_tool_execution_started.up.sql"
+// step is one upgrade: the migration that changes one table.
+type step struct {
+	version int
+	file    string // the embedded golang-migrate up file
+	table   string
+	check   string // the name of the table's status CHECK
+	what    string // what the migration does, for errors
+}
 
-// toolExecutionStatusCheck is the name of the status CHECK constraint of
-// ToolExecutionTable on every dialect.
-const toolExecutionStatusCheck = "rowlease_tool_execution_status_ck"
+// steps are the upgrades, in order. Each one is run when its table still
+// has the status CHECK of migration 1 (migration1Statuses).
+var steps = []step{
+	{2, "000002_tool_execution_started.up.sql", ToolExecutionTable, "rowlease_tool_execution_status_ck",
+		"to allow status " + `"` + StatusStarted + `"`},
+	{3, "000003_request_queue.up.sql", RequestTable, "rowlease_request_status_ck",
+		"for queued and interrupted requests and retention"},
+}
 
-// migration1ToolStatuses are the values the tool-execution status CHECK of
-// migration 1 allows, sorted.
-var migration1ToolStatuses = []string{StatusError, StatusProcessing, StatusSuccess}
+// migration1Statuses are the values the status CHECKs of migration 1
+// allow, sorted: the same on both tables.
+var migration1Statuses = []string{StatusError, StatusProcessing, StatusSuccess}
 
 // queryer reads rows. *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have
 // it; Apply upgrades older tables only through a value that has it.
@@ -44,35 +56,41 @@ type sqliteConn interface {
 	queryer
 }
 
-// Catalog queries that return the definition of the tool-execution status
-// CHECK (on SQLite: the whole CREATE TABLE text, from which
-// constraintClause cuts it).
-const (
-	// to_regclass resolves the name through search_path as the DDL's
-	// CREATE TABLE did; pg_get_constraintdef prints the CHECK as the server
-	// keeps it, e.g. CHECK (((status)::text = ANY ((ARRAY['processing'::...]).
-	postgresStatusCheckQuery = `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
-WHERE c.conrelid = to_regclass('rowlease_tool_execution')
-AND c.conname = 'rowlease_tool_execution_status_ck' AND c.contype = 'c'`
-
-	// MySQL's CHECK_CONSTRAINTS has no table_name column (MariaDB's has):
-	// TABLE_CONSTRAINTS ties the constraint to its table on both.
-	mysqlStatusCheckQuery = `SELECT cc.CHECK_CLAUSE FROM information_schema.TABLE_CONSTRAINTS tc
+// statusCheckQuery returns the catalog query that reads the definition of
+// a table's status CHECK (on SQLite: the whole CREATE TABLE text, from
+// which constraintClause cuts it). The names are constants of this
+// package, never input.
+func (s step) statusCheckQuery(dialect string) string {
+	switch dialect {
+	case "postgres":
+		// to_regclass resolves the name through search_path as the DDL's
+		// CREATE TABLE did; pg_get_constraintdef prints the CHECK as the
+		// server keeps it, e.g. CHECK (((status)::text = ANY ((ARRAY['processing'::...]).
+		return `SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+WHERE c.conrelid = to_regclass('` + s.table + `')
+AND c.conname = '` + s.check + `' AND c.contype = 'c'`
+	case "mysql":
+		// MySQL's CHECK_CONSTRAINTS has no table_name column (MariaDB's
+		// has): TABLE_CONSTRAINTS ties the constraint to its table on both.
+		return `SELECT cc.CHECK_CLAUSE FROM information_schema.TABLE_CONSTRAINTS tc
 JOIN information_schema.CHECK_CONSTRAINTS cc
 ON cc.CONSTRAINT_SCHEMA = tc.CONSTRAINT_SCHEMA AND cc.CONSTRAINT_NAME = tc.CONSTRAINT_NAME
-WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = 'rowlease_tool_execution'
-AND tc.CONSTRAINT_TYPE = 'CHECK' AND tc.CONSTRAINT_NAME = 'rowlease_tool_execution_status_ck'`
+WHERE tc.TABLE_SCHEMA = DATABASE() AND tc.TABLE_NAME = '` + s.table + `'
+AND tc.CONSTRAINT_TYPE = 'CHECK' AND tc.CONSTRAINT_NAME = '` + s.check + `'`
+	}
+	return `SELECT sql FROM sqlite_master
+WHERE type = 'table' AND name = '` + s.table + `' COLLATE NOCASE AND sql IS NOT NULL`
+}
 
-	sqliteTableSQLQuery = `SELECT sql FROM sqlite_master
-WHERE type = 'table' AND name = 'rowlease_tool_execution' COLLATE NOCASE AND sql IS NOT NULL`
-
-	sqliteTriggersQuery = `SELECT sql FROM sqlite_master
-WHERE type = 'trigger' AND tbl_name = 'rowlease_tool_execution' COLLATE NOCASE AND sql IS NOT NULL
+// sqliteTriggersQuery reads the CREATE TRIGGER texts of the table.
+func (s step) sqliteTriggersQuery() string {
+	return `SELECT sql FROM sqlite_master
+WHERE type = 'trigger' AND tbl_name = '` + s.table + `' COLLATE NOCASE AND sql IS NOT NULL
 ORDER BY name`
-)
+}
 
-// upgrade runs migration 2 on db if its tool-execution table still has the
-// status CHECK of migration 1. dialect is canonical ("mysql", "postgres" or
+// upgrade runs, in order, each migration whose table still has the status
+// CHECK of migration 1. dialect is canonical ("mysql", "postgres" or
 // "sqlite"). Through an Execer that cannot read rows it does nothing: it
 // cannot tell an older table from a current one.
 func upgrade(ctx context.Context, db Execer, dialect string) error {
@@ -80,50 +98,62 @@ func upgrade(ctx context.Context, db Execer, dialect string) error {
 	if !ok {
 		return nil
 	}
-	old, err := hasMigration1StatusCheck(ctx, q, dialect)
-	if err != nil {
-		return fmt.Errorf("schema: upgrade %s: read the CHECK %s: %w", dialect, toolExecutionStatusCheck, err)
-	}
-	if !old {
-		return nil
-	}
-	script, err := migrationFiles.ReadFile("migrations/" + dialect + "/migrate/" + migration2Up)
-	if err != nil {
-		// Unreachable unless the embedded files are missing.
-		return fmt.Errorf("schema: read embedded %s migration 2: %w", dialect, err)
-	}
-	if dialect == "sqlite" {
-		err = rebuildSQLite(ctx, db, string(script))
-	} else {
-		// One ALTER TABLE: atomic on its own. Two processes that both saw
-		// the old CHECK run it one after the other (the table lock orders
-		// them), and the second one replaces the new CHECK by an identical one.
-		err = ApplyScript(ctx, db, string(script))
-	}
-	if err != nil {
-		return fmt.Errorf("schema: upgrade %s %s to allow status %q (migration 2): %w",
-			dialect, ToolExecutionTable, StatusStarted, err)
+	for _, s := range steps {
+		if err := s.run(ctx, db, q, dialect); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// hasMigration1StatusCheck reports whether the tool-execution table has the
-// status CHECK of migration 1 exactly. A missing CHECK, the current one or
-// one the user changed otherwise all report false.
-func hasMigration1StatusCheck(ctx context.Context, q queryer, dialect string) (bool, error) {
-	query := map[string]string{
-		"postgres": postgresStatusCheckQuery,
-		"mysql":    mysqlStatusCheckQuery,
-		"sqlite":   sqliteTableSQLQuery,
-	}[dialect]
-	defs, err := queryStrings(ctx, q, query)
+func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) error {
+	old, err := s.hasMigration1StatusCheck(ctx, q, dialect)
+	if err != nil {
+		return fmt.Errorf("schema: upgrade %s: read the CHECK %s: %w", dialect, s.check, err)
+	}
+	if !old {
+		return nil
+	}
+	script, err := migrationFiles.ReadFile("migrations/" + dialect + "/migrate/" + s.file)
+	if err != nil {
+		// Unreachable unless the embedded files are missing.
+		return fmt.Errorf("schema: read embedded %s migration %d: %w", dialect, s.version, err)
+	}
+	if dialect == "sqlite" {
+		err = s.rebuildSQLite(ctx, db, string(script))
+	} else {
+		// One ALTER TABLE (and on PostgreSQL a CREATE INDEX IF NOT
+		// EXISTS): the ALTER is atomic on its own. Two processes that both
+		// saw the old CHECK run it one after the other (the table lock
+		// orders them); the second one fails, having changed nothing, or
+		// (PostgreSQL, migration 3) finds everything there.
+		err = ApplyScript(ctx, db, string(script))
+		if err != nil && dialect == "mysql" {
+			// The other process upgraded the table while this one waited
+			// for its lock: check again before reporting an error.
+			if again, qerr := s.hasMigration1StatusCheck(ctx, q, dialect); qerr == nil && !again {
+				err = nil
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("schema: upgrade %s %s %s (migration %d): %w", dialect, s.table, s.what, s.version, err)
+	}
+	return nil
+}
+
+// hasMigration1StatusCheck reports whether the table has the status CHECK
+// of migration 1 exactly. A missing CHECK, the current one or one the user
+// changed otherwise all report false.
+func (s step) hasMigration1StatusCheck(ctx context.Context, q queryer, dialect string) (bool, error) {
+	defs, err := queryStrings(ctx, q, s.statusCheckQuery(dialect))
 	if err != nil {
 		return false, err
 	}
 	for _, def := range defs {
 		if dialect == "sqlite" {
 			var ok bool
-			if def, ok = constraintClause(def, toolExecutionStatusCheck); !ok {
+			if def, ok = constraintClause(def, s.check); !ok {
 				continue
 			}
 		}
@@ -157,7 +187,7 @@ func isMigration1StatusCheck(def string) bool {
 		literals = append(literals, strings.ReplaceAll(m[1], "''", "'"))
 	}
 	slices.Sort(literals)
-	return slices.Equal(literals, migration1ToolStatuses)
+	return slices.Equal(literals, migration1Statuses)
 }
 
 // constraintClause cuts "CHECK (...)" of the named table constraint out of
@@ -189,13 +219,14 @@ func constraintClause(tableSQL, name string) (string, bool) {
 	return "", false
 }
 
-// rebuildSQLite runs the rebuild of migration 2 on one connection in one
-// transaction. SQLite cannot alter a CHECK, and the statements of the
-// rebuild must share a connection and a transaction, so a pool (*sql.DB,
+// rebuildSQLite runs the rebuild of the step's migration on one
+// connection in one transaction. SQLite cannot alter a CHECK, and the
+// statements of the rebuild must share a connection and a transaction, so
+// a pool (*sql.DB,
 // *sqlx.DB) lends one of its connections; a transaction (*sql.Tx,
 // *sqlx.Tx) is used as it is; a connection (*sql.Conn, *sqlx.Conn) gets a
 // transaction of its own.
-func rebuildSQLite(ctx context.Context, db Execer, script string) error {
+func (s step) rebuildSQLite(ctx context.Context, db Execer, script string) error {
 	switch h := db.(type) {
 	case interface {
 		Conn(context.Context) (*sql.Conn, error)
@@ -205,17 +236,17 @@ func rebuildSQLite(ctx context.Context, db Execer, script string) error {
 			return fmt.Errorf("take a connection from the pool: %w", err)
 		}
 		defer conn.Close()
-		return rebuildSQLiteOnConn(ctx, conn, script)
+		return s.rebuildSQLiteOnConn(ctx, conn, script)
 	case interface{ Commit() error }:
-		return rebuildSQLiteInTx(ctx, db.(sqliteConn), script)
+		return s.rebuildSQLiteInTx(ctx, db.(sqliteConn), script)
 	case interface {
 		Raw(func(driverConn any) error) error
 	}:
-		return rebuildSQLiteOnConn(ctx, db.(sqliteConn), script)
+		return s.rebuildSQLiteOnConn(ctx, db.(sqliteConn), script)
 	}
 	return fmt.Errorf("the rebuild needs its statements on one connection, and %T is neither a pool, "+
 		"a transaction nor a connection of database/sql: pass a *sql.DB, *sql.Conn or *sql.Tx, "+
-		"or run migration 2 (Migrations) yourself", db)
+		"or run migration %d (Migrations) yourself", db, s.version)
 }
 
 // rebuildSQLiteOnConn wraps the rebuild in BEGIN IMMEDIATE … COMMIT on c,
@@ -226,7 +257,7 @@ func rebuildSQLite(ctx context.Context, db Execer, script string) error {
 // write lock first (waiting up to the connection's busy timeout), so of
 // several processes upgrading at once one rebuilds and the others find the
 // new CHECK when they get the lock.
-func rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script string) error {
+func (s step) rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script string) error {
 	fk, err := queryInt(ctx, c, "PRAGMA foreign_keys")
 	if err != nil {
 		return fmt.Errorf("PRAGMA foreign_keys: %w", err)
@@ -245,7 +276,7 @@ func rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script string) error
 	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		errs = append(errs, fmt.Errorf("BEGIN IMMEDIATE: %w", err))
 	} else {
-		err := rebuildSQLiteInTx(ctx, c, script)
+		err := s.rebuildSQLiteInTx(ctx, c, script)
 		if err == nil {
 			if _, cerr := c.ExecContext(ctx, "COMMIT"); cerr != nil {
 				err = fmt.Errorf("COMMIT: %w", cerr)
@@ -276,17 +307,17 @@ func rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script string) error
 // triggers on the table (DROP TABLE drops them; the migration files leave
 // that to the user). legacy_alter_table, which the rebuild switches on and
 // off around its RENAME, is put back if it was on.
-func rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {
-	old, err := hasMigration1StatusCheck(ctx, c, "sqlite")
+func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {
+	old, err := s.hasMigration1StatusCheck(ctx, c, "sqlite")
 	if err != nil {
-		return fmt.Errorf("read the CHECK %s again: %w", toolExecutionStatusCheck, err)
+		return fmt.Errorf("read the CHECK %s again: %w", s.check, err)
 	}
 	if !old {
 		return nil // another process upgraded it first
 	}
-	triggers, err := queryStrings(ctx, c, sqliteTriggersQuery)
+	triggers, err := queryStrings(ctx, c, s.sqliteTriggersQuery())
 	if err != nil {
-		return fmt.Errorf("read the triggers on %s: %w", ToolExecutionTable, err)
+		return fmt.Errorf("read the triggers on %s: %w", s.table, err)
 	}
 	legacy, err := queryInt(ctx, c, "PRAGMA legacy_alter_table")
 	if err != nil {

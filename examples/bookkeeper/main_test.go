@@ -362,7 +362,7 @@ func TestCommandLine(t *testing.T) {
 // bookkeeper -h (and --help, help) shows both commands and the flags of
 // each, on stdout; serve -h and demo -h show their own.
 func TestHelp(t *testing.T) {
-	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-v"}
+	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-retention", "-v"}
 	demoFlags := []string{"-sessions", "-max-attempts"}
 	for _, tc := range []struct {
 		args      []string
@@ -372,7 +372,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"--help"}, append([]string{"bookkeeper [serve]", "bookkeeper demo"}, demoFlags...), nil},
 		{[]string{"help"}, append(append([]string{"bookkeeper [serve]", "bookkeeper demo"}, serveFlags...), demoFlags...), nil},
 		{[]string{"serve", "-h"}, append([]string{"bookkeeper [serve]"}, serveFlags...), demoFlags},
-		{[]string{"demo", "-h"}, append([]string{"bookkeeper demo", "-db", "-lease-ttl"}, demoFlags...), []string{"-addr", "-shutdown-grace"}},
+		{[]string{"demo", "-h"}, append([]string{"bookkeeper demo", "-db", "-lease-ttl"}, demoFlags...), []string{"-addr", "-shutdown-grace", "-retention"}},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)

@@ -35,9 +35,15 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     error             TEXT         NULL,
     created_at        DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     updated_at        DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    content           LONGTEXT     NULL,
+    queue_seq         BIGINT       NULL,
+    on_busy           VARCHAR(16)  NULL,
+    interrupted_by    VARCHAR(191) NULL,
     PRIMARY KEY (id),
     UNIQUE KEY rowlease_request_session_client_uq (session_key, client_request_id),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('processing', 'success', 'error'))
+    UNIQUE KEY rowlease_request_session_queue_uq (session_key, queue_seq),
+    KEY rowlease_request_status_updated_idx (status, updated_at),
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS rowlease_tool_execution (

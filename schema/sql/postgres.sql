@@ -18,6 +18,10 @@ CREATE TABLE IF NOT EXISTS rowlease_session (
     CONSTRAINT rowlease_session_pk PRIMARY KEY (session_key)
 );
 
+-- The queue key (session_key, queue_seq) of rowlease_request is a table
+-- constraint: on the table of an earlier version, which has no queue_seq
+-- until Apply upgrades it (migration 3), a CREATE UNIQUE INDEX of its own
+-- would fail before the upgrade runs.
 CREATE TABLE IF NOT EXISTS rowlease_request (
     id                VARCHAR(36)  NOT NULL,
     session_key       VARCHAR(191) NOT NULL,
@@ -33,10 +37,18 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     error             TEXT         NULL,
     created_at        TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
     updated_at        TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
+    content           TEXT         NULL,
+    queue_seq         BIGINT       NULL,
+    on_busy           VARCHAR(16)  NULL,
+    interrupted_by    VARCHAR(191) NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_client_uq UNIQUE (session_key, client_request_id),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('processing', 'success', 'error'))
+    CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'))
 );
+
+CREATE INDEX IF NOT EXISTS rowlease_request_status_updated_idx
+    ON rowlease_request (status, updated_at);
 
 CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     id              VARCHAR(36)  NOT NULL,

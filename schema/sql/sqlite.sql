@@ -21,6 +21,10 @@ CREATE TABLE IF NOT EXISTS rowlease_session (
     CONSTRAINT rowlease_session_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
 );
 
+-- The queue key (session_key, queue_seq) of rowlease_request is a table
+-- constraint, not a CREATE UNIQUE INDEX of its own: on the table of an
+-- earlier version, which has no queue_seq until Apply upgrades it
+-- (migration 3), such a statement would fail before the upgrade runs.
 CREATE TABLE IF NOT EXISTS rowlease_request (
     id                TEXT    NOT NULL,
     session_key       TEXT    NOT NULL,
@@ -36,13 +40,21 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     error             TEXT    NULL,
     created_at        INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
     updated_at        INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
+    content           TEXT    NULL,
+    queue_seq         INTEGER NULL,
+    on_busy           TEXT    NULL,
+    interrupted_by    TEXT    NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('processing', 'success', 'error')),
+    CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired')),
     CONSTRAINT rowlease_request_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS rowlease_request_session_client_uq
     ON rowlease_request (session_key, client_request_id);
+
+CREATE INDEX IF NOT EXISTS rowlease_request_status_updated_idx
+    ON rowlease_request (status, updated_at);
 
 CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     id              TEXT    NOT NULL,

@@ -40,6 +40,8 @@ const (
 	DefaultMaxRetryAfter = 5 * time.Second
 	// DefaultRunTimeout bounds one agent run.
 	DefaultRunTimeout = 3 * time.Minute
+	// DefaultMaxWait caps the wait of "Prefer: wait=N".
+	DefaultMaxWait = 60 * time.Second
 )
 
 // ErrShuttingDown is the cause with which Close cancels running agents.
@@ -60,6 +62,9 @@ type Config struct {
 	MaxRetryAfter time.Duration
 	// RunTimeout bounds one agent run; 0 means DefaultRunTimeout.
 	RunTimeout time.Duration
+	// MaxWait caps the wait a client asks for with "Prefer: wait=N"; 0
+	// means DefaultMaxWait.
+	MaxWait time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -92,6 +97,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RunTimeout <= 0 {
 		cfg.RunTimeout = DefaultRunTimeout
 	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = DefaultMaxWait
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -108,6 +116,7 @@ func New(cfg Config) (*Server, error) {
 		{"/api/sessions", map[string]http.HandlerFunc{http.MethodPost: s.createSession}},
 		{"/api/sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getSession}},
 		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.postMessage, http.MethodGet: s.listMessages}},
+		{"/api/sessions/{id}/messages/{client_request_id}", map[string]http.HandlerFunc{http.MethodGet: s.getMessage}},
 		{"/api/sessions/{id}/transactions", map[string]http.HandlerFunc{http.MethodGet: s.listTransactions}},
 		{"/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz}},
 		{"/{$}", map[string]http.HandlerFunc{http.MethodGet: page}},           // the chat page (package web)
@@ -261,6 +270,10 @@ type MessageRequest struct {
 	// ClientRequestID is the client's idempotency key for this message,
 	// unique per session, at most MaxClientRequestIDLen bytes.
 	ClientRequestID string `json:"client_request_id"`
+	// OnBusy says what to do when the session is answering another
+	// message: "reject" (409, the default), "queue" (202, run later) or
+	// "interrupt" (stop it, run this one).
+	OnBusy string `json:"on_busy,omitempty"`
 }
 
 // MessageResponse is the answer to a message.
@@ -326,6 +339,9 @@ func decodeMessage(w http.ResponseWriter, r *http.Request) (MessageRequest, erro
 	case strings.IndexFunc(in.ClientRequestID, unicode.IsControl) >= 0 || strings.TrimSpace(in.ClientRequestID) != in.ClientRequestID:
 		return in, &badRequest{`"client_request_id" has control characters or surrounding spaces`}
 	}
+	if _, err := request.ParsePolicy(in.OnBusy); err != nil {
+		return in, &badRequest{`"on_busy" must be "reject", "queue" or "interrupt"`}
+	}
 	return in, nil
 }
 
@@ -346,10 +362,16 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
 	defer s.end()
 	ctx, cancel := s.runContext(r)
 	defer cancel()
+	onBusy, _ := request.ParsePolicy(in.OnBusy) // checked by decodeMessage
 	out, err := s.cfg.Runner.Handle(ctx, request.Message{SessionKey: sess.ID, ClientRequestID: in.ClientRequestID,
-		Content: in.Content}, s.cfg.Agent.Handle)
+		Content: in.Content, OnBusy: onBusy}, s.cfg.Agent.Handle)
+	out, err = s.waitIfAsked(w, r, sess.ID, in.ClientRequestID, out, err)
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if out.Queued {
+		s.writeQueued(w, sess.ID, in.ClientRequestID, out.Position)
 		return
 	}
 	res, err := agent.ParseResult(out.Result)
@@ -460,6 +482,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"the agent took too long; retry with the same client_request_id to resume it")
 	case errors.Is(err, store.ErrNotFound):
 		p = httpapi.ProblemFor(session.ErrNotFound)
+	case errors.Is(err, request.ErrNotFound):
+		p = httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "this session has no message with this client_request_id")
 	case p.Type == ProblemBase+ProblemAgentFailed && errors.Is(err, agent.ErrModel):
 		p = httpapi.NewProblem(http.StatusBadGateway, ProblemModelFailed, "Model failed",
 			"the language model failed; retry with the same client_request_id")

@@ -4,17 +4,51 @@
 //	POST /api/sessions                      201 {"id", "ledger_id", "created_at"}
 //	GET  /api/sessions/{id}                 200 the session
 //	POST /api/sessions/{id}/messages        200 {"reply", "transaction_id", "replayed", "resumed"}
+//	                                        202 {"status": "queued", "position"} (on_busy "queue")
 //	GET  /api/sessions/{id}/messages        200 {"messages": [...]}
+//	GET  /api/sessions/{id}/messages/{client_request_id}
+//	                                        200 {"client_request_id", "status", "position", "reply", "transaction_id"}
 //	GET  /api/sessions/{id}/transactions    200 {"transactions": [...], "total_income", "total_expense"}
 //	GET  /healthz                           200 {"status": "ok"}
 //	GET  /                                  200 the chat page (package web)
 //	GET  /assets/{name}                     200 its script, style sheet and icon
 //
-// A message is {"content": "…", "client_request_id": "…"}; the client
-// request id is the client's idempotency key. Sending it again — a retry,
-// a second device, a replay after a lost response — never runs the agent
-// twice: a finished request replays its stored reply ("replayed": true), a
-// running one is 409, and the same id with other content is 422.
+// A message is {"content": "…", "client_request_id": "…", "on_busy":
+// "reject" | "queue" | "interrupt"}; the client request id is the client's
+// idempotency key. Sending it again — a retry, a second device, a replay
+// after a lost response — never runs the agent twice: a finished request
+// replays its stored reply ("replayed": true), a running one is 409, a
+// queued one 202 again, and the same id with other content is 422.
+//
+// on_busy says what happens when the session is answering another message
+// (request.Message.OnBusy):
+//
+//   - "reject" (the default): 409 session-busy; the client retries.
+//   - "queue": 202 Accepted, Location: /api/sessions/{id}/messages/{client_request_id},
+//     body {"status":"queued","position":N} (N messages run before it). It
+//     runs later, once, in arrival order; read its status at Location. A
+//     full queue (Config QueueMax, request.DefaultQueueMax) is 429
+//     queue-full with Retry-After.
+//   - "interrupt": the running message is asked to stop; this one runs
+//     next, and the call answers the usual 200 with its reply. The
+//     interrupted message's own pending call, and every resend of its id,
+//     answer 409 interrupted.
+//
+// "Prefer: wait=N" (RFC 7240; N seconds, capped by Config.MaxWait, 60 s by
+// default) on POST …/messages: when that client request id is in flight
+// or queued, the call waits up to N seconds and answers 200 with the
+// stored reply ("replayed": true, the same transaction_id) — or, still
+// unfinished, 409 request-in-flight or 202 as before. It then carries
+// "Preference-Applied: wait=N". On GET …/messages/{client_request_id} it
+// waits the same way for a final status (succeeded, failed, interrupted).
+//
+// GET …/messages/{client_request_id} reads a message without any lock:
+// status is "queued" (with "position"), "processing", "succeeded" (with
+// "reply" and "transaction_id"), "failed" or "interrupted"; an unknown id
+// is 404 not-found. Messages finished longer ago than the retention
+// (service Config.Retention, the -retention flag, 720h by default) are
+// swept; a resend of such an id, or its status, is 410 expired: it never
+// runs again.
 //
 // Every error is application/problem+json (RFC 9457) with a stable type
 // URI under https://rowlease.dev/problems/, written by package httpapi,
@@ -22,11 +56,14 @@
 // (httpapi.ProblemFor); the example adds method-not-allowed, model-failed,
 // shutting-down and timeout:
 //
-//	400 invalid-request          bad JSON, unknown or missing fields, too long, body over 64 KiB
+//	400 invalid-request          bad JSON, unknown or missing fields, too long, body over 64 KiB, bad on_busy
 //	404 session-not-found, not-found
 //	405 method-not-allowed
 //	409 session-busy             the session is answering another message
 //	409 request-in-flight        this client request id is running elsewhere
+//	409 interrupted              a later message interrupted this one (final; no Retry-After)
+//	410 expired                  the message finished before the retention; it never runs again
+//	429 queue-full               the session's queue is full; nothing stored
 //	409 taken-over               this run lost its lease to another run
 //	409 tool-in-flight           a tool call of this request is running elsewhere
 //	422 client-request-id-reused the id was used with different content
@@ -36,9 +73,10 @@
 //	503 unavailable              the database cannot be reached (httpapi.IsUnavailable)
 //	504 timeout                  the run took longer than RunTimeout; retry resumes it
 //
-// Every 409 and 503 carries Retry-After in whole seconds, at least 1: the
-// lease's remaining time, capped by Config.MaxRetryAfter (a live holder
-// usually finishes long before its lease would expire).
+// Every 409 but interrupted, the 429 and every 503 carry Retry-After in
+// whole seconds, at least 1: the lease's remaining time (or 1 s), capped
+// by Config.MaxRetryAfter (a live holder usually finishes long before its
+// lease would expire).
 //
 // A message that was running when the database became unreachable gets
 // 503 unavailable too. The client resends it with the same

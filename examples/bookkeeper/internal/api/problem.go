@@ -28,6 +28,9 @@ const (
 	ProblemShuttingDown     = "shutting-down"
 	ProblemUnavailable      = httpapi.TypeUnavailable
 	ProblemTimeout          = "timeout"
+	ProblemExpired          = httpapi.TypeExpired
+	ProblemQueueFull        = httpapi.TypeQueueFull
+	ProblemInterrupted      = httpapi.TypeInterrupted
 )
 
 // Problem is an RFC 9457 problem details object (httpapi.Problem).

@@ -44,8 +44,9 @@ func TestScriptPhrases(t *testing.T) {
 	}
 }
 
-// The demo, on every dialect: its checks pass, and the slow-tool scene
-// shows the duplicate's 409 and its replay.
+// The demo, on every dialect: its checks pass, the slow-tool scene shows
+// the duplicate's 409 and its replay, and the busy-session scene shows the
+// three policies and a waiting duplicate.
 func TestRun(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d.String(), func(t *testing.T) {
@@ -64,7 +65,8 @@ func TestRun(t *testing.T) {
 				"[ok  ] every transaction posted to the webhook once",
 				"scene: a slow tool", "laptop  sends the same (slow-1): 409 request-in-flight", "laptop  200, replayed=true",
 				"[ok  ] the duplicate from the second device got 409 request-in-flight while the tool ran",
-				"[ok  ] it outlived its 1s TTL on renewals", "PASS"} {
+				"[ok  ] it outlived its 1s TTL on renewals",
+				"202 queued (on_busy: queue)", "409 interrupted", "on_busy interrupt", "Prefer: wait", "PASS"} {
 				assert.Contains(t, out, want)
 			}
 			assert.NotContains(t, out, "FAIL")

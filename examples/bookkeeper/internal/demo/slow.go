@@ -65,8 +65,8 @@ func (r *receiverServer) stop() {
 	<-r.done
 }
 
-// scene is what the slow-tool scene saw.
-type scene struct {
+// slowRun is what the slow-tool scene saw.
+type slowRun struct {
 	took                      time.Duration // the tool's post, as the receiver held it
 	conflicts                 int           // 409s the laptop got
 	conflictTypes             map[string]int
@@ -121,7 +121,7 @@ func slowScene(ctx context.Context, w io.Writer, st *store.Store, sc service.Con
 	if err != nil {
 		return nil, err
 	}
-	sn := &scene{conflictTypes: map[string]int{}}
+	sn := &slowRun{conflictTypes: map[string]int{}}
 	start := time.Now()
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
@@ -210,7 +210,7 @@ func slowScene(ctx context.Context, w io.Writer, st *store.Store, sc service.Con
 // watchLeases samples the tool's and the request's leases every 50ms
 // until stop: it counts the tool lease's renewals (its remaining time went
 // back up) and the generations it saw.
-func watchLeases(ctx context.Context, st *store.Store, sid string, sn *scene, stop <-chan struct{}) error {
+func watchLeases(ctx context.Context, st *store.Store, sid string, sn *slowRun, stop <-chan struct{}) error {
 	tools, err := toolexec.New(toolexec.Config{Dialect: st.Dialect})
 	if err != nil {
 		return err
@@ -265,7 +265,7 @@ func watchLeases(ctx context.Context, st *store.Store, sid string, sn *scene, st
 }
 
 // report prints the scene's outcome and returns its checks.
-func (sn *scene) report(w io.Writer, slow time.Duration) []check {
+func (sn *slowRun) report(w io.Writer, slow time.Duration) []check {
 	fmt.Fprintf(w, "  the receiver held the post %s; the laptop's reply has the phone's transaction_id: %v\n",
 		sn.took, sn.laptop.txID != "" && sn.laptop.txID == sn.phone.txID)
 	fmt.Fprintf(w, "  while the tool ran: its lease renewed %d times, generation %s, holders seen %d; the request's lease generation %s\n",

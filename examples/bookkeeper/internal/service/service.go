@@ -34,6 +34,9 @@ const (
 	DefaultLeaseTTL      = 30 * time.Second
 	DefaultShutdownGrace = 10 * time.Second
 	DefaultOpenAIModel   = "gpt-4o-mini"
+	// DefaultRetention is how long a finished message's reply is kept
+	// (and replayed); after it, a resend of its id is 410 Gone.
+	DefaultRetention = 720 * time.Hour
 	// releaseTimeout bounds the Runner's final writes and releases.
 	releaseTimeout = 3 * time.Second
 )
@@ -64,6 +67,13 @@ type Config struct {
 	// webhook.DefaultTimeout).
 	WebhookURL     string
 	WebhookTimeout time.Duration
+	// Retention is how long finished messages are kept; the sweeper, which
+	// Serve runs, turns older ones into tombstones (a resend gets 410).
+	// 0 means DefaultRetention; negative means keep them forever.
+	Retention time.Duration
+	// QueueMax bounds the messages queued per session ("on_busy":
+	// "queue"); 0 means request.DefaultQueueMax.
+	QueueMax int
 	// Now is the clock for "today"; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -120,6 +130,9 @@ func New(ctx context.Context, st *store.Store, cfg Config) (*Service, error) {
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace
 	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -148,8 +161,10 @@ func build(ctx context.Context, st *store.Store, model llm.Model, maxRetryAfter 
 	if err != nil {
 		return nil, err
 	}
+	retention := request.RetentionConfig{After: max(cfg.Retention, 0)}
 	runner, err := request.New(request.Config{DB: st.DB, Dialect: st.Dialect, TTL: cfg.LeaseTTL,
-		HeartbeatInterval: cfg.Heartbeat, ReleaseTimeout: releaseTimeout, Tools: ag.Tools(), Logger: cfg.Logger})
+		HeartbeatInterval: cfg.Heartbeat, ReleaseTimeout: releaseTimeout, Tools: ag.Tools(), Logger: cfg.Logger,
+		Agent: ag.Handle, Queue: request.QueueConfig{Max: cfg.QueueMax}, Retention: retention})
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
@@ -185,8 +200,16 @@ func newModel(cfg Config) (llm.Model, time.Duration, error) {
 	return nil, 0, fmt.Errorf("service: -llm %q: want %q or %q", cfg.LLM, LLMRule, LLMOpenAI)
 }
 
-// Close releases the Runner's prepared statements and closes the database.
+// Close stops the Runner's work (queued messages it runs are let finish
+// for up to releaseTimeout, then cancelled: another process, or this one
+// restarted, resumes them), releases its prepared statements and closes
+// the database.
 func (s *Service) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := s.Runner.Stop(ctx); err != nil {
+		s.log.Warn("queued messages still running were cancelled; they resume on the next start", "err", err)
+	}
 	// The Runner's prepared statements first, then the pool they live on.
 	return errors.Join(s.Runner.Close(), s.Store.Close())
 }
@@ -205,6 +228,13 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	// The Runner's dispatcher (queued messages that no running process
+	// starts) and sweeper (the retention), until the shutdown.
+	rctx, stopRunner := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRunner()
+	if err := s.Runner.Start(rctx); err != nil {
+		return err
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -216,6 +246,11 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	s.log.Info("shutting down: draining in-flight requests", "grace", s.cfg.ShutdownGrace)
 	gctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	err := hs.Shutdown(gctx)
+	// Queued messages this process is running get what is left of the
+	// grace; then they are cancelled and resume elsewhere.
+	if serr := s.Runner.Stop(gctx); serr != nil {
+		s.log.Warn("shutdown grace over: cancelling the queued messages still running; they resume on the next start")
+	}
 	cancel()
 	s.API.Close()
 	if err != nil {

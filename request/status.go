@@ -1,0 +1,193 @@
+package request
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// State is the state of a request as Status reports it.
+type State string
+
+// The states of a request.
+const (
+	// StateQueued: stored to run when its session is free.
+	StateQueued State = "queued"
+	// StateProcessing: running, or left by a run that stopped or died
+	// (Status.Live tells them apart).
+	StateProcessing State = "processing"
+	// StateSucceeded: finished; its reply is stored and replayed.
+	StateSucceeded State = "succeeded"
+	// StateFailed: the agent failed; a resend runs it again.
+	StateFailed State = "failed"
+	// StateInterrupted: stopped by another message of its session; it
+	// never runs again.
+	StateInterrupted State = "interrupted"
+	// StateExpired: finished longer ago than the retention; its outcome
+	// was swept and it never runs again.
+	StateExpired State = "expired"
+)
+
+// Final reports whether the state never changes by itself: succeeded,
+// interrupted and expired never change; failed changes only when the
+// message is sent again (and expires).
+func (s State) Final() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateInterrupted, StateExpired:
+		return true
+	}
+	return false
+}
+
+func stateOf(status string) State {
+	switch status {
+	case schema.StatusSuccess:
+		return StateSucceeded
+	case schema.StatusError:
+		return StateFailed
+	}
+	return State(status)
+}
+
+// Status is what Status and Wait read of a request. It holds no token.
+type Status struct {
+	RequestID       string
+	SessionKey      string
+	ClientRequestID string
+	State           State
+	// Position is, for a queued request, the number of queued messages
+	// of its session that run before it (0: it runs next).
+	Position int
+	// Live: a run holds the request's lease now (by the database clock).
+	// A processing request that is not live was left by a run that
+	// stopped or died; a resend (or, for a queued message, a dispatcher)
+	// resumes it.
+	Live bool
+	// Reply and Result are the stored answer of a succeeded request.
+	Reply  string
+	Result json.RawMessage
+	// Error is the stored error text of a failed request (it may hold
+	// details for the operator; do not show it to end users as it is).
+	Error string
+	// InterruptedBy is the client request id of the message that asked
+	// the request to stop ("" if none did).
+	InterruptedBy string
+	// Attempt is the request's generation: 0 for a queued message that
+	// never ran, 1 for the first run.
+	Attempt int64
+}
+
+// Outcome returns what Handle returns for a finished request: the stored
+// reply of a succeeded one (Replayed), an *InterruptedError, ErrExpired,
+// or for a failed one an error matching ErrAgentFailed with the stored
+// text. For a queued request it is a queued Outcome; for a processing
+// one, an error matching ErrInFlight.
+func (s Status) Outcome() (Outcome, error) {
+	switch s.State {
+	case StateSucceeded:
+		return Outcome{RequestID: s.RequestID, Reply: s.Reply, Result: s.Result, Replayed: true, Attempt: s.Attempt}, nil
+	case StateFailed:
+		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, fmt.Errorf("%w: %s", ErrAgentFailed, s.Error)
+	case StateInterrupted:
+		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, &InterruptedError{By: s.InterruptedBy}
+	case StateExpired:
+		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrExpired
+	case StateQueued:
+		return Outcome{RequestID: s.RequestID, Queued: true, Position: s.Position}, nil
+	}
+	return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrInFlight
+}
+
+func (r *Runner) statusQuery() string {
+	d := r.cfg.Dialect
+	t := r.req.Table().Quoted(d)
+	lane := func(alias string) string {
+		return "CASE WHEN " + alias + ".on_busy = 'interrupt' THEN 0 ELSE 1 END"
+	}
+	return d.Rebind("SELECT r.id, r.status, COALESCE(r.reply, ''), COALESCE(r.result, ''), COALESCE(r.error, ''), " +
+		"r.generation, COALESCE(r.interrupted_by, ''), " +
+		"CASE WHEN r.token IS NOT NULL AND r.expires_at > " + d.Now() + " THEN 1 ELSE 0 END, " +
+		"CASE WHEN r.status = 'queued' THEN (SELECT COUNT(*) FROM " + t + " q WHERE q.session_key = r.session_key " +
+		"AND q.status = 'queued' AND q.queue_seq IS NOT NULL AND (" + lane("q") + " < " + lane("r") + " OR (" +
+		lane("q") + " = " + lane("r") + " AND q.queue_seq < r.queue_seq))) ELSE 0 END " +
+		"FROM " + t + " r WHERE r.session_key = ? AND r.client_request_id = ?")
+}
+
+// Status reads the state of the request (sessionKey, clientRequestID)
+// and its stored outcome, in one statement and without taking any lock.
+// An unknown request gives an error matching ErrNotFound (and
+// lease.ErrNotFound); bad input a *lease.ValidationError.
+func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {
+	if err := validateKeys(sessionKey, clientRequestID); err != nil {
+		return Status{}, err
+	}
+	st := Status{SessionKey: sessionKey, ClientRequestID: clientRequestID}
+	var status, result string
+	var live int
+	err := r.db.QueryRowContext(ctx, r.q.statusQ, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
+		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Status{}, ErrNotFound
+	}
+	if err != nil {
+		return Status{}, fmt.Errorf("request: reading the request's status: %w", err)
+	}
+	st.State, st.Live, st.Result = stateOf(status), live == 1, rawOrNil(result)
+	return st, nil
+}
+
+func validateKeys(sessionKey, clientRequestID string) error {
+	switch {
+	case sessionKey == "" || len(sessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(sessionKey):
+		return &lease.ValidationError{Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
+	case clientRequestID == "" || len(clientRequestID) > schema.MaxClientRequestIDLen || !utf8.ValidString(clientRequestID):
+		return &lease.ValidationError{Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
+	}
+	return nil
+}
+
+// Wait waits until the request (sessionKey, clientRequestID) is in a
+// final state (succeeded, failed, interrupted or expired: see
+// State.Final) and returns its Status, with the stored outcome
+// (Status.Outcome gives what Handle would). It works across processes:
+// it reads the status (one statement) with a jittered backoff from
+// QueueConfig.PollMin to PollMax, and is woken at once when a request of
+// its own process starts or ends. It takes no lock and changes nothing.
+//
+// When ctx ends first it returns the last Status read and an error that
+// matches ctx's cause (context.DeadlineExceeded for a timeout). Each read
+// runs to its end even if ctx ends meanwhile (bounded by
+// Config.ReleaseTimeout), so that there is always a last Status to
+// return. An unknown request gives ErrNotFound at once.
+func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {
+	delay := r.cfg.Queue.PollMin
+	for {
+		changed := r.changedChan()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+		st, err := r.Status(rctx, sessionKey, clientRequestID)
+		cancel()
+		if err != nil {
+			return st, err
+		}
+		if st.State.Final() {
+			return st, nil
+		}
+		t := time.NewTimer(jitter(delay))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st, fmt.Errorf("request: still %s: %w", st.State, context.Cause(ctx))
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+		}
+		delay = min(delay*2, r.cfg.Queue.PollMax)
+	}
+}

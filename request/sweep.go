@@ -1,0 +1,163 @@
+package request
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// Defaults of RetentionConfig.
+const (
+	DefaultSweepBatch = 100
+	// DefaultSweepInterval is the longest default interval between two
+	// sweeps (see RetentionConfig.Interval).
+	DefaultSweepInterval = time.Hour
+)
+
+// RetentionConfig configures the sweeper that Start runs. The zero value
+// runs no sweeper: finished requests are kept.
+type RetentionConfig struct {
+	// After is the retention: a request that finished (succeeded, failed
+	// or interrupted) at least After ago, by the database clock, is
+	// swept. 0 means no sweeper.
+	After time.Duration
+	// Interval is the time between two sweeps (jittered); 0 means
+	// After/10, at least a second and at most DefaultSweepInterval.
+	Interval time.Duration
+	// Batch bounds the requests swept in one transaction; 0 means
+	// DefaultSweepBatch.
+	Batch int
+}
+
+func (c *RetentionConfig) fill() error {
+	if c.After < 0 {
+		return &lease.ValidationError{Field: "retention", Reason: "negative"}
+	}
+	if c.Batch == 0 {
+		c.Batch = DefaultSweepBatch
+	}
+	if c.Batch < 1 || c.Batch > 10000 {
+		return &lease.ValidationError{Field: "sweep batch", Reason: "not between 1 and 10000"}
+	}
+	if c.Interval == 0 {
+		c.Interval = min(max(c.After/10, time.Second), DefaultSweepInterval)
+	}
+	if c.Interval < time.Millisecond {
+		return &lease.ValidationError{Field: "sweep interval", Reason: "below 1ms"}
+	}
+	return nil
+}
+
+// finished are the statuses the sweeper sweeps.
+const finished = "('success', 'error', 'interrupted')"
+
+// cutoff is "now − ? microseconds" by the database clock, in the column
+// representation.
+func cutoff(d lease.Dialect) string {
+	switch d {
+	case lease.MySQL:
+		return "(" + d.Now() + " - INTERVAL ? MICROSECOND)"
+	case lease.Postgres:
+		return "(" + d.Now() + " - CAST(? AS bigint) * INTERVAL '1 microsecond')"
+	}
+	return "(" + d.Now() + " - ?)"
+}
+
+// Sweep turns the requests that finished (succeeded, failed or were
+// interrupted) at least olderThan ago, by the database clock, into
+// tombstones and deletes their tool executions, in batches of
+// RetentionConfig.Batch requests, one short transaction each, until none
+// is left. It returns how many it swept.
+//
+// A tombstone is the request's row with status expired and its reply,
+// result, error and message emptied: it keeps the session key, the client
+// request id, the fingerprint and the generation, so a resend of the id
+// gets ErrExpired and never runs again (a fingerprint that differs still
+// gets ErrFingerprintMismatch). Tombstones are kept; delete rows with
+// status 'expired' yourself only if a resend of their ids may then run as
+// new messages.
+//
+// Sweep never touches a queued or processing request, nor a request whose
+// lease is held; the statement that makes a tombstone checks the status
+// and the age again, so a failed request resent meanwhile (and running
+// again) is skipped. Tool executions of a swept request are deleted,
+// except those in status started (an external effect whose outcome was
+// never recorded: reconcile them yourself) and those whose lease is live.
+func (r *Runner) Sweep(ctx context.Context, olderThan time.Duration) (int, error) {
+	if olderThan < 0 {
+		return 0, &lease.ValidationError{Field: "retention", Reason: "negative"}
+	}
+	total := 0
+	for {
+		n, more, err := r.sweepBatch(ctx, olderThan)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
+// sweepBatch sweeps one batch; more reports a full batch (there may be
+// more to sweep).
+func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int, more bool, err error) {
+	d := r.cfg.Dialect
+	t := r.req.Table().Quoted(d)
+	tt := r.tools.Lease().Table().Quoted(d)
+	batch := r.cfg.Retention.Batch
+	micros := olderThan.Microseconds()
+	rows, err := r.db.QueryContext(ctx, d.Rebind("SELECT id FROM "+t+" WHERE status IN "+finished+
+		" AND updated_at <= "+cutoff(d)+" LIMIT ?"), micros, batch)
+	if err != nil {
+		return 0, false, fmt.Errorf("request: reading requests to sweep: %w", err)
+	}
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			_ = rows.Close()
+			return 0, false, err
+		}
+		ids = append(ids, id)
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, false, err
+	}
+	if len(ids) == 0 {
+		return 0, false, nil
+	}
+	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	args := append(append([]any{}, ids...), micros)
+	res, err := tx.ExecContext(ctx, d.Rebind("UPDATE "+t+" SET status = 'expired', reply = NULL, result = NULL, error = NULL, "+
+		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, updated_at = "+d.Now()+
+		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at <= "+cutoff(d)+" AND token IS NULL"), args...)
+	if err != nil {
+		return 0, false, fmt.Errorf("request: sweeping requests: %w", err)
+	}
+	swept, err := res.RowsAffected()
+	if err != nil {
+		return 0, false, err
+	}
+	args = append(append([]any{}, ids...), ids...)
+	if _, err = tx.ExecContext(ctx, d.Rebind("DELETE FROM "+tt+" WHERE request_id IN "+in+" AND status <> 'started'"+
+		" AND (token IS NULL OR expires_at <= "+d.Now()+") AND request_id IN (SELECT id FROM "+t+
+		" WHERE id IN "+in+" AND status = 'expired')"), args...); err != nil {
+		return 0, false, fmt.Errorf("request: deleting swept tool executions: %w", err)
+	}
+	if err = tx.Commit(); err != nil {
+		return 0, false, err
+	}
+	return int(swept), len(ids) == batch, nil
+}
