@@ -900,11 +900,19 @@ func (r *Runner) releaseAll(ctx context.Context, run *Run) {
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 }
 
-// Close closes the prepared statements of the Runner's session, request
-// and tool-execution leases (see lease.Lease.Close). It is safe to call
-// while messages are being handled, and more than once: a run in progress
-// finishes, sending its statements as text. Close the Runner before the
-// database it was given.
+// Close stops the Runner's own work if Start started it (the dispatcher
+// and the sweeper, and the queued messages it runs, given up to
+// Config.ReleaseTimeout to finish: see Stop), then closes the prepared
+// statements of its session, request and tool-execution leases (see
+// lease.Lease.Close). It is safe to call while messages are being handled,
+// and more than once: a run in progress finishes, sending its statements as
+// text. Close the Runner before the database it was given.
 func (r *Runner) Close() error {
-	return errors.Join(r.sessions.Close(), r.req.Close(), r.tools.Close())
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ReleaseTimeout)
+	defer cancel()
+	stopErr := r.Stop(ctx)
+	if errors.Is(stopErr, context.DeadlineExceeded) {
+		stopErr = fmt.Errorf("request: close: queued runs cancelled after %s (they resume on the next start): %w", r.cfg.ReleaseTimeout, stopErr)
+	}
+	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close())
 }

@@ -210,7 +210,8 @@ func (s *Service) Close() error {
 	if err := s.Runner.Stop(ctx); err != nil {
 		s.log.Warn("queued messages still running were cancelled; they resume on the next start", "err", err)
 	}
-	// The Runner's prepared statements first, then the pool they live on.
+	// The Runner's prepared statements (Close after Stop stops nothing
+	// more), then the pool they live on.
 	return errors.Join(s.Runner.Close(), s.Store.Close())
 }
 
