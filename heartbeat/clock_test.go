@@ -39,7 +39,7 @@ func eachDialectClock(t *testing.T, clk lease.Clock, fn func(t *testing.T, e con
 func TestClockBehind(t *testing.T) {
 	clk := offsetClock(-time.Minute)
 	eachDialectClock(t, clk, func(t *testing.T, e conformance.Env) {
-		_, _, _, s, work, rec := superviseLease(t, e, heartbeat.Config{Interval: 50 * time.Millisecond, TTL: 300 * time.Millisecond, Clock: clk})
+		_, _, _, s, work, rec := superviseLease(t, e, heartbeat.Config{Interval: 200 * time.Millisecond, TTL: 2 * time.Second, Clock: clk})
 		for renewed := 0; renewed < 3; {
 			ev := rec.wait(t, "a renewal or a loss", func(ev stamped) bool { return ev.Kind != heartbeat.EventRetry })
 			require.Equal(t, heartbeat.EventRenewed, ev.Kind, "lost: %v", ev.Err)
@@ -58,7 +58,7 @@ func TestClockAhead(t *testing.T) {
 	clk := offsetClock(time.Minute)
 	eachDialectClock(t, clk, func(t *testing.T, e conformance.Env) {
 		ctx := ctxT(t)
-		_, lr, _, _, work, rec := superviseLease(t, e, heartbeat.Config{Interval: 50 * time.Millisecond, TTL: 300 * time.Millisecond, Clock: clk})
+		_, lr, _, _, work, rec := superviseLease(t, e, heartbeat.Config{Interval: 200 * time.Millisecond, TTL: 2 * time.Second, Clock: clk})
 		rec.wait(t, "a renewal", is(heartbeat.EventRenewed, "request"))
 
 		tx, err := e.DB.BeginTxx(ctx, nil)

@@ -1,6 +1,4 @@
 -- goose migration 3: queued and interrupted requests, retention (mysql).
--- Keep in step with the other migration 3 files and schema/sql/mysql.sql:
--- TestMigrationsMatchDDL applies them to real databases and compares them.
 --
 -- One ALTER TABLE adds the columns and keys the queue, interrupts and retention
 -- need (content, queue_seq, on_busy, interrupted_by; UNIQUE (session_key,

@@ -1,6 +1,4 @@
 -- goose migration 3: queued and interrupted requests, retention (postgres).
--- Keep in step with the other migration 3 files and schema/sql/postgres.sql:
--- TestMigrationsMatchDDL applies them to real databases and compares them.
 --
 -- One ALTER TABLE adds the columns and the unique key the queue, interrupts
 -- and retention need (content, queue_seq, on_busy, interrupted_by; UNIQUE

@@ -1,6 +1,4 @@
 -- goose migration 3: queued and interrupted requests, retention (sqlite).
--- Keep in step with the other migration 3 files and schema/sql/sqlite.sql:
--- TestMigrationsMatchDDL applies them to real databases and compares them.
 --
 -- SQLite cannot alter a CHECK, so rowlease_request is rebuilt as
 -- migration 2 rebuilds rowlease_tool_execution (see its notes on
