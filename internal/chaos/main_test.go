@@ -1,0 +1,17 @@
+package chaos
+
+import (
+	"io"
+	"log"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/rowlease/rowlease/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	// The driver logs every connection the proxy cuts; the cuts are the point.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	testdb.Main(m)
+}
