@@ -28,6 +28,8 @@ type Env struct {
 	// DSN is the faulty pool's DSN, for worker processes (the file's
 	// path on SQLite).
 	DSN string
+	// DirectDSN is Direct's DSN.
+	DirectDSN string
 	// Quiesce returns nil once the server runs no statement sent by the
 	// Faulty pool (a cut connection's statement may outlive the client's
 	// error).
@@ -42,6 +44,7 @@ func OpenEnv(t testing.TB, d lease.Dialect) *Env {
 	e := &Env{Dialect: d, app: "chaos_" + randHex(6)}
 	var faultyDSN string
 	e.Direct = testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) {
+		e.DirectDSN = dsn
 		switch d {
 		case lease.MySQL:
 			cfg, err := mysql.ParseDSN(dsn)

@@ -66,16 +66,37 @@ type Proxy struct {
 
 // link is one proxied connection: the client's and the server's side.
 type link struct {
-	client, server net.Conn
-	once           sync.Once
-	done           chan struct{}
+	client net.Conn
+	once   sync.Once
+	done   chan struct{}
+
+	mu     sync.Mutex
+	server net.Conn // set once dialled
+}
+
+// connect sets the server side; it reports false (and closes it) when the
+// link was reset meanwhile.
+func (l *link) connect(server net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.done:
+		server.Close()
+		return false
+	default:
+	}
+	l.server = server
+	return true
 }
 
 // reset closes both sides with a TCP reset.
 func (l *link) reset() {
 	l.once.Do(func() {
+		l.mu.Lock()
 		close(l.done)
-		for _, c := range []net.Conn{l.client, l.server} {
+		server := l.server
+		l.mu.Unlock()
+		for _, c := range []net.Conn{l.client, server} {
 			if c == nil {
 				continue
 			}
@@ -144,19 +165,12 @@ func (p *Proxy) serve(l *link) {
 	if err != nil {
 		return
 	}
-	p.mu.Lock()
-	closed := p.closed
-	if !closed {
-		l.server = server
-	}
-	p.mu.Unlock()
-	if closed {
-		server.Close()
+	if !l.connect(server) {
 		return
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { p.forward(l, l.server, l.client, true) })
-	wg.Go(func() { p.forward(l, l.client, l.server, false) })
+	wg.Go(func() { p.forward(l, server, l.client, true) })
+	wg.Go(func() { p.forward(l, l.client, server, false) })
 	wg.Wait()
 }
 
