@@ -97,7 +97,11 @@ type CrashConfig struct {
 	TTL time.Duration
 	// MaxRounds bounds the resends; default 200.
 	MaxRounds int
-	Log       func(format string, args ...any)
+	// Restart, when set, restarts the database server every RestartEvery
+	// while workers run (kill -9 and start on the same data).
+	Restart      func() error
+	RestartEvery time.Duration
+	Log          func(format string, args ...any)
 }
 
 // CrashReport sums up RunCrash.
@@ -109,6 +113,7 @@ type CrashReport struct {
 	Unanswered         int            // requests never answered on resend
 	StillHeld          int            // lease rows still held a TTL after the last worker ended
 	StuckTools         int            // tool executions left processing or started
+	Restarts           int            // database server restarts
 	Errors             []string
 }
 
@@ -161,6 +166,10 @@ func startWorker(e *Env, recv *Receiver, ttl time.Duration, jobs []string, kill,
 		envRecv+"="+recv.URL(), envJobs+"="+strings.Join(jobs, ","), envKill+"="+kill.String(),
 		envPause+"="+pause.String(), envTTL+"="+strconv.Itoa(int(ttl.Milliseconds())))
 	cmd.Stderr = os.Stderr
+	// Each worker in its own process group: when a worker exits, the
+	// kernel sends SIGCONT to every stopped member of an orphaned process
+	// group, which would continue a paused worker too early.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -225,6 +234,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	}
 	addRequests(cfg.Sessions * cfg.PerSession)
 	answered := map[string]string{}
+	stopRestarts := restarts(ctx, cfg.Restart, cfg.RestartEvery)
 	for round := 0; ctx.Err() == nil; round++ {
 		if len(pending) == 0 {
 			if rep.TotalKills() >= cfg.Kills || round >= cfg.MaxRounds {
@@ -316,12 +326,42 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 			cfg.Log("crash %s round %d: %d processes, %d kills, %d/%d answered", e.Dialect, round, rep.Processes, rep.TotalKills(), len(answered), rep.Requests)
 		}
 	}
+	n, rerr := stopRestarts()
+	rep.Restarts = n
+	if rerr != nil {
+		rep.Errors = append(rep.Errors, rerr.Error())
+	}
 	if err := ctx.Err(); err != nil {
 		return rep, err
 	}
 	rep.Answered = len(answered)
 	rep.Unanswered = rep.Requests - rep.Answered
 	return rep, checkInvariants(ctx, e, recv, cfg.TTL, &rep)
+}
+
+// restarts restarts the server every every until the returned stop is
+// called; stop returns how many restarts were made, and the first error.
+func restarts(ctx context.Context, restart func() error, every time.Duration) (stop func() (int, error)) {
+	if restart == nil || every <= 0 {
+		return func() (int, error) { return 0, nil }
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var n int
+	var err error
+	wg.Go(func() {
+		for sleepCtx(rctx, every) {
+			if err = restart(); err != nil {
+				return
+			}
+			n++
+		}
+	})
+	return func() (int, error) {
+		cancel()
+		wg.Wait()
+		return n, err
+	}
 }
 
 // pick returns up to n distinct elements of s, at random.

@@ -16,7 +16,7 @@ import (
 )
 
 // openCrashEnv opens a database with the lock tables and the effects table.
-func openCrashEnv(t *testing.T, ctx context.Context, d string) *Env {
+func openCrashEnv(t testing.TB, ctx context.Context, d string) *Env {
 	t.Helper()
 	var e *Env
 	for _, dd := range testdb.Dialects() {
@@ -33,7 +33,7 @@ func openCrashEnv(t *testing.T, ctx context.Context, d string) *Env {
 	return e
 }
 
-func reportCrash(t *testing.T, rep CrashReport) {
+func reportCrash(t testing.TB, rep CrashReport) {
 	t.Helper()
 	t.Logf("%d requests, %d answered, %d processes, %d kills landed at %v; %d duplicates, %d unanswered, %d still held, %d stuck",
 		rep.Requests, rep.Answered, rep.Processes, rep.TotalKills(), rep.Kills, rep.Duplicates, rep.Unanswered, rep.StillHeld, rep.StuckTools)
@@ -103,77 +103,86 @@ func TestPausedHolder(t *testing.T) {
 				e := openCrashEnv(t, ctx, d.String())
 				recv := NewReceiver()
 				defer recv.Close()
-				ttl := 800 * time.Millisecond
-				a, err := startWorker(e, recv, ttl, []string{"s0/p1"}, plan{}, plan{stage: point})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = a.cmd.Process.Kill(); <-a.done }()
-				if !a.waitLine(ctx, "pause ") {
-					t.Fatalf("the worker did not reach %s: %q", point, a.snapshot())
-				}
-				for !stopped(a.cmd.Process.Pid) {
-					if !sleepCtx(ctx, 2*time.Millisecond) {
-						t.Fatal("the worker never stopped")
-					}
-				}
-				// Resend until another worker answers. On SQLite the stopped
-				// worker may hold the database's only write lock (a statement
-				// of its, a heartbeat renewal say, was in flight when it
-				// stopped): then every writer waits until it continues.
-				answered, blocked := false, false
-				var b *proc
-				for try := 0; try < 10 && !answered && !blocked; try++ {
-					b, err = startWorker(e, recv, ttl, []string{"s0/p1"}, plan{}, plan{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					select {
-					case <-b.done:
-						answered = b.last("answer p1 ") != ""
-					case <-time.After(6*ttl + 3*time.Second):
-						if d != lease.SQLite {
-							t.Fatalf("a resend hangs while the first holder is stopped: %q", b.snapshot())
-						}
-						blocked = true
-						t.Logf("sqlite: the stopped holder holds the write lock; the resend waits for it")
-					}
-				}
-				if !answered && !blocked {
-					t.Fatal("the request was never answered while its first holder was stopped")
-				}
-				if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-					t.Fatal(err)
-				}
-				<-a.done
-				if blocked {
-					<-b.done
-					answered = b.last("answer p1 ") != ""
-					for try := 0; try < 10 && !answered; try++ {
-						b, err = startWorker(e, recv, ttl, []string{"s0/p1"}, plan{}, plan{})
-						if err != nil {
-							t.Fatal(err)
-						}
-						<-b.done
-						answered = b.last("answer p1 ") != ""
-					}
-					if !answered {
-						t.Fatal("the request was never answered after its first holder continued")
-					}
-				}
-				if l := a.last("answer "); l != "" {
-					t.Fatalf("the resumed holder answered: %q", l)
-				}
-				if l := a.last("error p1 "); !strings.HasPrefix(l, "error p1 takenover") {
-					t.Fatalf("the resumed holder ended with %q, want takenover (lines %q)", l, a.snapshot())
-				}
+				runPaused(t, ctx, e, recv, point, "p1")
 				rep := CrashReport{Requests: 1, Answered: 1, Kills: map[string]int{}}
-				if err := checkInvariants(ctx, e, recv, ttl, &rep); err != nil {
+				if err := checkInvariants(ctx, e, recv, 800*time.Millisecond, &rep); err != nil {
 					t.Fatal(err)
 				}
 				reportCrash(t, rep)
 			})
 		}
+	}
+}
+
+// runPaused stops a worker with SIGSTOP at point while it runs request
+// crid, has others take the request over and answer it, continues the
+// stopped worker and checks that it answers nothing (its writes refused or
+// fenced).
+func runPaused(t testing.TB, ctx context.Context, e *Env, recv *Receiver, point, crid string) {
+	t.Helper()
+	ttl := 800 * time.Millisecond
+	a, err := startWorker(e, recv, ttl, []string{"s0/" + crid}, plan{}, plan{stage: point})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.cmd.Process.Kill(); <-a.done }()
+	if !a.waitLine(ctx, "pause ") {
+		t.Fatalf("the worker did not reach %s: %q", point, a.snapshot())
+	}
+	for !stopped(a.cmd.Process.Pid) {
+		if !sleepCtx(ctx, 2*time.Millisecond) {
+			t.Fatal("the worker never stopped")
+		}
+	}
+	// Resend until another worker answers. On SQLite the stopped
+	// worker may hold the database's only write lock (a statement
+	// of its, a heartbeat renewal say, was in flight when it
+	// stopped): then every writer waits until it continues.
+	answered, blocked := false, false
+	var b *proc
+	for try := 0; try < 10 && !answered && !blocked; try++ {
+		b, err = startWorker(e, recv, ttl, []string{"s0/" + crid}, plan{}, plan{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.done:
+			answered = b.last("answer "+crid+" ") != ""
+		case <-time.After(6*ttl + 3*time.Second):
+			if e.Dialect != lease.SQLite {
+				t.Fatalf("a resend hangs while the first holder is stopped: %q", b.snapshot())
+			}
+			blocked = true
+			t.Logf("sqlite: the stopped holder holds the write lock; the resend waits for it")
+		}
+	}
+	if !answered && !blocked {
+		t.Fatal("the request was never answered while its first holder was stopped")
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	<-a.done
+	if blocked {
+		<-b.done
+		answered = b.last("answer "+crid+" ") != ""
+		for try := 0; try < 10 && !answered; try++ {
+			b, err = startWorker(e, recv, ttl, []string{"s0/" + crid}, plan{}, plan{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-b.done
+			answered = b.last("answer "+crid+" ") != ""
+		}
+		if !answered {
+			t.Fatal("the request was never answered after its first holder continued")
+		}
+	}
+	if l := a.last("answer "); l != "" {
+		t.Fatalf("the resumed holder answered: %q", l)
+	}
+	if l := a.last("error " + crid + " "); !strings.HasPrefix(l, "error "+crid+" takenover") {
+		t.Fatalf("the resumed holder ended with %q, want takenover (lines %q)", l, a.snapshot())
 	}
 }
 

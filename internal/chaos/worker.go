@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -111,9 +112,18 @@ func (w *worker) hook(stage, crid string) {
 	}
 	if w.pause.stage == stage && w.pause.job == w.job {
 		w.say("pause %s %s", stage, crid)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		stopHere()
 		w.say("resumed %s %s", stage, crid)
 	}
+}
+
+// stopHere stops the process with SIGSTOP sent to the calling thread: a
+// SIGSTOP sent to the process may be taken by another thread, and this one
+// would run on — into the fences — before the whole process stops.
+func stopHere() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
 
 // WorkerMain is a worker process of the crash matrix: it runs its jobs
