@@ -15,13 +15,17 @@ type History struct {
 
 	mu  sync.Mutex
 	ops []porcupine.Operation
-	// pending are operations whose outcome is unknown: their return time
-	// is set by Close, when nothing of theirs can still land.
-	pending []int
+	// pending are operations whose outcome is unknown, by index: their
+	// return time is set by Settle or Close, when nothing of theirs can
+	// still land. last is each client's last operation.
+	pending map[int]bool
+	last    map[int]int
 }
 
 // NewHistory starts an empty history.
-func NewHistory() *History { return &History{start: time.Now()} }
+func NewHistory() *History {
+	return &History{start: time.Now(), pending: map[int]bool{}, last: map[int]int{}}
+}
 
 // Now is the current time of the history.
 func (h *History) Now() int64 { return int64(time.Since(h.start)) }
@@ -37,8 +41,9 @@ func (h *History) AddMeta(client int, in Input, out Output, call, ret int64, met
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if out.Res == ResUnknown {
-		h.pending = append(h.pending, len(h.ops))
+		h.pending[len(h.ops)] = true
 	}
+	h.last[client] = len(h.ops)
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret, Metadata: meta})
 }
 
@@ -49,11 +54,23 @@ func (h *History) Close() []porcupine.Operation {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	end := h.Now()
-	for _, i := range h.pending {
+	for i := range h.pending {
 		h.ops[i].Return = end
 	}
-	h.pending = nil
+	clear(h.pending)
 	return h.ops
+}
+
+// Settle gives client's last operation, if its outcome is unknown, the
+// return time now: call it once nothing of the operation can still land
+// (its server session is gone).
+func (h *History) Settle(client int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i, ok := h.last[client]; ok && h.pending[i] {
+		h.ops[i].Return = h.Now()
+		delete(h.pending, i)
+	}
 }
 
 // Len is the number of operations recorded.

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -412,7 +413,11 @@ func classify(err error, refused ...error) Res {
 }
 
 // worker runs n random operations on key with its own grants: the current
-// one and a few stale ones it held before (to check fencing).
+// one and a few stale ones it held before (to check fencing). It runs them
+// on a connection of its own, so that after an operation of unknown
+// outcome it can end that connection's server session and wait until it
+// is gone: from then on nothing of the operation can still land, and its
+// return time is known (see settle).
 func (r *leaseRound) worker(ctx context.Context, client int, key string, n int) {
 	cfg := r.cfg
 	var cur *grant
@@ -426,11 +431,18 @@ func (r *leaseRound) worker(ctx context.Context, client int, key string, n int) 
 			cur = nil
 		}
 	}
+	var sc *serverConn
+	defer func() { sc.close() }()
 	for i := 0; i < n && ctx.Err() == nil; i++ {
-		c, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+		if sc == nil {
+			if sc = r.open(ctx); sc == nil {
+				return
+			}
+		}
+		c, cancel := context.WithTimeout(context.WithValue(ctx, connKey{}, sc.db()), cfg.OpTimeout)
 		if cfg.CancelOneIn > 0 && rand.IntN(cfg.CancelOneIn) == 0 {
 			cancel()
-			c, cancel = context.WithTimeout(ctx, time.Duration(rand.IntN(3000))*time.Microsecond)
+			c, cancel = context.WithTimeout(context.WithValue(ctx, connKey{}, sc.db()), time.Duration(rand.IntN(3000))*time.Microsecond)
 		}
 		res := r.step(c, client, key, &cur, &stale, retire)
 		if res == ResUnknown && c.Err() != nil && ctx.Err() == nil {
@@ -438,11 +450,140 @@ func (r *leaseRound) worker(ctx context.Context, client int, key string, n int) 
 		}
 		cancel()
 		if res == ResUnknown && ctx.Err() == nil {
+			if r.settle(ctx, sc) {
+				r.h.Settle(client)
+			}
+			sc.close()
+			sc = nil
 			// Wait for the database before going on, so that one outage
 			// gives each worker at most one operation of unknown outcome.
 			r.waitUp(ctx)
 		}
 	}
+}
+
+type connKey struct{}
+
+// db is the worker's connection carried by ctx, or the pool.
+func (r *leaseRound) db(ctx context.Context) lease.TxBeginner {
+	if c, ok := ctx.Value(connKey{}).(lease.TxBeginner); ok {
+		return c
+	}
+	return r.cfg.DB
+}
+
+// serverConn is a worker's connection and the identity of its server
+// session: the MySQL connection id, or the PostgreSQL backend pid and
+// start; and the server's start, since ids start again after a restart.
+type serverConn struct {
+	c            *sql.Conn
+	id           int64
+	since, epoch string
+}
+
+func (sc *serverConn) db() lease.TxBeginner { return sc.c }
+
+// close gives the connection up for good (never back to the pool: its
+// session may be killed).
+func (sc *serverConn) close() {
+	if sc == nil {
+		return
+	}
+	_ = sc.c.Raw(func(any) error { return driver.ErrBadConn })
+	_ = sc.c.Close()
+}
+
+func (r *leaseRound) open(ctx context.Context) *serverConn {
+	for ctx.Err() == nil {
+		c, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
+		sc, err := r.tryOpen(c)
+		cancel()
+		if err == nil {
+			return sc
+		}
+		r.waitUp(ctx)
+	}
+	return nil
+}
+
+func (r *leaseRound) tryOpen(ctx context.Context) (*serverConn, error) {
+	c, err := r.cfg.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc := &serverConn{c: c}
+	switch r.cfg.Dialect {
+	case lease.MySQL:
+		err = c.QueryRowContext(ctx, "SELECT CONNECTION_ID(), CAST(UNIX_TIMESTAMP() - VARIABLE_VALUE AS CHAR) "+
+			"FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'").Scan(&sc.id, &sc.epoch)
+	case lease.Postgres:
+		err = c.QueryRowContext(ctx, "SELECT pg_backend_pid(), CAST(backend_start AS TEXT), CAST(pg_postmaster_start_time() AS TEXT) "+
+			"FROM pg_stat_activity WHERE pid = pg_backend_pid()").Scan(&sc.id, &sc.since, &sc.epoch)
+	}
+	if err != nil {
+		sc.close()
+		return nil, err
+	}
+	return sc, nil
+}
+
+// settle ends the server session of sc (after an operation of unknown
+// outcome on it) and waits until the server shows it no more. It reports
+// false when it could not tell (SQLite, which has no server session: the
+// operation then stays unknown until the end of the round).
+func (r *leaseRound) settle(ctx context.Context, sc *serverConn) bool {
+	var kill, gone, epoch string
+	var args []any
+	switch r.cfg.Dialect {
+	case lease.MySQL:
+		kill = fmt.Sprintf("KILL %d", sc.id)
+		gone = "SELECT COUNT(*) FROM information_schema.processlist WHERE id = ?"
+		epoch = "SELECT CAST(UNIX_TIMESTAMP() - VARIABLE_VALUE AS CHAR) FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'"
+		args = []any{sc.id}
+	case lease.Postgres:
+		kill = fmt.Sprintf("SELECT pg_terminate_backend(%d)", sc.id)
+		gone = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = $1 AND CAST(backend_start AS TEXT) = $2"
+		epoch = "SELECT CAST(pg_postmaster_start_time() AS TEXT)"
+		args = []any{sc.id, sc.since}
+	default:
+		return false
+	}
+	err := retry(ctx, func(c context.Context) error {
+		var e string
+		if err := r.cfg.Direct.QueryRowContext(c, epoch).Scan(&e); err != nil {
+			return err
+		}
+		if e != sc.epoch {
+			// MySQL's epoch is computed in whole seconds and may be off by
+			// one; a restart moves it by more.
+			if r.cfg.Dialect != lease.MySQL || absDiff(e, sc.epoch) > 1 {
+				return nil // the server restarted: the session is gone
+			}
+		}
+		_, _ = r.cfg.Direct.ExecContext(c, kill) // it may be gone already
+		for {
+			var n int
+			if err := r.cfg.Direct.QueryRowContext(c, gone, args...).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return nil
+			}
+			if !sleepCtx(c, 2*time.Millisecond) {
+				return c.Err()
+			}
+		}
+	})
+	return err == nil
+}
+
+func absDiff(a, b string) int64 {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	if x > y {
+		return x - y
+	}
+	return y - x
 }
 
 func (r *leaseRound) waitUp(ctx context.Context) {
@@ -458,7 +599,7 @@ func (r *leaseRound) waitUp(ctx context.Context) {
 
 // step runs one random operation and records it.
 func (r *leaseRound) step(ctx context.Context, client int, key string, cur **grant, stale *[]grant, retire func()) Res {
-	db := r.cfg.DB
+	db := r.db(ctx)
 	p := rand.IntN(100)
 	if *cur == nil {
 		switch {
@@ -507,7 +648,7 @@ func (r *leaseRound) acquire(ctx context.Context, client int, key string, cur **
 		o.InStates = []string{string(in.In)}
 	}
 	call := r.h.Now()
-	g, err := r.l.AcquireWith(ctx, r.cfg.DB, key, "t"+strconv.FormatInt(tok, 10), longTTL, o)
+	g, err := r.l.AcquireWith(ctx, r.db(ctx), key, "t"+strconv.FormatInt(tok, 10), longTTL, o)
 	ret := r.h.Now()
 	res := classify(err, lease.ErrHeld, lease.ErrState)
 	r.h.Add(client, in, Output{Res: res, Gen: g.Generation}, call, ret)
@@ -521,7 +662,7 @@ func (r *leaseRound) acquire(ctx context.Context, client int, key string, cur **
 func (r *leaseRound) reenter(ctx context.Context, client int, key string, g *grant, retire func()) Res {
 	in := Input{Kind: OpReenter, Key: key, Tok: g.tok}
 	call := r.h.Now()
-	ng, err := r.l.AcquireWith(ctx, r.cfg.DB, key, g.g.Holder, longTTL, lease.AcquireOptions{Token: g.g.Token})
+	ng, err := r.l.AcquireWith(ctx, r.db(ctx), key, g.g.Holder, longTTL, lease.AcquireOptions{Token: g.g.Token})
 	ret := r.h.Now()
 	res := classify(err, lease.ErrHeld, lease.ErrState)
 	r.h.Add(client, in, Output{Res: res, Gen: ng.Generation}, call, ret)
@@ -546,11 +687,11 @@ func (r *leaseRound) tokenOp(ctx context.Context, client int, key string, g *gra
 	out := Output{Gen: -1}
 	if which == 0 {
 		var ng lease.Grant[string]
-		ng, err = r.l.Renew(ctx, r.cfg.DB, g.g, longTTL)
+		ng, err = r.l.Renew(ctx, r.db(ctx), g.g, longTTL)
 		out.Gen = ng.Generation
 	} else {
 		in.Kind = OpRelease
-		err = r.l.Release(ctx, r.cfg.DB, g.g)
+		err = r.l.Release(ctx, r.db(ctx), g.g)
 	}
 	ret := r.h.Now()
 	out.Res = classify(err, lease.ErrLost)
@@ -573,7 +714,7 @@ func (r *leaseRound) transition(ctx context.Context, client int, key string, g *
 		o.TTL = longTTL
 	}
 	call := r.h.Now()
-	ng, err := r.l.Transition(ctx, r.cfg.DB, g.g, o)
+	ng, err := r.l.Transition(ctx, r.db(ctx), g.g, o)
 	ret := r.h.Now()
 	res := classify(err, lease.ErrLost)
 	out := Output{Res: res, Gen: -1}
@@ -598,7 +739,7 @@ func (r *leaseRound) fenced(ctx context.Context, client int, key string, g *gran
 	if r.cfg.Unfenced {
 		fences = nil
 	}
-	err := lease.RunFenced(ctx, r.cfg.DB, lease.FencedTx{Fences: fences}, func(tx *sql.Tx) error {
+	err := lease.RunFenced(ctx, r.db(ctx), lease.FencedTx{Fences: fences}, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, ins, id, key, g.g.Generation, g.tok)
 		return err
 	})
