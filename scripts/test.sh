@@ -299,7 +299,7 @@ elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
     log_file="$TMP/chaos.log"
     set +e
     # shellcheck disable=SC2086
-    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./internal/chaos 2>&1 \
+    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -parallel 3 -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./internal/chaos 2>&1 \
         | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress)'
     rc=${PIPESTATUS[0]}
     set -e
