@@ -21,6 +21,16 @@ const (
 	killsEnv = "ROWLEASE_CHAOS_KILLS" // holder kills in all (default 1,000)
 )
 
+// slowCheck reports whether a round's porcupine check (its last argument)
+// took a second or more: such rounds are logged.
+func slowCheck(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	d, ok := args[len(args)-1].(time.Duration)
+	return ok && d >= time.Second
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -60,7 +70,7 @@ func TestChaos(t *testing.T) {
 				OpTimeout: 3 * time.Second, Quiesce: e.Quiesce, FailDir: FailDir(),
 				Log: func(format string, args ...any) {
 					rounds++
-					if rounds%20 == 0 || strings.Contains(format, "not") {
+					if rounds%20 == 0 || strings.Contains(format, "not") || slowCheck(args) {
 						t.Logf("chaos progress: "+format, args...)
 					}
 				},

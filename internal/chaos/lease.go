@@ -363,6 +363,12 @@ func (r *leaseRound) expirer(ctx context.Context) {
 			res = ResUnknown
 		}
 		r.h.Add(r.sysClient(), Input{Kind: OpExpire, Key: key}, Output{Res: res, Gen: -1}, call, ret)
+		if err != nil {
+			// One unknown expiry per outage: a server that is down would
+			// otherwise fail one every few milliseconds, and every unknown
+			// operation widens porcupine's search.
+			waitUp(ctx, r.cfg.Direct)
+		}
 	}
 }
 
@@ -586,10 +592,13 @@ func absDiff(a, b string) int64 {
 	return y - x
 }
 
-func (r *leaseRound) waitUp(ctx context.Context) {
+func (r *leaseRound) waitUp(ctx context.Context) { waitUp(ctx, r.cfg.DB) }
+
+// waitUp returns once db answers a ping, or ctx ends.
+func waitUp(ctx context.Context, db *sqlx.DB) {
 	for d := 5 * time.Millisecond; ; d = min(2*d, 200*time.Millisecond) {
 		c, cancel := context.WithTimeout(ctx, time.Second)
-		err := r.cfg.DB.PingContext(c)
+		err := db.PingContext(c)
 		cancel()
 		if err == nil || !sleepCtx(ctx, d) {
 			return
