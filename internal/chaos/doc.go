@@ -41,9 +41,16 @@
 // by key (porcupine's Partition) and checked round by round, which keeps
 // each partition a few hundred operations long.
 //
-// After an operation of unknown outcome a worker waits until the database
-// answers again, so that one outage gives each worker at most one unknown
-// operation (unknown operations are what make the check expensive).
+// Each worker runs on a connection of its own and knows its server
+// session. After an operation of unknown outcome it ends that session
+// from a direct connection (KILL, pg_terminate_backend) and waits until
+// the server shows it no more: from then on nothing of the operation can
+// land, so its return time is known (History.Settle) instead of the end
+// of the round (SQLite, which has no server session, keeps the end of the
+// round). Then it waits until the database answers again, so that one
+// outage gives each worker at most one unknown operation; the expirer
+// does the same. Unknown operations are what make porcupine's search
+// expensive.
 //
 // Faults (package faults): statements and commits cut mid-flight,
 // latency with jitter, blackholes, connection resets, server restarts
@@ -53,4 +60,34 @@
 // TestModel and TestUnfencedWritesCaught show that the check fails when it
 // should: hand-made illegal histories, and a run whose ledger writes skip
 // the fence.
+//
+// # Crash matrix
+//
+// RunCrash starts worker processes — the test binary run again with
+// WorkerEnv set (WorkerMain) — that send requests through
+// request.Runner.Handle with two tools: "post" writes a row of
+// EffectsTable in its transaction, "notify" calls a Receiver (an HTTP
+// server in the test) with the effect key, which performs an effect once
+// per key. A worker announces each stage on stdout; some are killed with
+// SIGKILL at a chosen stage (in the tool's transaction, after the
+// external act, a few microseconds after the agent returns — during the
+// success mark and the release — or after Handle) or at a random instant
+// by the parent, which logs where each kill landed. Other workers resend
+// every request until it is answered. checkInvariants then requires: no
+// call committed or performed twice, every request answered with its own
+// reply, no lease still held one TTL after the last worker ended, no tool
+// execution left processing or started. TestInvariantsCatch plants each
+// fault and expects it counted.
+//
+// runPaused stops a worker with SIGSTOP (sent to its own thread, so that
+// it stops exactly there) at a stage, has others take its request over,
+// continues it and requires that it answers nothing.
+//
+// # Sizes
+//
+// go test runs short versions (a few seconds per dialect). TestChaos is
+// the long run behind make chaos (ROWLEASE_CHAOS_LONG, sized by
+// ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS), with server restarts
+// through the scripts scripts/test.sh exports (faults.Restarter); it
+// prints one summary line per dialect.
 package chaos
