@@ -4,7 +4,7 @@
 # The Go tarball install is often not on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: test test-sqlite bench servers screenshot fmt vet lint
+.PHONY: test test-sqlite bench servers screenshot chaos fmt vet lint
 
 test:
 	bash scripts/test.sh
@@ -36,3 +36,12 @@ vet:
 # The linter make test runs (installed at the version scripts/test.sh pins).
 lint:
 	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# The long fault-injection run (internal/chaos): lease histories checked for
+# linearizability under cut connections, latency, partitions and server
+# restarts; killed and paused holders of the whole request flow. Starts its
+# own servers like make test. Size it with CHAOS_OPS and CHAOS_KILLS.
+CHAOS_OPS ?= 1000000
+CHAOS_KILLS ?= 1000
+chaos:
+	ROWLEASE_CHAOS=1 ROWLEASE_CHAOS_OPS=$(CHAOS_OPS) ROWLEASE_CHAOS_KILLS=$(CHAOS_KILLS) bash scripts/test.sh

@@ -15,6 +15,13 @@
 #   through to `go test`.
 # - ROWLEASE_SERVE=FILE runs no tests: it writes the DSNs to FILE (as export
 #   lines to source) and keeps the servers up until interrupted (make servers).
+# - ROWLEASE_MYSQL_RESTART / ROWLEASE_POSTGRES_RESTART are exported: each names
+#   a script that kills the server with SIGKILL and starts it again on the same
+#   data and port (for internal/chaos; only `make chaos` uses them, since a
+#   restart would break the tests of every other package running meanwhile).
+# - ROWLEASE_CHAOS=1 runs the long fault-injection run of internal/chaos
+#   instead of the suite (make chaos) and prints one summary line per
+#   dialect; ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS size it.
 # The exit code is that of `go vet` / `go test`.
 set -euo pipefail
 
@@ -73,6 +80,8 @@ PG_USER=()   # command prefix to run postgres tools as a non-root user
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    # A restart (ROWLEASE_MYSQL_RESTART) leaves a server with another pid.
+    if [[ -s $TMP/mysql.pid ]]; then MY_PID=$(cat "$TMP/mysql.pid"); fi
     if [[ -n $MY_PID ]] && kill -0 "$MY_PID" 2>/dev/null; then
         mariadb-admin --no-defaults -S "$TMP/mysql.sock" -uroot shutdown >/dev/null 2>&1 \
             || kill -TERM "$MY_PID" 2>/dev/null || true
@@ -153,6 +162,29 @@ CREATE USER 'rowlease'@'%' IDENTIFIED BY 'rowlease';
 GRANT ALL PRIVILEGES ON *.* TO 'rowlease'@'127.0.0.1', 'rowlease'@'localhost', 'rowlease'@'%';
 SQL
     export ROWLEASE_MYSQL_DSN="rowlease:rowlease@tcp(127.0.0.1:$port)/"
+    # kill -9, then start again on the same data and port (internal/chaos).
+    cat >"$TMP/restart-mysql.sh" <<EOF
+#!/usr/bin/env bash
+set -euo pipefail
+pid=\$(cat "$TMP/mysql.pid")
+kill -KILL "\$pid" 2>/dev/null || true
+for _ in \$(seq 1 600); do kill -0 "\$pid" 2>/dev/null || break; sleep 0.05; done
+rm -f "$TMP/mysql.sock" "$TMP/mysql.pid"
+setsid "$bin" --no-defaults ${user[*]} --datadir="$TMP/mysql" \\
+    --socket="$TMP/mysql.sock" --pid-file="$TMP/mysql.pid" \\
+    --port="$port" --bind-address=127.0.0.1 --skip-name-resolve \\
+    --innodb-flush-log-at-trx-commit=2 --skip-log-bin --max-connections=500 \\
+    --innodb-lock-wait-timeout=10 </dev/null >>"$TMP/mysql.log" 2>&1 &
+for _ in \$(seq 1 1200); do
+    mariadb-admin --no-defaults -S "$TMP/mysql.sock" -uroot ping >/dev/null 2>&1 && exit 0
+    sleep 0.05
+done
+echo "restart-mysql: MariaDB did not come back" >&2
+tail -n 20 "$TMP/mysql.log" >&2
+exit 1
+EOF
+    chmod 755 "$TMP/restart-mysql.sh"
+    export ROWLEASE_MYSQL_RESTART="$TMP/restart-mysql.sh"
     log "MariaDB ready on 127.0.0.1:$port"
 }
 
@@ -182,7 +214,7 @@ start_postgres() {
     for attempt in 1 2 3 4 5; do
         port=$(free_port "$port")
         if (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg/data" -l "$TMP/pg/pg.log" -w -t 60 \
-            -o "-p $port -k $TMP/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+            -o "-p $port -k $TMP/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=$PG_SYNC -c full_page_writes=off -c max_connections=300" \
             start >/dev/null 2>&1); then
             PG_STARTED=1
             break
@@ -198,6 +230,24 @@ start_postgres() {
         -c "CREATE ROLE rowlease LOGIN PASSWORD 'rowlease'" \
         -c "CREATE DATABASE rowlease OWNER rowlease" >/dev/null
     export ROWLEASE_POSTGRES_DSN="postgres://rowlease:rowlease@127.0.0.1:$port/rowlease?sslmode=disable"
+    # kill -9 of the postmaster and its backends, then start again on the
+    # same data and port (internal/chaos).
+    cat >"$TMP/restart-postgres.sh" <<EOF
+#!/usr/bin/env bash
+set -euo pipefail
+pid=\$(head -n1 "$TMP/pg/data/postmaster.pid")
+kids=\$(ps -o pid= --ppid "\$pid" || true)
+kill -KILL "\$pid" \$kids 2>/dev/null || true
+for p in "\$pid" \$kids; do
+    for _ in \$(seq 1 600); do kill -0 "\$p" 2>/dev/null || break; sleep 0.05; done
+done
+cd "$TMP"
+${PG_USER[*]} "$PGBIN/pg_ctl" -D "$TMP/pg/data" -l "$TMP/pg/pg.log" -w -t 60 \\
+    -o "-p $port -k $TMP/pg -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=$PG_SYNC -c full_page_writes=off -c max_connections=300" \\
+    start >/dev/null
+EOF
+    chmod 755 "$TMP/restart-postgres.sh"
+    export ROWLEASE_POSTGRES_RESTART="$TMP/restart-postgres.sh"
     log "PostgreSQL ready on 127.0.0.1:$port"
 }
 
@@ -215,6 +265,12 @@ run_staticcheck() {
     "$bin" ./...
     log "staticcheck: no findings"
 }
+
+# A server killed with SIGKILL keeps every commit it acknowledged only if
+# the commit reached the OS: with synchronous_commit=off PostgreSQL may
+# acknowledge one still in its own buffers. The chaos run restarts servers.
+PG_SYNC=off
+[[ -z ${ROWLEASE_CHAOS:-} ]] || PG_SYNC=on
 
 t0=$SECONDS
 start_mariadb
@@ -235,9 +291,27 @@ if [[ -n ${ROWLEASE_SERVE:-} ]]; then
         echo "export ROWLEASE_MYSQL_DSN='${ROWLEASE_MYSQL_DSN:-}'"
         echo "export ROWLEASE_POSTGRES_DSN='${ROWLEASE_POSTGRES_DSN:-}'"
         echo "export ROWLEASE_REQUIRE_ALL=1"
+        echo "export ROWLEASE_MYSQL_RESTART='${ROWLEASE_MYSQL_RESTART:-}'"
+        echo "export ROWLEASE_POSTGRES_RESTART='${ROWLEASE_POSTGRES_RESTART:-}'"
     } >"$ROWLEASE_SERVE"
     log "servers up; DSNs in $ROWLEASE_SERVE; interrupt to stop them"
     while true; do sleep 3600; done
+elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
+    # The long fault-injection run: only internal/chaos, with restarts.
+    # Without -race, for throughput: make test runs the short version with it.
+    log_file="$TMP/chaos.log"
+    set +e
+    # shellcheck disable=SC2086
+    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -parallel 3 -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./internal/chaos 2>&1 \
+        | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress)'
+    rc=${PIPESTATUS[0]}
+    set -e
+    if ((rc != 0)); then
+        grep -vE 'round [0-9]+:' "$log_file" | tail -n 60
+    fi
+    echo
+    grep -h 'chaos summary' "$log_file" | sed -E 's/^ *[a-z_]+\.go:[0-9]+: //' || true
+    exit "$rc"
 elif [[ -n ${ROWLEASE_BENCH:-} ]]; then
     # shellcheck disable=SC2086
     go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...

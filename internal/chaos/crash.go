@@ -1,0 +1,445 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rowlease/rowlease/schema"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Receiver is the remote side of the external "notify" tool: it performs
+// an effect once per Idempotency-Key and answers a repeated key with the
+// first receipt, as a payment provider does.
+type Receiver struct {
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	receipts  map[string]string   // effect key → receipt
+	performed map[string][]string // call (request:n) → effect keys performed
+}
+
+// NewReceiver starts a Receiver on a loopback port; Close stops it.
+func NewReceiver() *Receiver {
+	r := &Receiver{receipts: map[string]string{}, performed: map[string][]string{}}
+	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
+	return r
+}
+
+// URL is where the notify tool posts.
+func (r *Receiver) URL() string { return r.srv.URL + "/effect" }
+
+// Close stops the server.
+func (r *Receiver) Close() { r.srv.Close() }
+
+func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
+	key := req.Header.Get("Idempotency-Key")
+	var a struct {
+		Req string `json:"req"`
+		N   int    `json:"n"`
+	}
+	if key == "" || json.NewDecoder(req.Body).Decode(&a) != nil {
+		http.Error(w, "bad request", http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	receipt, seen := r.receipts[key]
+	if !seen {
+		receipt = fmt.Sprintf("receipt-%d", len(r.receipts)+1)
+		r.receipts[key] = receipt
+		call := a.Req + ":" + strconv.Itoa(a.N)
+		r.performed[call] = append(r.performed[call], key)
+	}
+	r.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"receipt":%q}`, receipt)
+}
+
+// Performed returns, per call, how many effects were performed (distinct
+// keys).
+func (r *Receiver) Performed() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.performed))
+	for c, keys := range r.performed {
+		out[c] = len(keys)
+	}
+	return out
+}
+
+// CrashConfig configures RunCrash.
+type CrashConfig struct {
+	Env *Env
+	// Sessions × PerSession requests are sent, resent until answered.
+	Sessions, PerSession int
+	// Procs worker processes run at once; each gets up to 3 requests.
+	Procs int
+	// KillOneIn: one process in KillOneIn is killed (0: none); Kills,
+	// when set, keeps going (with new requests) until that many kills.
+	KillOneIn, Kills int
+	// TTL of the workers' leases.
+	TTL time.Duration
+	// MaxRounds bounds the resends; default 200.
+	MaxRounds int
+	// Restart, when set, restarts the database server every RestartEvery
+	// while workers run (kill -9 and start on the same data).
+	Restart      func() error
+	RestartEvery time.Duration
+	Log          func(format string, args ...any)
+}
+
+// CrashReport sums up RunCrash.
+type CrashReport struct {
+	Requests, Answered int
+	Processes          int
+	Kills              map[string]int // where the kills landed: the stage announced last
+	Duplicates         int            // calls whose effect committed or was performed more than once
+	Unanswered         int            // requests never answered on resend
+	StillHeld          int            // lease rows still held a TTL after the last worker ended
+	StuckTools         int            // tool executions left processing or started
+	Restarts           int            // database server restarts
+	Errors             []string
+}
+
+// TotalKills is the number of processes killed.
+func (r CrashReport) TotalKills() int {
+	n := 0
+	for _, v := range r.Kills {
+		n += v
+	}
+	return n
+}
+
+// stages a self-kill can be planned at; "random" is a kill by the parent
+// at a random instant.
+var killStages = []string{StageAgent, StageToolTx, StageToolDone, StageActed, StageAgentDone, StageHandled, "random", "random"}
+
+type proc struct {
+	cmd   *exec.Cmd
+	jobs  []string
+	lines []string
+	done  chan struct{}
+	mu    sync.Mutex
+}
+
+func (p *proc) last(prefix string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(p.lines[i], prefix) {
+			return p.lines[i]
+		}
+	}
+	return ""
+}
+
+func (p *proc) snapshot() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines...)
+}
+
+// startWorker runs the test binary again as a worker with jobs and plans.
+func startWorker(e *Env, recv *Receiver, ttl time.Duration, jobs []string, kill, pause plan) (*proc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), WorkerEnv+"=1", envDriver+"="+e.Direct.DriverName(), envDSN+"="+e.DirectDSN,
+		envRecv+"="+recv.URL(), envJobs+"="+strings.Join(jobs, ","), envKill+"="+kill.String(),
+		envPause+"="+pause.String(), envTTL+"="+strconv.Itoa(int(ttl.Milliseconds())))
+	cmd.Stderr = os.Stderr
+	// Each worker in its own process group: when a worker exits, the
+	// kernel sends SIGCONT to every stopped member of an orphaned process
+	// group, which would continue a paused worker too early.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, jobs: jobs, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	return p, nil
+}
+
+// waitLine waits until p prints a line starting with prefix, or exits.
+func (p *proc) waitLine(ctx context.Context, prefix string) bool {
+	for {
+		if p.last(prefix) != "" {
+			return true
+		}
+		select {
+		case <-p.done:
+			return p.last(prefix) != ""
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// RunCrash runs the crash matrix: worker processes run requests through
+// the whole flow, some killed with SIGKILL at a random point; requests
+// not answered are sent again by other workers; at the end the
+// invariants are checked on the database and the receiver.
+func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
+	if cfg.MaxRounds == 0 {
+		cfg.MaxRounds = 200
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	e := cfg.Env
+	recv := NewReceiver()
+	defer recv.Close()
+	rep := CrashReport{Kills: map[string]int{}}
+	var pending []string
+	next := 0
+	addRequests := func(n int) {
+		for range n {
+			s := next % cfg.Sessions
+			pending = append(pending, fmt.Sprintf("s%d/m%d", s, next))
+			next++
+		}
+		rep.Requests += n
+	}
+	addRequests(cfg.Sessions * cfg.PerSession)
+	answered := map[string]string{}
+	stopRestarts := restarts(ctx, cfg.Restart, cfg.RestartEvery)
+	for round := 0; ctx.Err() == nil; round++ {
+		if len(pending) == 0 {
+			if rep.TotalKills() >= cfg.Kills || round >= cfg.MaxRounds {
+				break
+			}
+			addRequests(cfg.Sessions * cfg.PerSession)
+		}
+		if round >= cfg.MaxRounds+50 {
+			break
+		}
+		killing := cfg.KillOneIn > 0 && round < cfg.MaxRounds
+		var procs []*proc
+		var killers sync.WaitGroup
+		for range cfg.Procs {
+			jobs := pick(pending, 1+rand.IntN(3))
+			var kill plan
+			if killing && rand.IntN(cfg.KillOneIn) == 0 {
+				st := killStages[rand.IntN(len(killStages))]
+				if st != "random" {
+					kill = plan{stage: st, job: rand.IntN(len(jobs))}
+					if st == StageAgentDone {
+						kill.delay = time.Duration(1+rand.IntN(3000)) * time.Microsecond
+					}
+				}
+				p, err := startWorker(e, recv, cfg.TTL, jobs, kill, plan{})
+				if err != nil {
+					return rep, err
+				}
+				rep.Processes++
+				procs = append(procs, p)
+				if st == "random" {
+					d := 50*time.Millisecond + rand.N(cfg.TTL)
+					killers.Go(func() {
+						select {
+						case <-p.done:
+						case <-time.After(d):
+							_ = p.cmd.Process.Signal(syscall.SIGKILL)
+						}
+					})
+				}
+				continue
+			}
+			p, err := startWorker(e, recv, cfg.TTL, jobs, plan{}, plan{})
+			if err != nil {
+				return rep, err
+			}
+			rep.Processes++
+			procs = append(procs, p)
+		}
+		killers.Wait()
+		for _, p := range procs {
+			<-p.done
+			ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			lines := p.snapshot()
+			if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+				where := "before any stage"
+				if k := p.last("kill "); k != "" {
+					where = strings.Fields(k)[1]
+					if where == StageAgentDone {
+						where = "success mark / release"
+					}
+				} else if s := p.last("stage "); s != "" {
+					where = "random, after " + strings.Fields(s)[1]
+				}
+				rep.Kills[where]++
+			} else if !p.cmd.ProcessState.Success() {
+				rep.Errors = append(rep.Errors, fmt.Sprintf("worker exited with %v: %q", p.cmd.ProcessState, lines))
+			}
+			for _, l := range lines {
+				f := strings.Fields(l)
+				if len(f) >= 4 && f[0] == "answer" {
+					reply := strings.Join(f[3:], " ")
+					if want := "ok " + f[1]; reply != want {
+						rep.Errors = append(rep.Errors, fmt.Sprintf("request %s answered %q, want %q", f[1], reply, want))
+					}
+					answered[f[1]] = reply
+				}
+			}
+		}
+		var still []string
+		for _, j := range pending {
+			_, crid, _ := strings.Cut(j, "/")
+			if _, ok := answered[crid]; !ok {
+				still = append(still, j)
+			}
+		}
+		pending = still
+		if round%20 == 0 {
+			cfg.Log("crash %s round %d: %d processes, %d kills, %d/%d answered", e.Dialect, round, rep.Processes, rep.TotalKills(), len(answered), rep.Requests)
+		}
+	}
+	n, rerr := stopRestarts()
+	rep.Restarts = n
+	if rerr != nil {
+		rep.Errors = append(rep.Errors, rerr.Error())
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	rep.Answered = len(answered)
+	rep.Unanswered = rep.Requests - rep.Answered
+	return rep, checkInvariants(ctx, e, recv, cfg.TTL, &rep)
+}
+
+// restarts restarts the server every every until the returned stop is
+// called; stop returns how many restarts were made, and the first error.
+func restarts(ctx context.Context, restart func() error, every time.Duration) (stop func() (int, error)) {
+	if restart == nil || every <= 0 {
+		return func() (int, error) { return 0, nil }
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var n int
+	var err error
+	wg.Go(func() {
+		for sleepCtx(rctx, every) {
+			if err = restart(); err != nil {
+				return
+			}
+			n++
+		}
+	})
+	return func() (int, error) {
+		cancel()
+		wg.Wait()
+		return n, err
+	}
+}
+
+// pick returns up to n distinct elements of s, at random.
+func pick(s []string, n int) []string {
+	idx := rand.Perm(len(s))
+	out := make([]string, 0, n)
+	for _, i := range idx[:min(n, len(s))] {
+		out = append(out, s[i])
+	}
+	return out
+}
+
+// checkInvariants checks, after the last worker ended: no call's effect
+// committed or performed twice; no lease row still held one TTL later; no
+// tool execution left processing or started.
+func checkInvariants(ctx context.Context, e *Env, recv *Receiver, ttl time.Duration, rep *CrashReport) error {
+	db := e.Direct
+	end := time.Now()
+	rows, err := db.QueryContext(ctx, "SELECT crid, n, COUNT(*) FROM "+EffectsTable+" GROUP BY crid, n HAVING COUNT(*) > 1")
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var crid string
+		var n, c int
+		if err := rows.Scan(&crid, &n, &c); err != nil {
+			rows.Close()
+			return err
+		}
+		rep.Duplicates++
+		rep.Errors = append(rep.Errors, fmt.Sprintf("post %s:%d committed %d times", crid, n, c))
+	}
+	rows.Close()
+	var calls []string
+	for call, n := range recv.Performed() {
+		if n > 1 {
+			calls = append(calls, call)
+			rep.Duplicates++
+			rep.Errors = append(rep.Errors, fmt.Sprintf("notify %s performed under %d keys", call, n))
+		}
+	}
+	sort.Strings(calls)
+	var stuck int
+	q := "SELECT COUNT(*) FROM " + schema.ToolExecutionTable + " WHERE status IN ('processing', 'started')"
+	if err := db.QueryRowContext(ctx, q).Scan(&stuck); err != nil {
+		return err
+	}
+	rep.StuckTools = stuck
+	// No one is alive to renew: every lease must have expired one TTL
+	// (plus scheduling slack) after the last worker ended.
+	held := func() (int, error) {
+		total := 0
+		for _, t := range []string{schema.SessionTable, schema.RequestTable, schema.ToolExecutionTable} {
+			var n int
+			q := "SELECT COUNT(*) FROM " + t + " WHERE token IS NOT NULL AND expires_at > " + e.Dialect.Now()
+			if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+				return 0, err
+			}
+			total += n
+		}
+		return total, nil
+	}
+	for {
+		n, err := held()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+		if time.Since(end) > ttl+time.Second {
+			rep.StillHeld = n
+			rep.Errors = append(rep.Errors, fmt.Sprintf("%d leases still held %s after the last worker ended (TTL %s)", n, time.Since(end).Round(time.Millisecond), ttl))
+			break
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
