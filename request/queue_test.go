@@ -809,7 +809,7 @@ func TestPolicyValidation(t *testing.T) {
 // their positions.
 func TestConcurrentQueueing(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
-		e := newEnv(t, db, 5*time.Second)
+		e := newEnv(t, db, 30*time.Second) // on SQLite the slow run's renewals wait behind 30 writers
 		ctx := bg(t)
 		rc := &recorder{}
 		r := e.newRunner(t, func(c *Config) {
