@@ -67,6 +67,20 @@ type Options struct {
 	// Observer, when set, is told of every operation (see Observer); nil
 	// costs nothing.
 	Observer Observer
+	// MultiPrimary declares a MySQL-protocol multi-primary cluster
+	// (MariaDB Galera) whose nodes one pool's connections may reach in
+	// turn, behind a load balancer or a round-robin connector. A node
+	// applies the others' writes a little later, so a token-checked write
+	// sent right after the holder's previous write (through another node)
+	// can match no row although nothing changed. With MultiPrimary, such a
+	// write that matched no row is run once more under wsrep_sync_wait
+	// (MariaDB's SET STATEMENT), so that its node first applies every
+	// write committed before it; only a second miss is ErrLost. Single
+	// servers, and a cluster reached one node per pool or with
+	// wsrep_sync_wait set in the DSN, do not need it and pay nothing
+	// without it. MySQL dialect only; on Percona XtraDB Cluster, which has
+	// no SET STATEMENT, set wsrep_sync_wait in the DSN instead.
+	MultiPrimary bool
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -153,6 +167,8 @@ type Lease[K Key] struct {
 	stmts   stmtCache
 	b       sqlBuilder
 	obs     Observer // nil: nothing is reported
+	// multiPrimary: confirm a token-checked miss causally (Options.MultiPrimary).
+	multiPrimary bool
 
 	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
@@ -174,6 +190,9 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
 		return nil, invalid("prepare mode", "unknown")
 	}
+	if opts.MultiPrimary && dialect != MySQL {
+		return nil, invalid("multi-primary", "only for the MySQL dialect (MariaDB Galera)")
+	}
 	if r := opts.ExpiryResolution; r != 0 && !powerOfTenMicros(r) {
 		return nil, invalid("expiry resolution", "not a power of ten between 1µs and 1s")
 	}
@@ -187,6 +206,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 		l.clock = systemClock{}
 	}
 	l.obs = opts.Observer
+	l.multiPrimary = opts.MultiPrimary
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())

@@ -65,6 +65,13 @@ type Config struct {
 	TTL time.Duration
 	// HeartbeatInterval between renewals; default TTL/3. It must be at most TTL/3.
 	HeartbeatInterval time.Duration
+	// SeparateHeartbeats makes every run renew its own leases, one
+	// statement per lease per interval. By default the Runner's runs share
+	// one heartbeat.Batcher: every interval, one statement per table
+	// renews the leases of every run in flight (1,000 runs: a few
+	// statements instead of 2,000), each run still losing its work context
+	// on its own when one of its leases is lost.
+	SeparateHeartbeats bool
 	// ReleaseTimeout bounds the final writes and releases, which run even
 	// when the caller's context is already cancelled; default 5s.
 	ReleaseTimeout time.Duration
@@ -108,6 +115,7 @@ type Runner struct {
 	log      *slog.Logger
 	findQ    string
 	priorQ   string
+	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
 }
 
 // New validates cfg and returns a Runner.
@@ -170,6 +178,11 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg, db: cfg.DB, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
+	if !cfg.SeparateHeartbeats {
+		if r.batcher, err = heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: cfg.HeartbeatInterval, Clock: cfg.Lease.Clock, Logger: cfg.Logger}); err != nil {
+			return nil, err
+		}
+	}
 	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation FROM " +
 		req.Table().Quoted(cfg.Dialect) + " WHERE session_key = ? AND client_request_id = ?")
 	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tools.Lease().Table().Quoted(cfg.Dialect) +
@@ -644,7 +657,7 @@ func (run *Run) isAbandoned() bool {
 // execute runs the agent under supervision and finishes the request.
 func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	run.abandoned = make(chan struct{})
-	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log}
+	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log, Batcher: r.batcher}
 	if r.cfg.Observer != nil {
 		hc.OnEvent = heartbeatEvent(ctx, r.cfg.Observer)
 	}
