@@ -129,6 +129,18 @@
 //     treat it as loss, and never treat loss as a transient error; retry
 //     until the grant's Deadline, then act as if lost. IsRetryable picks out
 //     a deadlock or serialization victim, which took no effect.
+//   - A deadlock, serialization or certification victim (MySQL/Galera
+//     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
+//     autocommit, took no effect: the operation sends it again, up to
+//     MaxAttempts times with a jittered pause (Backoff), and returns the
+//     error only after the last. Every operation is safe to send again
+//     after such an error — Acquire with the same token, Create with the
+//     same key, the token-checked ones — because nothing of the first
+//     send was applied. Inside a transaction (a *sql.Tx, a *sql.Conn, a
+//     FlowDB routing into one) the whole transaction was rolled back: the
+//     error is returned at once, for the caller to run the transaction
+//     again (package toolexec and request.Run.InTx do). SQLite's busy
+//     errors are not sent again: the busy timeout already waited.
 //
 // # Dialect notes
 //
@@ -161,6 +173,37 @@
 // text. Close releases the kept statements; it is safe while operations
 // run (one racing it finishes on its statement or sends text), and the
 // Lease sends text after it.
+//
+// # Multi-primary clusters (MariaDB Galera)
+//
+// Every lease operation is one write that Galera certifies like any other,
+// and the fence (Confirm) is a write too: a takeover on another node and
+// the holder's fenced commit cannot both succeed; the loser gets error
+// 1213, which took no effect and is sent again (see Failure handling). A
+// Galera user must configure:
+//
+//   - Read-your-writes. A node applies the others' writes a little later.
+//     A token-checked write that reaches a node which has not yet applied
+//     the holder's previous write (through a load balancer, or a pool
+//     whose connections reach several nodes) matches no row although
+//     nothing changed. Either keep each pool on one node, or set
+//     wsrep_sync_wait in the DSN (&wsrep_sync_wait=7 with go-sql-driver;
+//     every read and write then waits for its node to catch up), or set
+//     Options.MultiPrimary: a token-checked write (or Verify) that matched
+//     no row is sent once more under wsrep_sync_wait (MariaDB's SET
+//     STATEMENT, one statement), and only a second miss is ErrLost;
+//     Inspect always reads that way. Single servers need none of this and,
+//     without MultiPrimary, pay nothing for it.
+//   - Clocks. Expiry is judged by the clock of the node that runs the
+//     statement: keep the nodes' clocks in step (NTP) well below
+//     SafetyMargin, which must exceed the largest skew between any two
+//     nodes.
+//   - wsrep_retry_autocommit (default 1) may stay: the library retries
+//     beyond it.
+//
+// Tested on a 3-node MariaDB 10.11 Galera cluster (make test-galera):
+// clients spread over the nodes per goroutine and per statement, fenced
+// writes against takeovers on other nodes, the three-level flow.
 //
 // PostgreSQL: expires_at is timestamptz.
 //

@@ -56,7 +56,7 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	if err := l.checkTTL(g.TTL); err != nil {
 		return 0, err
 	}
-	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds()))
+	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds()), true)
 	if err != nil {
 		return 0, err
 	}

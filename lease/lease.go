@@ -430,16 +430,36 @@ func addSet(m map[string]any, set []Assignment) {
 // affected with a non-zero insert id counts as a match (MySQL sends 0 when
 // no row was evaluated; engines that misreport LAST_INSERT_ID(expr), as
 // Vitess 16.0 did, must not be given a coarse column).
-func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any) (gen int64, ok bool, err error) {
+//
+// A deadlock, serialization or certification victim in autocommit is sent
+// again (see MaxAttempts). A token-checked statement (checked) that matched
+// no row is, with Options.MultiPrimary, sent once more causally: only a
+// second miss is a miss.
+func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any, checked bool) (gen int64, ok bool, err error) {
 	args := c.args(m)
+	run := func(q string) error {
+		return l.retry(ctx, db, func() error {
+			var err error
+			gen, ok, err = l.execOnce(ctx, db, q, args)
+			return err
+		})
+	}
+	err = run(c.query)
+	if err == nil && !ok && checked && l.multiPrimary {
+		err = run(causal(c.query))
+	}
+	return gen, ok, err
+}
+
+func (l *Lease[K]) execOnce(ctx context.Context, db DB, q string, args []any) (gen int64, ok bool, err error) {
 	if l.dialect != MySQL {
-		err = l.queryRow(ctx, db, c.query, args).Scan(&gen)
+		err = l.queryRow(ctx, db, q, args).Scan(&gen)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return gen, err == nil, err
 	}
-	res, err := l.execQ(ctx, db, c.query, args)
+	res, err := l.execQ(ctx, db, q, args)
 	if err != nil {
 		return 0, false, err
 	}
@@ -517,7 +537,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	addStates(m, o.InStates)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, m)
+	gen, ok, err := l.exec(ctx, db, c, m, false)
 	if err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
@@ -568,7 +588,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 		return g, err
 	}
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()))
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()), true)
 	if err != nil {
 		return g, err
 	}
@@ -596,7 +616,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	var ok bool
 	var err error
 	if l.dialect == MySQL {
-		_, ok, err = l.exec(ctx, db, l.releaseQ, m)
+		_, ok, err = l.exec(ctx, db, l.releaseQ, m, true)
 	} else {
 		ok, err = l.execOne(ctx, db, l.releaseQ, m)
 	}
@@ -645,7 +665,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	addStates(m, o.From)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, m)
+	gen, ok, err := l.exec(ctx, db, c, m, true)
 	if err != nil {
 		return g, l.translate(g.Key, err)
 	}
@@ -682,7 +702,14 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 		c = l.verifyLockQ
 	}
 	var gen int64
-	err := l.queryRow(ctx, db, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret()))).Scan(&gen)
+	args := c.args(vals("key", g.Key, "tok", g.Token.Secret()))
+	read := func(q string) error {
+		return l.retry(ctx, db, func() error { return l.queryRow(ctx, db, q, args).Scan(&gen) })
+	}
+	err := read(c.query)
+	if errors.Is(err, sql.ErrNoRows) && l.multiPrimary {
+		err = read(causal(c.query))
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &LostError{Key: keyText(g.Key), Op: "check"}
 	}
@@ -704,8 +731,14 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 	var st Status
 	var held int
 	var micros int64
-	err := l.queryRow(ctx, db, l.inspectQ.query, l.inspectQ.args(vals("key", key))).
-		Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
+	q := l.inspectQ.query
+	if l.multiPrimary {
+		q = causal(q) // what the cluster committed, not what this node applied
+	}
+	err := l.retry(ctx, db, func() error {
+		return l.queryRow(ctx, db, q, l.inspectQ.args(vals("key", key))).
+			Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
 	}
@@ -756,7 +789,10 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	if _, err := l.execQ(ctx, db, c.query, c.args(m)); err != nil {
+	if err := l.retry(ctx, db, func() error {
+		_, err := l.execQ(ctx, db, c.query, c.args(m))
+		return err
+	}); err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,
@@ -801,12 +837,26 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 // affected exactly one row. Only for statements that always change the row
 // they match (a token set to NULL, a row deleted), so that MySQL's
 // changed-rows count is as good as a matched-rows count.
+//
+// Like exec, it sends a victim again in autocommit and, with
+// Options.MultiPrimary, confirms a miss causally.
 func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]any) (bool, error) {
-	res, err := l.execQ(ctx, db, c.query, c.args(m))
-	if err != nil {
-		return false, err
+	args := c.args(m)
+	var n int64
+	run := func(q string) error {
+		return l.retry(ctx, db, func() error {
+			res, err := l.execQ(ctx, db, q, args)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
 	}
-	n, err := res.RowsAffected()
+	err := run(c.query)
+	if err == nil && n != 1 && l.multiPrimary {
+		err = run(causal(c.query))
+	}
 	return n == 1, err
 }
 
@@ -832,6 +882,8 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (r
 	c := compile(l.dialect, l.b.ensure(o.State != "", o.Set))
 	m := vals("key", key, "state", o.State)
 	addSet(m, o.Set)
-	_, err := db.ExecContext(ctx, c.query, c.args(m)...)
-	return err
+	return l.retry(ctx, db, func() error {
+		_, err := resolve(db).ExecContext(ctx, c.query, c.args(m)...)
+		return err
+	})
 }

@@ -185,6 +185,9 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation FROM " +
 		req.Table().Quoted(cfg.Dialect) + " WHERE session_key = ? AND client_request_id = ?")
+	if cfg.Lease.MultiPrimary {
+		r.findQ = lease.SyncWait(r.findQ) // see the request a duplicate just made through another node
+	}
 	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tools.Lease().Table().Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND request_id = ? AND status = 'success' ORDER BY created_at, id")
 	return r, nil
@@ -303,8 +306,11 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	// deadlock. Either way nothing was changed: start again.
 	for attempt := 0; attempt < 5; attempt++ {
 		run, out, err := r.beginOnce(ctx, msg, holder)
-		if errors.Is(err, errVanished) || lease.IsRetryable(err) {
+		if errors.Is(err, errVanished) {
 			continue
+		}
+		if lease.IsRetryable(err) && lease.Backoff(ctx, attempt+1) {
+			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
 		return run, out, err
 	}
@@ -582,13 +588,24 @@ func (run *Run) Fences() []lease.Fence {
 // tool calls, such as storing the conversation. The lease rows are locked
 // only for the end of the transaction, so a long fn does not hold up the
 // heartbeat; on SQLite the heartbeat renews inside the transaction.
+//
+// fn may run more than once: a transaction that ended as a deadlock,
+// serialization or (on Galera) certification victim committed nothing, and
+// is run again from the start, fences included, up to lease.MaxAttempts
+// times with a jittered pause; after the last, the database's error is
+// returned (lease.IsTransient reports it).
 func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
 		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
 		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
 	}
-	return lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+	for attempt := 1; ; attempt++ {
+		err = lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+		if err == nil || !lease.IsTransient(err) || attempt == lease.MaxAttempts || !lease.Backoff(ctx, attempt) {
+			return err
+		}
+	}
 }
 
 // flowDB is the database the run's heartbeat renews through (see
