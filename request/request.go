@@ -400,6 +400,13 @@ func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, 
 			return nil, err
 		}
 		sg, g, err = r.createTx(ctx, msg, id, holder)
+		// On a multi-primary cluster the transaction may run on a node
+		// that has not applied the insert yet (inside a transaction
+		// wsrep_sync_wait does not wait): try again, briefly.
+		for attempt := 1; errors.Is(err, session.ErrNotFound) && r.cfg.Lease.MultiPrimary &&
+			attempt < lease.MaxAttempts && lease.Backoff(ctx, attempt); attempt++ {
+			sg, g, err = r.createTx(ctx, msg, id, holder)
+		}
 	}
 	if err != nil {
 		return nil, err
