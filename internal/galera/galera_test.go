@@ -274,4 +274,3 @@ func pause(d time.Duration) {
 	defer t.Stop()
 	<-t.C
 }
-
