@@ -205,6 +205,46 @@
 // clients spread over the nodes per goroutine and per statement, fenced
 // writes against takeovers on other nodes, the three-level flow.
 //
+// # Other engines (from their documentation; not tested)
+//
+// None of these is in the test suite; what follows is what their
+// documentation says, held against what this package relies on.
+//
+//   - TiDB (MySQL protocol). New clusters use pessimistic transactions
+//     (the default since v3.0.8): writes take row locks as InnoDB does,
+//     and a conflicting lease statement waits, then matches or not.
+//     Under the optimistic model (tidb_txn_mode='optimistic') a conflict
+//     is found only at commit and comes back as TiDB's "write conflict"
+//     error (9007), not 1213: this package does not send it again and
+//     IsTransient does not know it, and TiDB no longer retries optimistic
+//     transactions itself (tidb_disable_txn_auto_retry is deprecated since
+//     v8.0.0). Keep the pessimistic mode. LAST_INSERT_ID(expr) is
+//     supported; keep expires_at at DATETIME(6). UTC_TIMESTAMP(6) is read
+//     on the TiDB server that runs the statement: keep the servers' clocks
+//     within SafetyMargin.
+//   - Vitess (MySQL protocol). Keep a session's rows on one shard (every
+//     table carries the session key, every unique key includes it), so
+//     every lease statement and every fenced transaction stays on one
+//     shard. vtgate's handling of LAST_INSERT_ID has changed across
+//     releases (16.0 misreported LAST_INSERT_ID(expr); a later change made
+//     it match MySQL when no row is updated): keep expires_at at
+//     DATETIME(6), so that success is always 1 row affected and the
+//     insert-id fallback of coarse columns is never used.
+//   - CockroachDB (PostgreSQL protocol). Transactions are SERIALIZABLE by
+//     default; a conflict the server cannot retry itself comes back as
+//     SQLSTATE 40001 ("restart transaction"), which this package sends
+//     again in autocommit and IsTransient reports. 40003 ("result is
+//     ambiguous", statement_completion_unknown) means the outcome is
+//     unknown: it is a driver error like any other, never sent again. A
+//     node refuses to run with a clock more than --max-offset (500ms by
+//     default) from the others: set SafetyMargin above that (1s, with TTLs
+//     of several seconds). statement_timestamp() and RETURNING exist.
+//   - YugabyteDB (PostgreSQL protocol). It retries conflicting statements
+//     on the server where it can, and otherwise returns 40001 under
+//     Serializable and Repeatable Read (sent again here in autocommit);
+//     Read Committed raises no serialization errors. Keep node clocks
+//     within SafetyMargin.
+//
 // PostgreSQL: expires_at is timestamptz.
 //
 // SQLite: expires_at is an INTEGER of microseconds since the Unix epoch;
