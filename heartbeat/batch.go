@@ -205,17 +205,6 @@ func (b *Batcher) remove(m *member) {
 	b.signal()
 }
 
-func (b *Batcher) kept(m *member) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, x := range b.members {
-		if x == m {
-			return true
-		}
-	}
-	return false
-}
-
 func (b *Batcher) wall(t time.Time) time.Time {
 	if _, ok := b.clock.(systemClock); ok {
 		return t
@@ -258,7 +247,7 @@ func (b *Batcher) run(done chan struct{}) {
 			b.renew(due)
 			continue
 		}
-		timer.Reset(b.wall(wake).Sub(time.Now()))
+		timer.Reset(time.Until(b.wall(wake)))
 		select {
 		case <-timer.C:
 		case <-b.wake:

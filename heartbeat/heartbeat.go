@@ -223,7 +223,9 @@ type Config struct {
 	// Supervisor together with those of every other Supervisor that uses
 	// it, one statement per table per round (see Batcher); the Supervisor
 	// renews other Renewers itself and keeps every other duty. Its
-	// Interval must not exceed Interval.
+	// Interval must not exceed Interval. Stop and remove take the leases
+	// back from the Batcher at once without waiting for a round in flight
+	// (its result for them is ignored), as for a renewal of their own.
 	Batcher *Batcher
 }
 

@@ -36,6 +36,9 @@ const MaxBatch = 1000
 // Renew). The same key may appear more than once (an old holder's grant
 // and a new one's, say): grants are matched by their tokens.
 //
+// The statement spans many keys: on a sharded engine (Vitess) it would go
+// to every shard; renew one key per statement there (Renew).
+//
 // Pass a pool, or a transaction of your own: the statements lock every
 // row they renew until they end, so on a pool they run in autocommit. On
 // SQLite a FlowDB whose flow has a transaction open routes into it (see

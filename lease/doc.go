@@ -81,6 +81,11 @@
 //     CheckText for your own text in a unique key.
 //   - A token prints as [redacted] everywhere (fmt, slog, JSON), and never
 //     appears in an error.
+//   - RenewMany renews any number of grants of one table with one
+//     statement per MaxBatch (on MySQL, one read more only when fewer rows
+//     matched than were sent), each loss reported on its own, each deadline
+//     from the send time: what heartbeat.Batcher uses to keep a process's
+//     leases alive with a few statements per interval.
 //
 // # What it does not do
 //
@@ -225,7 +230,10 @@
 //   - Vitess (MySQL protocol). Keep a session's rows on one shard (every
 //     table carries the session key, every unique key includes it), so
 //     every lease statement and every fenced transaction stays on one
-//     shard. vtgate's handling of LAST_INSERT_ID has changed across
+//     shard. RenewMany (heartbeat.Batcher, request.Runner's default)
+//     renews many sessions' rows in one statement, which Vitess would
+//     scatter to every shard: set request.Config.SeparateHeartbeats there.
+//     vtgate's handling of LAST_INSERT_ID has changed across
 //     releases (16.0 misreported LAST_INSERT_ID(expr); a later change made
 //     it match MySQL when no row is updated): keep expires_at at
 //     DATETIME(6), so that success is always 1 row affected and the
