@@ -23,6 +23,12 @@ test-sqlite:
 bench:
 	ROWLEASE_BENCH=1 bash scripts/test.sh
 
+# The comparison benchmarks on throwaway servers, drawn as SVG charts in
+# docs/bench (tools/benchreport, a module of its own: the plotting library
+# stays out of rowlease's dependencies). A few minutes.
+bench-report:
+	ROWLEASE_REPORT=$(CURDIR)/docs/bench bash scripts/test.sh
+
 # Throwaway servers for working by hand: `source .servers.env` in another
 # shell, then go test as usual. Interrupt to stop them.
 servers:
