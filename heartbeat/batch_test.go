@@ -219,3 +219,34 @@ func TestBatcherConfig(t *testing.T) {
 	assert.ErrorIs(t, err, lease.ErrInvalid, "a batch interval above the supervisor's")
 	assert.NoError(t, b.Wait(context.Background()), "never started")
 }
+
+// TestBatcherAddRacingStop: a lease added while its Supervisor stops is
+// never left with the Batcher (which would renew it for nobody, forever):
+// once every Supervisor stopped, the Batcher keeps nothing and its
+// goroutine returns — without the remove funcs being called.
+func TestBatcherAddRacingStop(t *testing.T) {
+	db := testdb.Open(t, lease.SQLite)
+	e := conformance.Setup(t, db, lease.Options{})
+	ctx := ctxT(t)
+	const ttl = time.Minute
+	b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: ttl / 3})
+	require.NoError(t, err)
+	e.Insert(t, "k")
+	g, err := e.Lease.Acquire(ctx, e.DB, "k", "h", ttl)
+	require.NoError(t, err)
+	for range 300 {
+		s, err := heartbeat.New(heartbeat.Config{Interval: ttl / 3, TTL: ttl, Batcher: b})
+		require.NoError(t, err)
+		_, err = s.Start(context.Background())
+		require.NoError(t, err)
+		added := make(chan struct{})
+		go func() {
+			defer close(added)
+			s.Add(heartbeat.ForLease("late", e.Lease, e.DB, g, ttl))
+		}()
+		s.Stop()
+		<-added
+	}
+	assert.Zero(t, b.Len())
+	require.NoError(t, b.Wait(ctx))
+}

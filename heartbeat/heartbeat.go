@@ -356,18 +356,20 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 	if br, ok := r.(batchable); ok && s.cfg.Batcher != nil && e.invalid == nil {
 		e.member = &member{sup: s, e: e, r: br}
 	}
+	// The Batcher is told under s.mu (it never takes s.mu while holding
+	// its own lock), so that a lease added while the goroutine exits is
+	// either taken back by batching(false) or never handed over.
 	s.mu.Lock()
 	s.entries = append(s.entries, e)
-	batch := e.member != nil && s.batchOn
-	s.mu.Unlock()
-	if batch {
+	if e.member != nil && s.batchOn {
 		s.cfg.Batcher.add(e.member)
 	}
+	s.mu.Unlock()
 	s.signal()
 	return func() {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		if e.removed {
-			s.mu.Unlock()
 			return
 		}
 		e.removed = true
@@ -377,7 +379,6 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 				break
 			}
 		}
-		s.mu.Unlock()
 		if e.member != nil {
 			s.cfg.Batcher.remove(e.member)
 		}
@@ -391,19 +392,16 @@ func (s *Supervisor) batching(on bool) {
 		return
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.batchOn = on
-	var ms []*member
 	for _, e := range s.entries {
-		if e.member != nil {
-			ms = append(ms, e.member)
+		if e.member == nil {
+			continue
 		}
-	}
-	s.mu.Unlock()
-	for _, m := range ms {
 		if on {
-			s.cfg.Batcher.add(m)
+			s.cfg.Batcher.add(e.member)
 		} else {
-			s.cfg.Batcher.remove(m)
+			s.cfg.Batcher.remove(e.member)
 		}
 	}
 }
