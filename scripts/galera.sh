@@ -181,7 +181,7 @@ export ROWLEASE_GALERA_DSNS
 if [[ -n ${ROWLEASE_SERVE:-} ]]; then
     echo "export ROWLEASE_GALERA_DSNS='$ROWLEASE_GALERA_DSNS'" >"$ROWLEASE_SERVE"
     log "cluster up; DSNs in $ROWLEASE_SERVE; interrupt to stop it"
-    while true; do sleep 3600; done
+    while true; do sleep 3600 & wait $!; done   # wait: a signal runs the trap at once
 fi
 set +e
 # shellcheck disable=SC2086
