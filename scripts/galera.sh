@@ -2,8 +2,8 @@
 # Start a throwaway 3-node MariaDB Galera cluster on loopback and run the
 # Galera tests against it (make test-galera).
 #
-# - Needs mariadb-server and galera-4 (Debian's mariadb-server pulls it in);
-#   as root with apt-get, installs what is missing.
+# - Needs mariadb-server, galera-4 (Debian's mariadb-server pulls it in) and
+#   rsync; as root with apt-get, installs what is missing.
 # - Never touches system services: the nodes run from a fresh temp dir on
 #   free loopback ports and are stopped (and the dir removed) on exit.
 # - No state transfer tool is needed: node 1 is bootstrapped, given the test
@@ -34,6 +34,7 @@ find_galera() {
 pkgs=()
 [[ -n $(find_mariadbd) ]] || pkgs+=(mariadb-server)
 [[ -n $(find_galera) ]] || pkgs+=(galera-4)
+command -v rsync >/dev/null || pkgs+=(rsync)   # the state transfer (a joiner's catch-up) runs it
 command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
 if ((${#pkgs[@]})); then
     if ((IS_ROOT)) && command -v apt-get >/dev/null; then
