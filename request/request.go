@@ -92,6 +92,9 @@ type Config struct {
 	Tools *toolexec.Registry
 	// Lease options (safety margin, clock) for every level. The heartbeat
 	// reads the same clock as the leases' trust deadlines (Lease.Clock).
+	// On a MariaDB Galera pool whose connections reach several nodes, set
+	// Lease.MultiPrimary: it also makes the Runner's own lookup of a
+	// request causal (see lease.Options.MultiPrimary).
 	Lease lease.Options
 	// Logger; nil means slog.Default(). Tokens are never logged.
 	Logger *slog.Logger
