@@ -4,10 +4,17 @@
 # The Go tarball install is often not on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: test test-sqlite bench servers screenshot chaos fmt vet lint
+.PHONY: test test-galera test-sqlite bench bench-report servers screenshot chaos fmt vet lint
 
 test:
 	bash scripts/test.sh
+
+# The Galera suite: a throwaway 3-node MariaDB Galera cluster on loopback
+# (about 20s to start), the lease conformance suite and the three-level flow
+# with clients spread over the nodes per connection and per statement,
+# fenced writes against takeovers on other nodes. About a minute.
+test-galera:
+	bash scripts/galera.sh
 
 # Unit + SQLite tests only: MySQL/Postgres tests skip without their DSNs.
 test-sqlite:
@@ -15,6 +22,12 @@ test-sqlite:
 
 bench:
 	ROWLEASE_BENCH=1 bash scripts/test.sh
+
+# The comparison benchmarks on throwaway servers, drawn as SVG charts in
+# docs/bench (tools/benchreport, a module of its own: the plotting library
+# stays out of rowlease's dependencies). A few minutes.
+bench-report:
+	ROWLEASE_REPORT=$(CURDIR)/docs/bench bash scripts/test.sh
 
 # Throwaway servers for working by hand: `source .servers.env` in another
 # shell, then go test as usual. Interrupt to stop them.

@@ -32,6 +32,13 @@
 // LeaseRenewer's copy of the grant, not the caller's: read the current
 // one, with its trust deadline, from LeaseRenewer.Grant.
 //
+// Many flows in one process share a Batcher (Config.Batcher): it renews
+// the LeaseRenewers of every Supervisor that uses it together, one
+// statement per table per interval (lease.Lease.RenewMany), while each
+// Supervisor keeps its own work context, deadlines and Stop. A thousand
+// flows of two leases cost two statements per interval instead of two
+// thousand. See Batcher for what it guarantees, and for SQLite.
+//
 // For a single plain lease, Hold does all of that in one call: acquire (or,
 // with HoldOptions.Wait, wait for it), supervise, run fn under the work
 // context, release.

@@ -219,6 +219,14 @@ type Config struct {
 	// renewal, retry and loss, for tests and metrics. It must return
 	// quickly and must not call Stop.
 	OnEvent func(Event)
+	// Batcher, when set, renews the *LeaseRenewer leases (ForLease) of this
+	// Supervisor together with those of every other Supervisor that uses
+	// it, one statement per table per round (see Batcher); the Supervisor
+	// renews other Renewers itself and keeps every other duty. Its
+	// Interval must not exceed Interval. Stop and remove take the leases
+	// back from the Batcher at once without waiting for a round in flight
+	// (its result for them is ignored), as for a renewal of their own.
+	Batcher *Batcher
 }
 
 // Validate reports a Config that New would reject, as a
@@ -232,6 +240,8 @@ func (c Config) Validate() error {
 		return &lease.ValidationError{Field: "interval", Reason: "must be positive"}
 	case c.Interval > c.TTL/3:
 		return &lease.ValidationError{Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
+	case c.Batcher != nil && c.Batcher.Interval() > c.Interval:
+		return &lease.ValidationError{Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
 	}
 	return nil
 }
@@ -273,6 +283,8 @@ type entry struct {
 	failures int       // failed renewals in a row
 	lastErr  error     // the last failed renewal's error
 	invalid  error     // why Add refused it (a *lease.ValidationError), or nil
+	member   *member   // kept by Config.Batcher, which renews it; nil: renewed here
+	result   *result   // the Batcher's latest result, not yet applied
 }
 
 // Supervisor keeps every lease of one flow alive and cancels the flow's work
@@ -290,7 +302,8 @@ type Supervisor struct {
 	done    chan struct{} // closed when the goroutine returns
 	lost    error
 
-	changed chan struct{} // capacity 1: an entry was added or removed
+	changed chan struct{} // capacity 1: an entry was added or removed, or a batched result came
+	batchOn bool          // the goroutine runs: batched entries are with the Batcher
 }
 
 // New validates cfg and returns a Supervisor that is not yet running. Bad
@@ -340,8 +353,17 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 		e.invalid = err
 	}
 	e.due = now.Add(s.nextRenewal(e.deadline.Sub(now)))
+	if br, ok := r.(batchable); ok && s.cfg.Batcher != nil && e.invalid == nil {
+		e.member = &member{sup: s, e: e, r: br}
+	}
+	// The Batcher is told under s.mu (it never takes s.mu while holding
+	// its own lock), so that a lease added while the goroutine exits is
+	// either taken back by batching(false) or never handed over.
 	s.mu.Lock()
 	s.entries = append(s.entries, e)
+	if e.member != nil && s.batchOn {
+		s.cfg.Batcher.add(e.member)
+	}
 	s.mu.Unlock()
 	s.signal()
 	return func() {
@@ -356,6 +378,66 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 				s.entries = append(s.entries[:i:i], s.entries[i+1:]...)
 				break
 			}
+		}
+		if e.member != nil {
+			s.cfg.Batcher.remove(e.member)
+		}
+	}
+}
+
+// batching hands the batched entries to the Batcher when the goroutine
+// starts (on is true) and takes them back when it returns.
+func (s *Supervisor) batching(on bool) {
+	if s.cfg.Batcher == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batchOn = on
+	for _, e := range s.entries {
+		if e.member == nil {
+			continue
+		}
+		if on {
+			s.cfg.Batcher.add(e.member)
+		} else {
+			s.cfg.Batcher.remove(e.member)
+		}
+	}
+}
+
+// deliver hands the Batcher's result for e to the supervisor goroutine.
+func (s *Supervisor) deliver(e *entry, r result) {
+	s.mu.Lock()
+	if !e.removed {
+		e.result = &r
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// applyResults applies the Batcher's results, in the order the entries
+// were added. It reports false when the goroutine must return.
+func (s *Supervisor) applyResults(ctx context.Context) bool {
+	for {
+		s.mu.Lock()
+		var e *entry
+		for _, x := range s.entries {
+			if x.result != nil {
+				e = x
+				break
+			}
+		}
+		if e == nil {
+			s.mu.Unlock()
+			return true
+		}
+		r := *e.result
+		e.result = nil
+		prev := e.deadline
+		s.mu.Unlock()
+		if !s.settle(ctx, e, prev, r.at, r.deadline, r.err) {
+			return false
 		}
 	}
 }
@@ -442,8 +524,10 @@ func (s *Supervisor) run(ctx context.Context) {
 	defer s.log.Debug("heartbeat: stopped")
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	s.batching(true)
+	defer s.batching(false)
 	for {
-		if ctx.Err() != nil || s.refused(ctx) || s.expired(ctx, s.clock.Now()) {
+		if ctx.Err() != nil || s.refused(ctx) || !s.applyResults(ctx) || s.expired(ctx, s.clock.Now()) {
 			return
 		}
 		for _, e := range s.dueEntries(s.clock.Now()) {
@@ -480,7 +564,7 @@ func (s *Supervisor) dueEntries(now time.Time) []*entry {
 	defer s.mu.Unlock()
 	var some bool
 	for _, e := range s.entries {
-		some = some || !now.Before(e.due)
+		some = some || (e.member == nil && !now.Before(e.due))
 	}
 	if !some {
 		return nil
@@ -488,7 +572,7 @@ func (s *Supervisor) dueEntries(now time.Time) []*entry {
 	horizon := now.Add(s.cfg.Interval / 4)
 	var due []*entry
 	for _, e := range s.entries {
-		if e.due.Before(horizon) {
+		if e.member == nil && e.due.Before(horizon) {
 			due = append(due, e)
 		}
 	}
@@ -502,8 +586,8 @@ func (s *Supervisor) nextWake() (time.Time, bool) {
 	var wake time.Time
 	for i, e := range s.entries {
 		t := e.due
-		if e.deadline.Before(t) {
-			t = e.deadline
+		if e.member != nil || e.deadline.Before(t) {
+			t = e.deadline // a batched entry: only its deadline
 		}
 		if i == 0 || t.Before(wake) {
 			wake = t
@@ -583,11 +667,16 @@ func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
 	rctx, cancel := context.WithDeadline(ctx, s.wall(dl))
 	nd, err := e.r.Renew(rctx)
 	cancel()
-	now := s.clock.Now()
+	return s.settle(ctx, e, prev, s.clock.Now(), nd, err)
+}
+
+// settle applies the result of a renewal of e that returned at now, when
+// its trust deadline was prev: the new deadline nd, or err. It reports
+// false when the goroutine must return.
+func (s *Supervisor) settle(ctx context.Context, e *entry, prev, now, nd time.Time, err error) bool {
 	if ctx.Err() != nil {
 		return false // stopped, or the parent is done: not a loss
 	}
-
 	s.mu.Lock()
 	if e.removed {
 		s.mu.Unlock()
@@ -621,7 +710,9 @@ func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
 	e.lastErr = err
 	left := prev.Sub(now)
 	wait := s.retryDelay(left)
-	e.due = now.Add(wait)
+	if e.member == nil {
+		e.due = now.Add(wait)
+	}
 	n := e.failures
 	s.mu.Unlock()
 	s.log.Warn("heartbeat: renewal failed, retrying", "lease", e.name, "attempt", n,

@@ -81,6 +81,11 @@
 //     CheckText for your own text in a unique key.
 //   - A token prints as [redacted] everywhere (fmt, slog, JSON), and never
 //     appears in an error.
+//   - RenewMany renews any number of grants of one table with one
+//     statement per MaxBatch (on MySQL, one read more only when fewer rows
+//     matched than were sent), each loss reported on its own, each deadline
+//     from the send time: what heartbeat.Batcher uses to keep a process's
+//     leases alive with a few statements per interval.
 //
 // # What it does not do
 //
@@ -129,6 +134,18 @@
 //     treat it as loss, and never treat loss as a transient error; retry
 //     until the grant's Deadline, then act as if lost. IsRetryable picks out
 //     a deadlock or serialization victim, which took no effect.
+//   - A deadlock, serialization or certification victim (MySQL/Galera
+//     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
+//     autocommit, took no effect: the operation sends it again, up to
+//     MaxAttempts times with a jittered pause (Backoff), and returns the
+//     error only after the last. Every operation is safe to send again
+//     after such an error — Acquire with the same token, Create with the
+//     same key, the token-checked ones — because nothing of the first
+//     send was applied. Inside a transaction (a *sql.Tx, a *sql.Conn, a
+//     FlowDB routing into one) the whole transaction was rolled back: the
+//     error is returned at once, for the caller to run the transaction
+//     again (package toolexec and request.Run.InTx do). SQLite's busy
+//     errors are not sent again: the busy timeout already waited.
 //
 // # Dialect notes
 //
@@ -161,6 +178,80 @@
 // text. Close releases the kept statements; it is safe while operations
 // run (one racing it finishes on its statement or sends text), and the
 // Lease sends text after it.
+//
+// # Multi-primary clusters (MariaDB Galera)
+//
+// Every lease operation is one write that Galera certifies like any other,
+// and the fence (Confirm) is a write too: a takeover on another node and
+// the holder's fenced commit cannot both succeed; the loser gets error
+// 1213, which took no effect and is sent again (see Failure handling). A
+// Galera user must configure:
+//
+//   - Read-your-writes. A node applies the others' writes a little later.
+//     A token-checked write that reaches a node which has not yet applied
+//     the holder's previous write (through a load balancer, or a pool
+//     whose connections reach several nodes) matches no row although
+//     nothing changed. Either keep each pool on one node, or set
+//     wsrep_sync_wait in the DSN (&wsrep_sync_wait=7 with go-sql-driver;
+//     every read and write then waits for its node to catch up), or set
+//     Options.MultiPrimary: a token-checked write (or Verify) that matched
+//     no row is sent once more under wsrep_sync_wait (MariaDB's SET
+//     STATEMENT, one statement), and only a second miss is ErrLost;
+//     Inspect always reads that way. Single servers need none of this and,
+//     without MultiPrimary, pay nothing for it.
+//   - Clocks. Expiry is judged by the clock of the node that runs the
+//     statement: keep the nodes' clocks in step (NTP) well below
+//     SafetyMargin, which must exceed the largest skew between any two
+//     nodes.
+//   - wsrep_retry_autocommit (default 1) may stay: the library retries
+//     beyond it.
+//
+// Tested on a 3-node MariaDB 10.11 Galera cluster (make test-galera):
+// clients spread over the nodes per goroutine and per statement, fenced
+// writes against takeovers on other nodes, the three-level flow.
+//
+// # Other engines (from their documentation; not tested)
+//
+// None of these is in the test suite; what follows is what their
+// documentation says, held against what this package relies on.
+//
+//   - TiDB (MySQL protocol). New clusters use pessimistic transactions
+//     (the default since v3.0.8): writes take row locks as InnoDB does,
+//     and a conflicting lease statement waits, then matches or not.
+//     Under the optimistic model (tidb_txn_mode='optimistic') a conflict
+//     is found only at commit and comes back as TiDB's "write conflict"
+//     error (9007), not 1213: this package does not send it again and
+//     IsTransient does not know it, and TiDB no longer retries optimistic
+//     transactions itself (tidb_disable_txn_auto_retry is deprecated since
+//     v8.0.0). Keep the pessimistic mode. LAST_INSERT_ID(expr) is
+//     supported; keep expires_at at DATETIME(6). UTC_TIMESTAMP(6) is read
+//     on the TiDB server that runs the statement: keep the servers' clocks
+//     within SafetyMargin.
+//   - Vitess (MySQL protocol). Keep a session's rows on one shard (every
+//     table carries the session key, every unique key includes it), so
+//     every lease statement and every fenced transaction stays on one
+//     shard. RenewMany (heartbeat.Batcher, request.Runner's default)
+//     renews many sessions' rows in one statement, which Vitess would
+//     scatter to every shard: set request.Config.SeparateHeartbeats there.
+//     vtgate's handling of LAST_INSERT_ID has changed across
+//     releases (16.0 misreported LAST_INSERT_ID(expr); a later change made
+//     it match MySQL when no row is updated): keep expires_at at
+//     DATETIME(6), so that success is always 1 row affected and the
+//     insert-id fallback of coarse columns is never used.
+//   - CockroachDB (PostgreSQL protocol). Transactions are SERIALIZABLE by
+//     default; a conflict the server cannot retry itself comes back as
+//     SQLSTATE 40001 ("restart transaction"), which this package sends
+//     again in autocommit and IsTransient reports. 40003 ("result is
+//     ambiguous", statement_completion_unknown) means the outcome is
+//     unknown: it is a driver error like any other, never sent again. A
+//     node refuses to run with a clock more than --max-offset (500ms by
+//     default) from the others: set SafetyMargin above that (1s, with TTLs
+//     of several seconds). statement_timestamp() and RETURNING exist.
+//   - YugabyteDB (PostgreSQL protocol). It retries conflicting statements
+//     on the server where it can, and otherwise returns 40001 under
+//     Serializable and Repeatable Read (sent again here in autocommit);
+//     Read Committed raises no serialization errors. Keep node clocks
+//     within SafetyMargin.
 //
 // PostgreSQL: expires_at is timestamptz.
 //

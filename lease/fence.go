@@ -56,7 +56,7 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	if err := l.checkTTL(g.TTL); err != nil {
 		return 0, err
 	}
-	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds()))
+	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds()), true)
 	if err != nil {
 		return 0, err
 	}
@@ -134,7 +134,11 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 // long fn (unless fn itself writes those rows).
 //
 // A fence that no longer holds rolls everything back and returns an error
-// naming it that matches ErrLost. An error from fn or Then is returned as
+// naming it that matches ErrLost. On a multi-primary cluster
+// (Options.MultiPrimary) a fence or o.Then that finds its grant gone is
+// first checked by a causal read outside the transaction: when every grant
+// of o.Fences and o.Keep still holds, the transaction ran on a node that
+// was behind, and the error is ErrNodeBehind (transient: run it again). An error from fn or Then is returned as
 // it is, after the rollback. A failed commit means the outcome is unknown.
 //
 // On SQLite with o.Flow set, the flow's renewals run inside this
@@ -164,6 +168,10 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 		defer o.Flow.leave(tx)
 	}
 	if err := runFencedBody(ctx, tx, o, fn); err != nil {
+		if errors.Is(err, ErrLost) && ctx.Err() == nil && multiPrimary(o) {
+			_ = tx.Rollback()
+			return behind(ctx, db, o, err)
+		}
 		if route && ctx.Err() == nil {
 			if kerr := keepAfterFailure(ctx, tx, o); kerr != nil {
 				_ = tx.Rollback()
@@ -178,6 +186,69 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 		return fmt.Errorf("lease: commit (outcome unknown): %w", err)
 	}
 	return nil
+}
+
+// ErrNodeBehind is what RunFenced returns, on a multi-primary cluster
+// (Options.MultiPrimary), when a fence or the final mark found its grant
+// gone inside the transaction but a causal read outside it finds every
+// grant still held: the transaction ran on a node that had not yet applied
+// the holder's own earlier writes (inside a transaction, wsrep_sync_wait
+// does not wait). Nothing was committed; run the transaction again.
+// IsTransient reports it.
+var ErrNodeBehind = errors.New("lease: the transaction's node had not applied the holder's own writes; nothing committed, run it again")
+
+// causalHolder is a Fence that can tell, outside any transaction and
+// causally, whether its grant still holds (only with Options.MultiPrimary).
+type causalHolder interface {
+	multi() bool
+	holdsCausally(ctx context.Context, db DB) (multi, held bool, err error)
+}
+
+func (f fence[K]) multi() bool { return f.l != nil && f.l.multiPrimary }
+
+func (f fence[K]) holdsCausally(ctx context.Context, db DB) (bool, bool, error) {
+	if !f.l.multiPrimary {
+		return false, false, nil
+	}
+	_, err := f.l.Verify(ctx, db, f.g, false) // a pool: autocommit, so causal
+	if errors.Is(err, ErrLost) {
+		return true, false, nil
+	}
+	return true, err == nil, err
+}
+
+// multiPrimary reports whether a fence of o is on a multi-primary lease
+// (never on SQLite, so never with a routed FlowDB).
+func multiPrimary(o FencedTx) bool {
+	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+		if c, ok := f.(causalHolder); ok && c.multi() {
+			return true
+		}
+	}
+	return false
+}
+
+// behind turns lost, the error of a fenced transaction that was rolled
+// back, into ErrNodeBehind when every fence (and o.Keep) of a
+// multi-primary lease still holds by a causal read on db; otherwise it
+// returns lost as it is.
+func behind(ctx context.Context, db DB, o FencedTx, lost error) error {
+	multi := false
+	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+		c, ok := f.(causalHolder)
+		if !ok {
+			return lost
+		}
+		m, held, err := c.holdsCausally(ctx, db)
+		if !m || err != nil || !held {
+			return lost
+		}
+		multi = true
+	}
+	if !multi {
+		return lost
+	}
+	return fmt.Errorf("%w (%v)", ErrNodeBehind, lost)
 }
 
 func runFencedBody(ctx context.Context, tx *sql.Tx, o FencedTx, fn func(tx *sql.Tx) error) error {
@@ -328,12 +399,12 @@ func resolve(db DB) DB {
 // IsTransient reports whether err is a database error after which the
 // transaction it ended took no effect and may be run again: a deadlock or
 // serialization victim (IsRetryable), a MySQL lock wait timeout (1205),
-// or SQLite's busy or locked. It is never a lease loss.
+// SQLite's busy or locked, or ErrNodeBehind. It is never a lease loss.
 func IsTransient(err error) bool {
 	if err == nil {
 		return false
 	}
-	if IsRetryable(err) {
+	if IsRetryable(err) || errors.Is(err, ErrNodeBehind) {
 		return true
 	}
 	var my *mysql.MySQLError

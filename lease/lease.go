@@ -67,6 +67,20 @@ type Options struct {
 	// Observer, when set, is told of every operation (see Observer); nil
 	// costs nothing.
 	Observer Observer
+	// MultiPrimary declares a MySQL-protocol multi-primary cluster
+	// (MariaDB Galera) whose nodes one pool's connections may reach in
+	// turn, behind a load balancer or a round-robin connector. A node
+	// applies the others' writes a little later, so a token-checked write
+	// sent right after the holder's previous write (through another node)
+	// can match no row although nothing changed. With MultiPrimary, such a
+	// write that matched no row is run once more under wsrep_sync_wait
+	// (MariaDB's SET STATEMENT), so that its node first applies every
+	// write committed before it; only a second miss is ErrLost. Single
+	// servers, and a cluster reached one node per pool or with
+	// wsrep_sync_wait set in the DSN, do not need it and pay nothing
+	// without it. MySQL dialect only; on Percona XtraDB Cluster, which has
+	// no SET STATEMENT, set wsrep_sync_wait in the DSN instead.
+	MultiPrimary bool
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -153,6 +167,8 @@ type Lease[K Key] struct {
 	stmts   stmtCache
 	b       sqlBuilder
 	obs     Observer // nil: nothing is reported
+	// multiPrimary: confirm a token-checked miss causally (Options.MultiPrimary).
+	multiPrimary bool
 
 	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
@@ -174,6 +190,9 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
 		return nil, invalid("prepare mode", "unknown")
 	}
+	if opts.MultiPrimary && dialect != MySQL {
+		return nil, invalid("multi-primary", "only for the MySQL dialect (MariaDB Galera)")
+	}
 	if r := opts.ExpiryResolution; r != 0 && !powerOfTenMicros(r) {
 		return nil, invalid("expiry resolution", "not a power of ten between 1µs and 1s")
 	}
@@ -187,6 +206,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 		l.clock = systemClock{}
 	}
 	l.obs = opts.Observer
+	l.multiPrimary = opts.MultiPrimary
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
@@ -410,16 +430,36 @@ func addSet(m map[string]any, set []Assignment) {
 // affected with a non-zero insert id counts as a match (MySQL sends 0 when
 // no row was evaluated; engines that misreport LAST_INSERT_ID(expr), as
 // Vitess 16.0 did, must not be given a coarse column).
-func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any) (gen int64, ok bool, err error) {
+//
+// A deadlock, serialization or certification victim in autocommit is sent
+// again (see MaxAttempts). A token-checked statement (checked) that matched
+// no row is, with Options.MultiPrimary, sent once more causally: only a
+// second miss is a miss.
+func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any, checked bool) (gen int64, ok bool, err error) {
 	args := c.args(m)
+	run := func(q string) error {
+		return l.retry(ctx, db, func() error {
+			var err error
+			gen, ok, err = l.execOnce(ctx, db, q, args)
+			return err
+		})
+	}
+	err = run(c.query)
+	if err == nil && !ok && checked && l.multiPrimary {
+		err = run(causal(c.query))
+	}
+	return gen, ok, err
+}
+
+func (l *Lease[K]) execOnce(ctx context.Context, db DB, q string, args []any) (gen int64, ok bool, err error) {
 	if l.dialect != MySQL {
-		err = l.queryRow(ctx, db, c.query, args).Scan(&gen)
+		err = l.queryRow(ctx, db, q, args).Scan(&gen)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
 		}
 		return gen, err == nil, err
 	}
-	res, err := l.execQ(ctx, db, c.query, args)
+	res, err := l.execQ(ctx, db, q, args)
 	if err != nil {
 		return 0, false, err
 	}
@@ -497,7 +537,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	addStates(m, o.InStates)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, m)
+	gen, ok, err := l.exec(ctx, db, c, m, false)
 	if err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
@@ -548,7 +588,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 		return g, err
 	}
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()))
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()), true)
 	if err != nil {
 		return g, err
 	}
@@ -576,7 +616,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	var ok bool
 	var err error
 	if l.dialect == MySQL {
-		_, ok, err = l.exec(ctx, db, l.releaseQ, m)
+		_, ok, err = l.exec(ctx, db, l.releaseQ, m, true)
 	} else {
 		ok, err = l.execOne(ctx, db, l.releaseQ, m)
 	}
@@ -625,7 +665,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	addStates(m, o.From)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, m)
+	gen, ok, err := l.exec(ctx, db, c, m, true)
 	if err != nil {
 		return g, l.translate(g.Key, err)
 	}
@@ -662,7 +702,14 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 		c = l.verifyLockQ
 	}
 	var gen int64
-	err := l.queryRow(ctx, db, c.query, c.args(vals("key", g.Key, "tok", g.Token.Secret()))).Scan(&gen)
+	args := c.args(vals("key", g.Key, "tok", g.Token.Secret()))
+	read := func(q string) error {
+		return l.retry(ctx, db, func() error { return l.queryRow(ctx, db, q, args).Scan(&gen) })
+	}
+	err := read(c.query)
+	if errors.Is(err, sql.ErrNoRows) && l.multiPrimary {
+		err = read(causal(c.query))
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, &LostError{Key: keyText(g.Key), Op: "check"}
 	}
@@ -684,8 +731,14 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 	var st Status
 	var held int
 	var micros int64
-	err := l.queryRow(ctx, db, l.inspectQ.query, l.inspectQ.args(vals("key", key))).
-		Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
+	q := l.inspectQ.query
+	if l.multiPrimary {
+		q = causal(q) // what the cluster committed, not what this node applied
+	}
+	err := l.retry(ctx, db, func() error {
+		return l.queryRow(ctx, db, q, l.inspectQ.args(vals("key", key))).
+			Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
 	}
@@ -736,7 +789,10 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
-	if _, err := l.execQ(ctx, db, c.query, c.args(m)); err != nil {
+	if err := l.retry(ctx, db, func() error {
+		_, err := l.execQ(ctx, db, c.query, c.args(m))
+		return err
+	}); err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
 	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,
@@ -781,12 +837,26 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 // affected exactly one row. Only for statements that always change the row
 // they match (a token set to NULL, a row deleted), so that MySQL's
 // changed-rows count is as good as a matched-rows count.
+//
+// Like exec, it sends a victim again in autocommit and, with
+// Options.MultiPrimary, confirms a miss causally.
 func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]any) (bool, error) {
-	res, err := l.execQ(ctx, db, c.query, c.args(m))
-	if err != nil {
-		return false, err
+	args := c.args(m)
+	var n int64
+	run := func(q string) error {
+		return l.retry(ctx, db, func() error {
+			res, err := l.execQ(ctx, db, q, args)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
 	}
-	n, err := res.RowsAffected()
+	err := run(c.query)
+	if err == nil && n != 1 && l.multiPrimary {
+		err = run(causal(c.query))
+	}
 	return n == 1, err
 }
 
@@ -812,6 +882,8 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (r
 	c := compile(l.dialect, l.b.ensure(o.State != "", o.Set))
 	m := vals("key", key, "state", o.State)
 	addSet(m, o.Set)
-	_, err := db.ExecContext(ctx, c.query, c.args(m)...)
-	return err
+	return l.retry(ctx, db, func() error {
+		_, err := resolve(db).ExecContext(ctx, c.query, c.args(m)...)
+		return err
+	})
 }

@@ -2,6 +2,7 @@ package request
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/rowlease/rowlease/heartbeat"
@@ -34,6 +35,61 @@ func (w *interruptWatch) Renew(ctx context.Context) (time.Time, error) {
 		w.cancel(&InterruptedError{By: by})
 	}
 	return d, nil
+}
+
+// watching are the runs of this Runner whose interrupts the Batcher's
+// round reads (checkInterrupts), by request id.
+type watching struct {
+	mu   sync.Mutex
+	runs map[string]context.CancelCauseFunc
+}
+
+// watchInterrupts registers a run for checkInterrupts; the returned func
+// unregisters it.
+func (r *Runner) watchInterrupts(id string, cancel context.CancelCauseFunc) (stop func()) {
+	r.watch.mu.Lock()
+	if r.watch.runs == nil {
+		r.watch.runs = map[string]context.CancelCauseFunc{}
+	}
+	r.watch.runs[id] = cancel
+	r.watch.mu.Unlock()
+	return func() {
+		r.watch.mu.Lock()
+		delete(r.watch.runs, id)
+		r.watch.mu.Unlock()
+	}
+}
+
+// checkInterrupts runs after each round of the Runner's Batcher: one read
+// finds every run of this process that another message asked to stop, and
+// cancels its work context with an *InterruptedError — within one
+// heartbeat interval, at one statement per interval for all the runs (the
+// per-run check of interruptWatch would cost one per run).
+func (r *Runner) checkInterrupts(ctx context.Context) {
+	r.watch.mu.Lock()
+	n := len(r.watch.runs)
+	r.watch.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	rows, err := r.db.QueryContext(ctx, r.q.flagsReadQ)
+	if err != nil {
+		r.log.Warn("rowlease: reading interrupt requests failed; retried next round", "err", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, by string
+		if rows.Scan(&id, &by) != nil {
+			continue
+		}
+		r.watch.mu.Lock()
+		cancel := r.watch.runs[id]
+		r.watch.mu.Unlock()
+		if cancel != nil && by != "" {
+			cancel(&InterruptedError{By: by})
+		}
+	}
 }
 
 // settleInterrupted marks interrupted a processing request that was asked

@@ -202,7 +202,7 @@ type queueState struct {
 	owners   map[string]chan *Run // request id → its own Handle, waiting to run it
 	changed  chan struct{}        // closed and replaced when a request of this process starts or ends
 
-	headQ, aheadQ, aheadInterruptQ, statsQ, insertQ, flagQ, settleQ, settleOneQ, candidatesQ, flagReadQ, statusQ string
+	headQ, aheadQ, aheadInterruptQ, statsQ, insertQ, flagQ, settleQ, settleOneQ, candidatesQ, flagReadQ, flagsReadQ, statusQ string
 }
 
 // Shared SQL fragments. Every name in them is a schema constant; the table
@@ -248,6 +248,10 @@ func (r *Runner) initQueue() {
 	q.candidatesQ = d.Rebind("SELECT DISTINCT session_key FROM " + t + " WHERE status = 'queued' OR (status = 'processing' AND " +
 		runnable + ") LIMIT ?")
 	q.flagReadQ = d.Rebind("SELECT COALESCE(interrupted_by, '') FROM " + t + " WHERE id = ?")
+	// Every run asked to stop and not stopped yet, in one read (the status
+	// index narrows it to the processing rows; a flag lives until its run
+	// marks itself interrupted, within an interval).
+	q.flagsReadQ = d.Rebind("SELECT id, interrupted_by FROM " + t + " WHERE status = 'processing' AND interrupted_by IS NOT NULL")
 }
 
 // hint records that the session may have queued messages: a run of this

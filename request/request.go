@@ -66,6 +66,13 @@ type Config struct {
 	TTL time.Duration
 	// HeartbeatInterval between renewals; default TTL/3. It must be at most TTL/3.
 	HeartbeatInterval time.Duration
+	// SeparateHeartbeats makes every run renew its own leases, one
+	// statement per lease per interval. By default the Runner's runs share
+	// one heartbeat.Batcher: every interval, one statement per table
+	// renews the leases of every run in flight (1,000 runs: a few
+	// statements instead of 2,000), each run still losing its work context
+	// on its own when one of its leases is lost.
+	SeparateHeartbeats bool
 	// ReleaseTimeout bounds the final writes and releases, which run even
 	// when the caller's context is already cancelled; default 5s.
 	ReleaseTimeout time.Duration
@@ -86,6 +93,9 @@ type Config struct {
 	Tools *toolexec.Registry
 	// Lease options (safety margin, clock) for every level. The heartbeat
 	// reads the same clock as the leases' trust deadlines (Lease.Clock).
+	// On a MariaDB Galera pool whose connections reach several nodes, set
+	// Lease.MultiPrimary: it also makes the Runner's own lookup of a
+	// request causal (see lease.Options.MultiPrimary).
 	Lease lease.Options
 	// Logger; nil means slog.Default(). Tokens are never logged.
 	Logger *slog.Logger
@@ -121,6 +131,8 @@ type Runner struct {
 	findQ    string
 	priorQ   string
 	q        queueState
+	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
+	watch    watching           // runs whose interrupts the batcher's rounds read
 }
 
 // New validates cfg and returns a Runner.
@@ -189,9 +201,18 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r := &Runner{cfg: cfg, db: cfg.DB, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
+	if !cfg.SeparateHeartbeats {
+		if r.batcher, err = heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: cfg.HeartbeatInterval, Clock: cfg.Lease.Clock, Logger: cfg.Logger,
+			AfterRound: r.checkInterrupts}); err != nil {
+			return nil, err
+		}
+	}
 	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation, " +
 		"COALESCE(interrupted_by, ''), CASE WHEN queue_seq IS NULL THEN 0 ELSE 1 END FROM " +
 		req.Table().Quoted(cfg.Dialect) + " WHERE session_key = ? AND client_request_id = ?")
+	if cfg.Lease.MultiPrimary {
+		r.findQ = lease.SyncWait(r.findQ) // see the request a duplicate just made through another node
+	}
 	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tools.Lease().Table().Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND request_id = ? AND status = 'success' ORDER BY created_at, id")
 	r.initQueue()
@@ -353,8 +374,11 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	// deadlock. Either way nothing was changed: start again.
 	for attempt := 0; attempt < 5; attempt++ {
 		run, out, err := r.beginOnce(ctx, msg, holder)
-		if errors.Is(err, errVanished) || lease.IsRetryable(err) {
+		if errors.Is(err, errVanished) {
 			continue
+		}
+		if lease.IsRetryable(err) && lease.Backoff(ctx, attempt+1) {
+			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
 		return run, out, err
 	}
@@ -480,6 +504,13 @@ func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, 
 			return nil, err
 		}
 		sg, g, err = r.createTx(ctx, msg, id, holder)
+		// On a multi-primary cluster the transaction may run on a node
+		// that has not applied the insert yet (inside a transaction
+		// wsrep_sync_wait does not wait): try again, briefly.
+		for attempt := 1; errors.Is(err, session.ErrNotFound) && r.cfg.Lease.MultiPrimary &&
+			attempt < lease.MaxAttempts && lease.Backoff(ctx, attempt); attempt++ {
+			sg, g, err = r.createTx(ctx, msg, id, holder)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -682,6 +713,12 @@ func (run *Run) Fences() []lease.Fence {
 // tool calls, such as storing the conversation. The lease rows are locked
 // only for the end of the transaction, so a long fn does not hold up the
 // heartbeat; on SQLite the heartbeat renews inside the transaction.
+//
+// fn may run more than once: a transaction that ended as a deadlock,
+// serialization or (on Galera) certification victim committed nothing, and
+// is run again from the start, fences included, up to lease.MaxAttempts
+// times with a jittered pause; after the last, the database's error is
+// returned (lease.IsTransient reports it).
 func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
@@ -691,7 +728,12 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 	if err := run.stopped(); err != nil {
 		return err
 	}
-	return lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+	for attempt := 1; ; attempt++ {
+		err = lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+		if err == nil || !lease.IsTransient(err) || attempt == lease.MaxAttempts || !lease.Backoff(ctx, attempt) {
+			return err
+		}
+	}
 }
 
 // flowDB is the database the run's heartbeat renews through (see
@@ -776,7 +818,7 @@ func (run *Run) isAbandoned() bool {
 // execute runs the agent under supervision and finishes the request.
 func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	run.abandoned = make(chan struct{})
-	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log}
+	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log, Batcher: r.batcher}
 	if r.cfg.Observer != nil {
 		hc.OnEvent = heartbeatEvent(ctx, r.cfg.Observer)
 	}
@@ -791,8 +833,15 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	ictx, interrupt := context.WithCancelCause(ctx)
 	defer interrupt(nil)
 	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
-	sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL),
-		r: r, run: run, cancel: interrupt})
+	if r.batcher != nil {
+		// Batched: the request lease is renewed with every run's, and one
+		// read per round finds the runs asked to stop (checkInterrupts).
+		sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL))
+		defer r.watchInterrupts(run.id, interrupt)()
+	} else {
+		sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL),
+			r: r, run: run, cancel: interrupt})
+	}
 	work, err := sup.Start(ictx)
 	if err != nil {
 		r.releaseAll(ctx, run)

@@ -13,6 +13,8 @@
 #   ROWLEASE_REQUIRE_ALL makes any dialect skip a failure.
 # - ROWLEASE_BENCH=1 runs benchmarks instead of tests; GOTEST_FLAGS is passed
 #   through to `go test`.
+# - ROWLEASE_REPORT=DIR runs tools/benchreport instead (make bench-report):
+#   the comparison benchmarks, written as SVG charts and report.md in DIR.
 # - ROWLEASE_SERVE=FILE runs no tests: it writes the DSNs to FILE (as export
 #   lines to source) and keeps the servers up until interrupted (make servers).
 # - ROWLEASE_MYSQL_RESTART / ROWLEASE_POSTGRES_RESTART are exported: each names
@@ -312,6 +314,10 @@ elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
     echo
     grep -h 'chaos summary' "$log_file" | sed -E 's/^ *[a-z_]+\.go:[0-9]+: //' || true
     exit "$rc"
+elif [[ -n ${ROWLEASE_REPORT:-} ]]; then
+    mkdir -p "$ROWLEASE_REPORT"
+    out=$(cd "$ROWLEASE_REPORT" && pwd)
+    (cd tools/benchreport && go run . -out "$out")
 elif [[ -n ${ROWLEASE_BENCH:-} ]]; then
     # shellcheck disable=SC2086
     go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...
@@ -325,8 +331,9 @@ else
     # shellcheck disable=SC2086
     go test -race -count=1 -timeout 40m -v ${GOTEST_FLAGS:-} ./... >"$log_file" 2>&1
     rc=$?
-    # Nested modules (contrib/*) are outside ./...: vet, lint and test each.
-    for mod in contrib/*/; do
+    # Nested modules (contrib/*, tools/*) are outside ./...: vet, lint and
+    # test each.
+    for mod in contrib/*/ tools/*/; do
         (cd "$mod" && go vet ./... && "$(go env GOPATH)/bin/staticcheck" ./... \
             && go test -race -count=1 -v ./...) >>"$log_file" 2>&1 || rc=1
     done

@@ -1,0 +1,497 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// ErrWriteLocked is the transient error a batched renewal reports when it
+// was put off because, on SQLite, another flow's fenced transaction holds
+// the database's only write lock (see Batcher). It is retried like any
+// transient error.
+var ErrWriteLocked = errors.New("heartbeat: renewal put off: a flow's transaction holds the SQLite write lock")
+
+// BatchConfig configures a Batcher.
+type BatchConfig struct {
+	// Interval is the time between two rounds of renewals. Required, above
+	// zero; every Supervisor using the Batcher must have an Interval at
+	// least this long (New checks).
+	Interval time.Duration
+	// Clock is the local clock; it must be the clock of the Supervisors
+	// and leases (nil: time.Now).
+	Clock lease.Clock
+	// Logger receives failed rounds (Warn). Nil means slog.Default().
+	Logger *slog.Logger
+	// AfterRound, when set, is called on the Batcher's goroutine after each
+	// round of renewals (not after the off-round renewal of a single
+	// lease), with a context that ends after one Interval: for work that
+	// belongs with the renewals and should cost one statement per round, not
+	// one per lease (package request reads there which of its runs were
+	// asked to stop). It must return promptly.
+	AfterRound func(ctx context.Context)
+}
+
+// Batcher renews the leases of many Supervisors together: every Interval,
+// one statement per table (per lease.MaxBatch leases) renews every lease
+// it keeps — lease.Lease.RenewMany — instead of one statement per lease.
+// A thousand runs in flight, each with a session and a request lease, cost
+// two statements per Interval instead of two thousand.
+//
+// Give it to Supervisors through Config.Batcher; they hand it the
+// *LeaseRenewer leases they supervise (other Renewers they renew
+// themselves) and keep everything else: each Supervisor still cancels its
+// own work context with a *LostError as soon as one of its leases is
+// lost, still watches every trust deadline on its own, and Stop still
+// joins it. A Batcher is safe for concurrent use. It runs one goroutine
+// while it has leases to renew, and none when it has none: there is
+// nothing to start or stop.
+//
+// # Guarantees
+//
+//   - Each lease is renewed at least once per Interval (sooner when half
+//     its remaining trust is less, as a Supervisor does), and its trust
+//     deadline is computed from the send time of the statement that renewed
+//     it. A lease that a round finds lost is reported to its Supervisor
+//     within that round, on its own: the other leases of the statement are
+//     renewed.
+//   - A failed statement (a dropped connection, a deadlock victim) is a
+//     transient error for every lease it carried; they are retried after a
+//     quarter of their trust left, as a Supervisor retries.
+//   - A statement runs with a context that ends at the earliest trust
+//     deadline among its leases, as a Supervisor's renewal does.
+//
+// # What it does not do
+//
+//   - A batch statement waits for every row lock on the rows it renews:
+//     a transaction that writes a lease row and stays open holds up the
+//     renewal of every lease of that table in the process, until it ends
+//     or the earliest trust deadline passes (then every lease of the
+//     statement is lost, ReasonDeadline). The fences lock lease rows only
+//     from the confirmations to the commit; do not write a lease row in a
+//     long transaction of your own (renew it with Confirm at the end), or
+//     give such a flow a Supervisor without a Batcher.
+//
+// # SQLite
+//
+// On SQLite a fenced transaction holds the database's only write lock, and
+// a flow renews its leases inside its own open transaction (lease.FlowDB).
+// A batch on the pool would wait behind it, so a round renews the leases
+// of a flow whose transaction is open through its FlowDB, one statement
+// each, and puts off the batch of the other flows on that database
+// (ErrWriteLocked, retried): while the transaction holds the write lock,
+// nobody can take those leases over either.
+type Batcher struct {
+	cfg   BatchConfig
+	clock lease.Clock
+	log   *slog.Logger
+
+	mu       sync.Mutex
+	members  []*member // in the order added
+	running  bool
+	nextTick time.Time
+	wake     chan struct{} // capacity 1
+	done     chan struct{} // closed when the current goroutine returns
+	lastHook time.Time     // when AfterRound last ran (the goroutine's own)
+}
+
+// NewBatcher validates cfg and returns a Batcher. Bad input gives a
+// *lease.ValidationError.
+func NewBatcher(cfg BatchConfig) (*Batcher, error) {
+	if cfg.Interval <= 0 {
+		return nil, &lease.ValidationError{Field: "batch interval", Reason: "must be positive"}
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = systemClock{}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Batcher{cfg: cfg, clock: clock, log: log, wake: make(chan struct{}, 1)}, nil
+}
+
+// Interval returns the batch interval.
+func (b *Batcher) Interval() time.Duration { return b.cfg.Interval }
+
+// Len returns the number of leases the Batcher keeps now.
+func (b *Batcher) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.members)
+}
+
+// Wait blocks until the Batcher's goroutine has returned, which it does
+// once it keeps no lease (every Supervisor using it stopped), or until ctx
+// ends. It is for tests and orderly shutdowns.
+func (b *Batcher) Wait(ctx context.Context) error {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// batchable is a Renewer that a Batcher can renew with others of its
+// group in one statement: *LeaseRenewer.
+type batchable interface {
+	Renewer
+	// group is the key of the leases renewed together: same lease (table),
+	// same pool, same TTL. Comparable.
+	group() any
+	// routed reports that the renewal must go alone through the flow's
+	// FlowDB, which has a transaction open (SQLite), and on which pool.
+	routed() (bool, any)
+	// dialect is the lease's dialect.
+	dialect() lease.Dialect
+	// renewGroup renews rs (all of r's group) and returns, for each, the new
+	// deadline or the error.
+	renewGroup(ctx context.Context, rs []batchable) ([]time.Time, []error)
+}
+
+// member is one lease of one Supervisor, kept by a Batcher.
+type member struct {
+	sup *Supervisor
+	e   *entry
+	r   batchable
+	due time.Time // an off-round renewal: a retry, or a lease short of trust
+}
+
+func (b *Batcher) signal() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add keeps m from now on; its first renewal is the next round, or
+// sooner when half its trust left is less.
+func (b *Batcher) add(m *member) {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.running {
+		b.running = true
+		b.done = make(chan struct{})
+		if !now.Before(b.nextTick) {
+			b.nextTick = now.Add(b.cfg.Interval)
+		}
+		go b.run(b.done)
+	}
+	m.due = b.nextTick
+	if half := now.Add(m.r.Deadline().Sub(now) / 2); half.Before(m.due) {
+		m.due = half
+	}
+	b.members = append(b.members, m)
+	b.signal()
+}
+
+// remove stops renewing m; a round in flight for it is let finish and
+// its result ignored.
+func (b *Batcher) remove(m *member) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, x := range b.members {
+		if x == m {
+			b.members = append(b.members[:i:i], b.members[i+1:]...)
+			break
+		}
+	}
+	b.signal()
+}
+
+func (b *Batcher) wall(t time.Time) time.Time {
+	if _, ok := b.clock.(systemClock); ok {
+		return t
+	}
+	return time.Now().Add(t.Sub(b.clock.Now()))
+}
+
+// run is the Batcher's goroutine: it returns when no lease is kept.
+func (b *Batcher) run(done chan struct{}) {
+	defer close(done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := b.clock.Now()
+		b.mu.Lock()
+		if len(b.members) == 0 {
+			b.running = false
+			b.mu.Unlock()
+			return
+		}
+		if !now.Before(b.nextTick) { // a round: everyone
+			for _, m := range b.members {
+				m.due = now
+			}
+			for !now.Before(b.nextTick) {
+				b.nextTick = b.nextTick.Add(b.cfg.Interval)
+			}
+		}
+		var due []*member
+		wake := b.nextTick
+		for _, m := range b.members {
+			if !now.Before(m.due) {
+				due = append(due, m)
+			} else if m.due.Before(wake) {
+				wake = m.due
+			}
+		}
+		b.mu.Unlock()
+		if len(due) > 0 {
+			b.renew(due)
+			b.afterRound()
+			continue
+		}
+		timer.Reset(time.Until(b.wall(wake)))
+		select {
+		case <-timer.C:
+		case <-b.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// afterRound runs cfg.AfterRound, at most once per Interval.
+func (b *Batcher) afterRound() {
+	if b.cfg.AfterRound == nil {
+		return
+	}
+	now := b.clock.Now()
+	if !b.lastHook.IsZero() && now.Sub(b.lastHook) < b.cfg.Interval/2 { // off-round renewals: not again
+		return
+	}
+	b.lastHook = now
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
+	defer cancel()
+	b.cfg.AfterRound(ctx)
+}
+
+// renew renews due: first, alone, the leases of flows with a transaction
+// open (SQLite); then every group in one statement per lease.MaxBatch,
+// except groups on a database such a transaction write-locks.
+func (b *Batcher) renew(due []*member) {
+	type grp struct {
+		key     any
+		members []*member
+	}
+	var groups []*grp
+	index := map[any]*grp{}
+	locked := map[any]bool{}
+	for _, m := range due {
+		if alone, pool := m.r.routed(); alone {
+			locked[pool] = true
+			b.renewOne(m)
+			continue
+		}
+		k := m.r.group()
+		g := index[k]
+		if g == nil {
+			g = &grp{key: k}
+			index[k] = g
+			groups = append(groups, g)
+		}
+		g.members = append(g.members, m)
+	}
+	for _, g := range groups {
+		if _, pool := g.members[0].r.routed(); pool != nil && locked[pool] {
+			now := b.clock.Now()
+			for _, m := range g.members {
+				b.settle(m, now, time.Time{}, ErrWriteLocked)
+			}
+			continue
+		}
+		b.renewGroup(g.members)
+	}
+}
+
+// limit is the deadline of one statement: the earliest trust deadline of
+// its leases (as a Supervisor's renewal has); on SQLite also at most one
+// Interval away, so that a batch that waits for a transaction begun just
+// after the round looked (see Batcher) cannot keep that transaction's own
+// flow from being renewed inside it for long.
+func (b *Batcher) limit(ms []*member, sqlite bool) time.Time {
+	var dl time.Time
+	if sqlite {
+		dl = b.clock.Now().Add(b.cfg.Interval)
+	}
+	for _, m := range ms {
+		if d := m.r.Deadline(); dl.IsZero() || d.Before(dl) {
+			dl = d
+		}
+	}
+	return b.wall(dl)
+}
+
+func (b *Batcher) renewOne(m *member) {
+	ctx, cancel := context.WithDeadline(context.Background(), b.limit([]*member{m}, false))
+	nd, err := m.r.Renew(ctx)
+	cancel()
+	b.settle(m, b.clock.Now(), nd, err)
+}
+
+func (b *Batcher) renewGroup(ms []*member) {
+	rs := make([]batchable, len(ms))
+	for i, m := range ms {
+		rs[i] = m.r
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), b.limit(ms, rs[0].dialect() == lease.SQLite))
+	dls, errs := rs[0].renewGroup(ctx, rs)
+	cancel()
+	now := b.clock.Now()
+	failed := 0
+	for i, m := range ms {
+		if errs[i] != nil && !errors.Is(errs[i], lease.ErrLost) && !errors.Is(errs[i], lease.ErrInvalid) {
+			failed++
+		}
+		b.settle(m, now, dls[i], errs[i])
+	}
+	if failed > 0 {
+		b.log.Warn("heartbeat: batched renewal failed, retrying", "leases", failed, "err", firstErr(errs))
+	}
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle hands a renewal's result to the member's Supervisor and plans
+// the member's next off-round renewal: after a success, none unless half
+// its trust ends before the next round; after a transient failure, a
+// retry; after a loss, the member is dropped.
+func (b *Batcher) settle(m *member, now, nd time.Time, err error) {
+	b.mu.Lock()
+	keep := false
+	for _, x := range b.members {
+		keep = keep || x == m
+	}
+	if !keep {
+		b.mu.Unlock()
+		return
+	}
+	switch {
+	case err == nil:
+		m.due = b.nextTick
+		if half := now.Add(nd.Sub(now) / 2); half.Before(m.due) {
+			m.due = half
+		}
+	case errors.Is(err, lease.ErrLost), errors.Is(err, lease.ErrInvalid):
+		for i, x := range b.members {
+			if x == m {
+				b.members = append(b.members[:i:i], b.members[i+1:]...)
+				break
+			}
+		}
+	default:
+		m.due = now.Add(m.sup.retryDelay(m.r.Deadline().Sub(now)))
+	}
+	b.mu.Unlock()
+	m.sup.deliver(m.e, result{at: now, deadline: nd, err: err})
+}
+
+// result is a batched renewal's outcome, handed to the Supervisor.
+type result struct {
+	at       time.Time // when the statement returned (Supervisor clock)
+	deadline time.Time // the new trust deadline, on success
+	err      error
+}
+
+// group is the key of the leases renewed together.
+type groupKey struct {
+	lease any
+	pool  any
+	ttl   time.Duration
+}
+
+// poolOf is the pool a renewal on db runs on, when it is comparable (it
+// keys a group).
+func poolOf(db lease.DB) any {
+	if f, ok := db.(*lease.FlowDB); ok && f != nil {
+		db = f.Pool()
+	}
+	if db == nil || !reflect.TypeOf(db).Comparable() {
+		return nil
+	}
+	return db
+}
+
+func (r *LeaseRenewer[K]) group() any {
+	p := poolOf(r.db)
+	if p == nil {
+		return r // not comparable: a group of its own
+	}
+	return groupKey{lease: r.l, pool: p, ttl: r.ttl}
+}
+
+func (r *LeaseRenewer[K]) dialect() lease.Dialect {
+	if r.l == nil {
+		return 0
+	}
+	return r.l.Dialect()
+}
+
+func (r *LeaseRenewer[K]) routed() (bool, any) {
+	f, ok := r.db.(*lease.FlowDB)
+	if !ok || f == nil {
+		return false, poolOf(r.db)
+	}
+	return f.InTx(), poolOf(f)
+}
+
+// renewGroup renews rs, all *LeaseRenewer[K] of r's group, with
+// lease.Lease.RenewMany on their pool.
+func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]time.Time, []error) {
+	dls := make([]time.Time, len(rs))
+	errs := make([]error, len(rs))
+	gs := make([]lease.Grant[K], 0, len(rs))
+	var send []int
+	for i, x := range rs {
+		lr := x.(*LeaseRenewer[K])
+		g := lr.Grant()
+		dls[i] = g.Deadline
+		if err := lr.check(); err != nil {
+			errs[i] = err
+			continue
+		}
+		gs = append(gs, g)
+		send = append(send, i)
+	}
+	if len(send) == 0 {
+		return dls, errs
+	}
+	db := r.db
+	if f, ok := db.(*lease.FlowDB); ok && f != nil {
+		db = f.Pool()
+	}
+	out, rerrs := r.l.RenewMany(ctx, db, gs, r.ttl)
+	for j, i := range send {
+		if rerrs[j] != nil {
+			errs[i] = rerrs[j]
+			continue
+		}
+		lr := rs[i].(*LeaseRenewer[K])
+		lr.mu.Lock()
+		lr.g = out[j]
+		lr.mu.Unlock()
+		dls[i] = out[j].Deadline
+	}
+	return dls, errs
+}

@@ -1,0 +1,124 @@
+package lease_test
+
+import (
+	"context"
+	"database/sql/driver"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// victim is each dialect's "rolled back, nothing applied" error: a
+// deadlock or certification failure (MySQL/Galera 1213), a serialization
+// failure (PostgreSQL 40001), SQLite's busy.
+func victim(d lease.Dialect) error {
+	switch d {
+	case lease.MySQL:
+		return &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}
+	case lease.Postgres:
+		return &fakePgError{"40001"}
+	}
+	return &fakeSQLiteError{5}
+}
+
+// TestSQLMockVictimRetried: every lease operation on a pool that fails as
+// a deadlock, serialization or certification victim (nothing applied) is
+// sent again, after a jittered pause, and succeeds; on SQLite, whose busy
+// timeout already waited, the error is returned at once.
+func TestSQLMockVictimRetried(t *testing.T) {
+	for _, d := range mockDialects {
+		for _, op := range mockOpsFilled() {
+			t.Run(d.String()+"/"+op.name, func(t *testing.T) {
+				db, mock := newMock(t)
+				l := newMockLease(t, d)
+				g := mockGrant(t)
+				expectOp(t, mock, d, op, g, outcome{err: victim(d)})
+				if d == lease.SQLite {
+					_, _, err := op.run(context.Background(), l, db, g)
+					assert.True(t, lease.IsRetryable(err), "%v", err)
+					return
+				}
+				expectOp(t, mock, d, op, g, outcome{gen: 3, status: []driver.Value{"alice", 3, "processing", 1, 1000}})
+				_, _, err := op.run(context.Background(), l, db, g)
+				require.NoError(t, err)
+			})
+		}
+	}
+}
+
+// TestSQLMockVictimInTxNotRetried: inside a transaction the victim's whole
+// transaction was rolled back: the error is returned at once, for the
+// caller to run the transaction again.
+func TestSQLMockVictimInTxNotRetried(t *testing.T) {
+	for _, d := range []lease.Dialect{lease.MySQL, lease.Postgres} {
+		t.Run(d.String(), func(t *testing.T) {
+			db, mock := newMock(t)
+			l := newMockLease(t, d)
+			g := mockGrant(t)
+			mock.ExpectBegin()
+			expectOp(t, mock, d, mockOp1(t, "Renew"), g, outcome{err: victim(d)})
+			mock.ExpectRollback()
+			tx, err := db.Begin()
+			require.NoError(t, err)
+			_, _, err = mockOp1(t, "Renew").run(context.Background(), l, tx, g)
+			assert.True(t, lease.IsRetryable(err))
+			require.NoError(t, tx.Rollback())
+		})
+	}
+}
+
+// TestSQLMockVictimBounded: a victim every time is returned after
+// lease.MaxAttempts sends, as the database's error (never as a loss).
+func TestSQLMockVictimBounded(t *testing.T) {
+	db, mock := newMock(t)
+	l := newMockLease(t, lease.MySQL)
+	g := mockGrant(t)
+	for range lease.MaxAttempts {
+		expectOp(t, mock, lease.MySQL, mockOp1(t, "Renew"), g, outcome{err: victim(lease.MySQL)})
+	}
+	_, _, err := mockOp1(t, "Renew").run(context.Background(), l, db, g)
+	assert.True(t, lease.IsRetryable(err))
+	assert.NotErrorIs(t, err, lease.ErrLost)
+}
+
+// causalOp is op sent under wsrep_sync_wait (Options.MultiPrimary).
+func causalOp(op mockOp) mockOp {
+	op.sql = map[lease.Dialect]any{lease.MySQL: "SET STATEMENT wsrep_sync_wait=15 FOR " + op.sql[lease.MySQL].(string)}
+	return op
+}
+
+// TestSQLMockMultiPrimaryMissConfirmed: with Options.MultiPrimary, a
+// token-checked statement that matched no row is sent once more under
+// wsrep_sync_wait, so that a node that had not applied the holder's own
+// earlier write cannot make the grant look lost: when the causal run
+// matches, the operation succeeds; only a second miss is ErrLost. Without
+// MultiPrimary (single servers) a miss is ErrLost after one statement.
+func TestSQLMockMultiPrimaryMissConfirmed(t *testing.T) {
+	ops := []string{"Renew", "Release", "Delete", "TransitionKeep", "TransitionRelease", "Verify", "VerifyLock"}
+	for _, name := range ops {
+		t.Run(name, func(t *testing.T) {
+			op := mockOp1(t, name)
+			l, err := lease.New[string](lease.MySQL, mockTable, lease.Options{Prepare: lease.PrepareNever, MultiPrimary: true})
+			require.NoError(t, err)
+
+			db, mock := newMock(t)
+			g := mockGrant(t)
+			expectOp(t, mock, lease.MySQL, op, g, outcome{noMatch: true})
+			expectOp(t, mock, lease.MySQL, causalOp(op), g, outcome{gen: 2})
+			_, _, err = op.run(context.Background(), l, db, g)
+			require.NoError(t, err, "the causal run matched: not lost")
+
+			db2, mock2 := newMock(t)
+			expectOp(t, mock2, lease.MySQL, op, g, outcome{noMatch: true})
+			expectOp(t, mock2, lease.MySQL, causalOp(op), g, outcome{noMatch: true})
+			_, _, err = op.run(context.Background(), l, db2, g)
+			assert.ErrorIs(t, err, lease.ErrLost)
+		})
+	}
+	_, err := lease.New[string](lease.Postgres, mockTable, lease.Options{MultiPrimary: true})
+	assert.ErrorIs(t, err, lease.ErrInvalid, "MultiPrimary is for the MySQL dialect")
+}

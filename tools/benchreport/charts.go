@@ -1,0 +1,242 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+var dialectOrder = []string{"sqlite", "mysql", "postgres"}
+
+var dialectTitle = map[string]string{"sqlite": "SQLite (WAL file)", "mysql": "MariaDB 10.11", "postgres": "PostgreSQL 15"}
+
+// draw writes every chart of rep under dir, and report.md.
+func draw(dir string, rep report) error {
+	for _, d := range dialectOrder {
+		if err := lockCharts(dir, d, rep.Locks); err != nil {
+			return err
+		}
+	}
+	if err := heartbeatChart(dir, rep.Heartbeat); err != nil {
+		return err
+	}
+	if err := lockPathChart(dir, rep.LockPath); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(summary(rep)), 0o644)
+}
+
+func newPlot(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(8)
+	p.Add(plotter.NewGrid())
+	return p
+}
+
+func lockCharts(dir, d string, pts []lockPoint) error {
+	byKind := map[string]plotter.XYs{}
+	p99 := map[string]plotter.XYs{}
+	var kinds []string
+	for _, pt := range pts {
+		if pt.Dialect != d {
+			continue
+		}
+		if _, ok := byKind[pt.Kind]; !ok {
+			kinds = append(kinds, pt.Kind)
+		}
+		byKind[pt.Kind] = append(byKind[pt.Kind], plotter.XY{X: float64(pt.Workers), Y: pt.PerSec})
+		p99[pt.Kind] = append(p99[pt.Kind], plotter.XY{X: float64(pt.Workers), Y: float64(pt.P99Micros) / 1000})
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	tp := newPlot("acquire+release throughput, "+dialectTitle[d], "concurrent workers (each its own lock)", "pairs per second")
+	lp := newPlot("acquire+release p99 latency, "+dialectTitle[d], "concurrent workers (each its own lock)", "p99 (ms)")
+	for _, p := range []*plot.Plot{tp, lp} {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = powersOfTwo{}
+	}
+	var a, b []any
+	for _, k := range kinds {
+		a = append(a, k, byKind[k])
+		b = append(b, k, p99[k])
+	}
+	if err := plotutil.AddLinePoints(tp, a...); err != nil {
+		return err
+	}
+	if err := plotutil.AddLinePoints(lp, b...); err != nil {
+		return err
+	}
+	tp.Legend.YOffs, lp.Legend.YOffs = -vg.Points(6), -vg.Points(6)
+	tp.Y.Min, tp.Y.Max = 0, tp.Y.Max*1.35 // room for the legend
+	lp.Y.Min, lp.Y.Max = 0, lp.Y.Max*1.35
+	if err := tp.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "locks-throughput-"+d+".svg")); err != nil {
+		return err
+	}
+	return lp.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "locks-p99-"+d+".svg"))
+}
+
+// powersOfTwo ticks 1, 2, 4, … on a log axis.
+type powersOfTwo struct{}
+
+func (powersOfTwo) Ticks(min, max float64) []plot.Tick {
+	var t []plot.Tick
+	for v := 1.0; v <= max*1.0001; v *= 2 {
+		if v >= min*0.9999 {
+			t = append(t, plot.Tick{Value: v, Label: fmt.Sprint(v)})
+		}
+	}
+	return t
+}
+
+func heartbeatChart(dir string, pts []heartbeatPoint) error {
+	p := newPlot("heartbeat cost of runs in flight (one process)", "runs in flight (session + request lease each)", "statements per heartbeat interval")
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	var args []any
+	for _, d := range dialectOrder {
+		for _, batched := range []bool{true, false} {
+			var xy plotter.XYs
+			for _, pt := range pts {
+				if pt.Dialect == d && pt.Batched == batched {
+					xy = append(xy, plotter.XY{X: float64(pt.Runs), Y: max(pt.Statements, 0.5)})
+				}
+			}
+			if len(xy) == 0 {
+				continue
+			}
+			name := d + " batched"
+			if !batched {
+				name = d + " one heartbeat per run"
+			}
+			args = append(args, name, xy)
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	target := plotter.NewFunction(func(float64) float64 { return 10 })
+	target.Color = color.RGBA{R: 200, A: 255}
+	target.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(target)
+	p.Legend.Add("target: 10", target)
+	p.Y.Min, p.Y.Max = 1, p.Y.Max*30 // room for the legend above the lines
+	p.Legend.YOffs = -vg.Points(16)
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "heartbeat.svg"))
+}
+
+func lockPathChart(dir string, pts []lockPathPoint) error {
+	if len(pts) == 0 {
+		return nil
+	}
+	p := newPlot("one new request: two model rounds, one tool call (lock path)", "", "latency (ms)")
+	var names []string
+	p50, p90, p99 := plotter.Values{}, plotter.Values{}, plotter.Values{}
+	for _, d := range dialectOrder {
+		for _, pt := range pts {
+			if pt.Dialect == d {
+				names = append(names, dialectTitle[d])
+				p50 = append(p50, float64(pt.P50Micros)/1000)
+				p90 = append(p90, float64(pt.P90Micros)/1000)
+				p99 = append(p99, float64(pt.P99Micros)/1000)
+			}
+		}
+	}
+	w := vg.Points(18)
+	for i, s := range []struct {
+		name string
+		v    plotter.Values
+	}{{"p50", p50}, {"p90", p90}, {"p99", p99}} {
+		b, err := plotter.NewBarChart(s.v, w)
+		if err != nil {
+			return err
+		}
+		b.Color = plotutil.Color(i)
+		b.Offset = vg.Length(i-1) * w
+		p.Add(b)
+		p.Legend.Add(s.name, b)
+	}
+	p.NominalX(names...)
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.4
+	return p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "lockpath.svg"))
+}
+
+// summary is the run's figures as Markdown: ratios first, as the README
+// quotes them.
+func summary(rep report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmark report\n\nOne run of `make bench-report`, %s to %s (UTC), on one machine: compare the figures as ratios.\n\n",
+		rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04"))
+	b.WriteString("## Acquire+release, each worker its own lock\n\n| dialect | workers | rowlease pairs/s | ÷ two-UPDATE pair | ÷ native lock | rowlease p99 | pair p99 | native p99 |\n|---|---|---|---|---|---|---|---|\n")
+	find := func(d, k string, w int) *lockPoint {
+		for i := range rep.Locks {
+			if p := &rep.Locks[i]; p.Dialect == d && p.Kind == k && p.Workers == w {
+				return p
+			}
+		}
+		return nil
+	}
+	for _, d := range dialectOrder {
+		for _, pt := range rep.Locks {
+			if pt.Dialect != d || pt.Kind != kindLibrary {
+				continue
+			}
+			pair := find(d, kindPair, pt.Workers)
+			native := find(d, kindGetLock, pt.Workers)
+			if native == nil {
+				native = find(d, kindPgLock, pt.Workers)
+			}
+			ratio := func(o *lockPoint) string {
+				if o == nil || o.PerSec == 0 {
+					return "—"
+				}
+				return fmt.Sprintf("%.2f", pt.PerSec/o.PerSec)
+			}
+			p99 := func(o *lockPoint) string {
+				if o == nil {
+					return "—"
+				}
+				return fmt.Sprintf("%.2f ms", float64(o.P99Micros)/1000)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s |\n", d, pt.Workers, pt.PerSec, ratio(pair), ratio(native), p99(&pt), p99(pair), p99(native))
+		}
+	}
+	b.WriteString("\n## Heartbeat: statements (round trips) per interval\n\n| dialect | runs in flight | batched | one heartbeat per run | ratio |\n|---|---|---|---|---|\n")
+	for _, d := range dialectOrder {
+		for _, bp := range rep.Heartbeat {
+			if bp.Dialect != d || !bp.Batched {
+				continue
+			}
+			for _, up := range rep.Heartbeat {
+				if up.Dialect == d && !up.Batched && up.Runs == bp.Runs {
+					fmt.Fprintf(&b, "| %s | %d | %.1f (%.1f) | %.1f (%.1f) | 1 : %.0f |\n", d, bp.Runs, bp.Statements, bp.RoundTrips,
+						up.Statements, up.RoundTrips, up.Statements/max(bp.Statements, 0.5))
+				}
+			}
+		}
+	}
+	b.WriteString("\n## Lock path of one new request (two model rounds, one tool call)\n\n| dialect | p50 | p90 | p99 | statements (side effect included) |\n|---|---|---|---|---|\n")
+	for _, d := range dialectOrder {
+		for _, pt := range rep.LockPath {
+			if pt.Dialect == d {
+				fmt.Fprintf(&b, "| %s | %.2f ms | %.2f ms | %.2f ms | %.1f |\n", d, float64(pt.P50Micros)/1000, float64(pt.P90Micros)/1000, float64(pt.P99Micros)/1000, pt.Statements)
+			}
+		}
+	}
+	return b.String()
+}

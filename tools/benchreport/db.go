@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/go-sql-driver/mysql"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // registers "sqlite"
+
+	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/lease"
+)
+
+// fresh is a new database (MySQL), schema (PostgreSQL) or file (SQLite)
+// with close, which drops it. With c, every round trip is counted.
+func fresh(ctx context.Context, d lease.Dialect, c *countdb.Counter) (*sqlx.DB, func(), error) {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "rl_bench_" + hex.EncodeToString(b)
+	open := func(driver, dsn string) (*sqlx.DB, error) {
+		var db *sql.DB
+		var err error
+		if c != nil {
+			db, err = countdb.OpenDB(driver, dsn, c)
+		} else {
+			db, err = sql.Open(driver, dsn)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return sqlx.NewDb(db, driver), nil
+	}
+	switch d {
+	case lease.SQLite:
+		dir, err := os.MkdirTemp("", "rowlease-bench")
+		if err != nil {
+			return nil, nil, err
+		}
+		dsn := "file:" + filepath.Join(dir, "bench.db") + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		db, err := open("sqlite", dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		db.SetMaxOpenConns(8)
+		return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+	case lease.MySQL:
+		dsn := os.Getenv("ROWLEASE_MYSQL_DSN")
+		admin, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+			admin.Close()
+			return nil, nil, err
+		}
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.DBName, cfg.ParseTime, cfg.InterpolateParams = name, true, true
+		db, err := open("mysql", cfg.FormatDSN())
+		if err != nil {
+			return nil, nil, err
+		}
+		db.SetMaxOpenConns(80)
+		db.SetMaxIdleConns(80)
+		return db, func() {
+			db.Close()
+			_, _ = admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS "+name)
+			admin.Close()
+		}, nil
+	case lease.Postgres:
+		dsn := os.Getenv("ROWLEASE_POSTGRES_DSN")
+		admin, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+			admin.Close()
+			return nil, nil, err
+		}
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		q := u.Query()
+		q.Set("search_path", name)
+		u.RawQuery = q.Encode()
+		db, err := open("pgx", u.String())
+		if err != nil {
+			return nil, nil, err
+		}
+		db.SetMaxOpenConns(80)
+		db.SetMaxIdleConns(80)
+		return db, func() {
+			db.Close()
+			_, _ = admin.ExecContext(context.Background(), "DROP SCHEMA IF EXISTS "+name+" CASCADE")
+			admin.Close()
+		}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown dialect %v", d)
+}

@@ -1,0 +1,126 @@
+// Command benchreport measures rowlease against the alternatives on real
+// servers and draws the charts of the README (SVG, with gonum.org/v1/plot)
+// under docs/:
+//
+//   - lease acquire+release throughput and p99 latency against concurrency
+//     (1–64 workers) for the library, the hand-written two-UPDATE pair,
+//     and the database's native lock (GET_LOCK, pg_advisory_lock), per
+//     dialect;
+//   - heartbeat statements per interval against runs in flight, batched
+//     (heartbeat.Batcher, request.Runner's default) and unbatched;
+//   - the lock-path latency of one request (two model rounds, one tool
+//     call).
+//
+// It reads ROWLEASE_MYSQL_DSN and ROWLEASE_POSTGRES_DSN (as the tests do;
+// make bench-report starts throwaway servers and sets them) and always
+// runs SQLite. Every figure of one run comes from the same machine in the
+// same minutes: compare them as ratios. It is a module of its own so that
+// the plotting library stays out of rowlease's dependencies.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+func main() {
+	out := flag.String("out", "docs", "directory for the SVG charts and report.json")
+	point := flag.Duration("point", 1500*time.Millisecond, "measuring time of one throughput point")
+	quick := flag.Bool("quick", false, "fewer points (a smoke run)")
+	from := flag.String("from", "", "draw the charts of this report.json instead of measuring")
+	flag.Parse()
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			log.Fatal(err)
+		}
+		if err := draw(*out, rep); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	dialects := []lease.Dialect{lease.SQLite}
+	if os.Getenv("ROWLEASE_MYSQL_DSN") != "" {
+		dialects = append(dialects, lease.MySQL)
+	}
+	if os.Getenv("ROWLEASE_POSTGRES_DSN") != "" {
+		dialects = append(dialects, lease.Postgres)
+	}
+	conc := []int{1, 2, 4, 8, 16, 32, 64}
+	runs := []int{10, 100, 1000}
+	requests := 300
+	if *quick {
+		conc, runs, requests = []int{1, 8}, []int{10, 100}, 30
+		*point = 300 * time.Millisecond
+	}
+	ctx := context.Background()
+	var rep report
+	rep.Started = time.Now().UTC()
+	for _, d := range dialects {
+		for _, k := range kindsFor(d) {
+			for _, c := range conc {
+				p, err := measureLocks(ctx, d, k, c, *point)
+				if err != nil {
+					log.Fatalf("%s %s x%d: %v", d, k, c, err)
+				}
+				log.Printf("locks %-8s %-18s x%-2d %8.0f pairs/s  p99 %v", d, k, c, p.PerSec, time.Duration(p.P99Micros)*time.Microsecond)
+				rep.Locks = append(rep.Locks, p)
+			}
+		}
+	}
+	for _, d := range dialects {
+		for _, batched := range []bool{true, false} {
+			for _, n := range runs {
+				p, err := measureHeartbeat(ctx, d, n, batched)
+				if err != nil {
+					log.Fatalf("%s heartbeat %d: %v", d, n, err)
+				}
+				log.Printf("heartbeat %-8s batched=%-5v runs=%-4d %7.1f statements, %7.1f round trips per interval", d, batched, n, p.Statements, p.RoundTrips)
+				rep.Heartbeat = append(rep.Heartbeat, p)
+			}
+		}
+	}
+	for _, d := range dialects {
+		p, err := measureLockPath(ctx, d, requests)
+		if err != nil {
+			log.Fatalf("%s lock path: %v", d, err)
+		}
+		log.Printf("lockpath %-8s p50 %v p99 %v, %.1f statements", d, time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements)
+		rep.LockPath = append(rep.LockPath, p)
+	}
+	rep.Finished = time.Now().UTC()
+	if err := draw(*out, rep); err != nil {
+		log.Fatal(err)
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(*out, "report.json"), append(b, '\n'), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(summary(rep))
+}
+
+// report is every figure of one run.
+type report struct {
+	Started, Finished time.Time
+	Locks             []lockPoint
+	Heartbeat         []heartbeatPoint
+	LockPath          []lockPathPoint
+}
