@@ -495,9 +495,11 @@ func TestAddAfterStartIsRenewed(t *testing.T) {
 func TestShortTrustRenewedEarly(t *testing.T) {
 	// A lease added with less trust left than the interval is renewed
 	// before its deadline, not at the next interval.
+	// Seconds, not milliseconds: the renewal is due at half the trust left
+	// (1s) and must come before the deadline (2s), on a loaded machine too.
 	f := newFake("request", life, nil)
-	f.deadline = time.Now().Add(60 * time.Millisecond)
-	s, _, rec := start(t, heartbeat.Config{Interval: 100 * time.Millisecond}, f)
+	f.deadline = time.Now().Add(2 * time.Second)
+	s, _, rec := start(t, heartbeat.Config{Interval: 5 * time.Second, TTL: 15 * time.Second}, f)
 	rec.wait(t, "renewed", is(heartbeat.EventRenewed, "request"))
 	assert.NoError(t, s.Lost())
 }

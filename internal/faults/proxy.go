@@ -69,6 +69,10 @@ type link struct {
 	client net.Conn
 	once   sync.Once
 	done   chan struct{}
+	// cut is set when the link is being cut after a statement was
+	// forwarded: from then on nothing more reaches the client, so the
+	// server's answer is lost even when it comes back before the reset.
+	cut atomic.Bool
 
 	mu     sync.Mutex
 	server net.Conn // set once dialled
@@ -223,6 +227,7 @@ func (p *Proxy) forward(l *link, dst, src net.Conn, up bool) {
 			if up {
 				if cut, kind := p.cutFor(chunk); cut {
 					p.count(kind)
+					l.cut.Store(true)
 					if rand.IntN(2) == 0 {
 						// Forward it: the server may run it; the answer is lost.
 						_, _ = dst.Write(chunk)
@@ -230,6 +235,9 @@ func (p *Proxy) forward(l *link, dst, src net.Conn, up bool) {
 					}
 					return
 				}
+			}
+			if !up && l.cut.Load() {
+				return // the link is being cut: the answer is lost
 			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return
