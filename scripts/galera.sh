@@ -186,7 +186,7 @@ if [[ -n ${ROWLEASE_SERVE:-} ]]; then
 fi
 set +e
 # shellcheck disable=SC2086
-go test -race -count=1 -timeout 20m -v ${GOTEST_FLAGS:-} ${GALERA_TESTS:-./internal/galera/} >"$TMP/go-test.log" 2>&1
+go test -race -count=1 -timeout 20m -v -tags galera ${GOTEST_FLAGS:-} ${GALERA_TESTS:-./internal/galera/} >"$TMP/go-test.log" 2>&1
 rc=$?
 set -e
 if ((rc != 0)); then
