@@ -632,9 +632,10 @@ func TestConcurrentSameCall(t *testing.T) {
 }
 
 // TestLongSideEffectUnderHeartbeat: a side effect holds its transaction
-// (and with it the fences' row locks, or SQLite's write lock) for longer
-// than a heartbeat interval while a supervisor renews the session, request
-// and tool leases. The renewals wait for the transaction; nothing is lost.
+// (on SQLite the database's write lock) for longer than a heartbeat
+// interval while a supervisor renews the session, request and tool leases
+// through the flow's FlowDB, as request.Run does: the renewals do not wait
+// for the transaction (on SQLite they run inside it), and nothing is lost.
 func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		const (
@@ -657,8 +658,9 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		}})
 		require.NoError(t, err)
 		f := e.newFlow(t, "s1", hbTTL)
-		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), db, f.sess, hbTTL))
-		sup.Add(heartbeat.ForLease("request", e.req, db, f.req, hbTTL))
+		flow := lease.NewFlowDB(db, e.d)
+		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flow, f.sess, hbTTL))
+		sup.Add(heartbeat.ForLease("request", e.req, flow, f.req, hbTTL))
 		work, err := sup.Start(ctx)
 		require.NoError(t, err)
 		defer sup.Stop()
@@ -667,10 +669,11 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		time.Sleep(hbTTL + 100*time.Millisecond)
 
 		o := e.opts(f, hbTTL)
+		o.Flow = flow
 		var toolGen int64
 		o.Watch = func(g toolexec.Grant) func() {
 			toolGen = g.Generation
-			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), db, g, hbTTL))
+			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), flow, g, hbTTL))
 		}
 		res, err := e.store.Run(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			timer := time.NewTimer(hold)
