@@ -119,7 +119,10 @@ func TestChaos(t *testing.T) {
 			t.Logf("chaos summary: %-8s ops=%d (unknown %d, fenced writes %d, %.0f ops/s) faults[%s] violations=%d duplicates=%d unanswered=%d stuck=%d requests=%d took=%s",
 				d, lrep.Ops, lrep.Unknown, lrep.Fenced, float64(lrep.Ops)/leaseTook.Seconds(), strings.Join(kinds, " "),
 				viol, dup, crep.Unanswered, stuck, crep.Requests, time.Since(start).Round(time.Second))
-			t.Logf("chaos kills %s: %v", d, crep.Kills)
+			t.Logf("chaos kills %s: %v; errors answered instead of a reply (resent): %v", d, crep.Kills, crep.Refusals)
+			for msg, n := range crep.Others {
+				t.Logf("chaos other errors %s: %d× %s", d, n, msg)
+			}
 			for _, e := range append(append(lrep.Errors, crep.Errors...), prep.Errors...) {
 				t.Error(e)
 			}
