@@ -69,6 +69,9 @@ type link struct {
 	client net.Conn
 	once   sync.Once
 	done   chan struct{}
+	// mute drops everything the server sends from the moment a cut
+	// fires: the answer to a cut statement never reaches the client.
+	mute atomic.Bool
 
 	mu     sync.Mutex
 	server net.Conn // set once dialled
@@ -220,9 +223,13 @@ func (p *Proxy) forward(l *link, dst, src net.Conn, up bool) {
 			if !p.pass(l) {
 				return
 			}
+			if !up && l.mute.Load() {
+				return
+			}
 			if up {
 				if cut, kind := p.cutFor(chunk); cut {
 					p.count(kind)
+					l.mute.Store(true)
 					if rand.IntN(2) == 0 {
 						// Forward it: the server may run it; the answer is lost.
 						_, _ = dst.Write(chunk)
