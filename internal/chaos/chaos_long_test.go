@@ -66,7 +66,7 @@ func TestChaos(t *testing.T) {
 			lrep, err := RunLease(ctx, LeaseConfig{
 				Dialect: d, DB: e.Faulty, Direct: e.Direct, Proxy: e.Proxy,
 				Injector: faults.InjectorConfig{Every: 100 * time.Millisecond, Blackhole: 400 * time.Millisecond, Restart: restart, RestartOneIn: 150},
-				Ops:      ops / len(testdb.Dialects()), Keys: 8, Workers: 3, OpsPerKey: 600, CancelOneIn: 100,
+				Ops:      (ops + len(testdb.Dialects()) - 1) / len(testdb.Dialects()), Keys: 8, Workers: 3, OpsPerKey: 600, CancelOneIn: 100,
 				OpTimeout: 3 * time.Second, Quiesce: e.Quiesce, FailDir: FailDir(),
 				Log: func(format string, args ...any) {
 					rounds++
@@ -82,7 +82,7 @@ func TestChaos(t *testing.T) {
 
 			ce := openCrashEnv(t, ctx, d.String())
 			crep, err := RunCrash(ctx, CrashConfig{Env: ce, Sessions: 4, PerSession: 3, Procs: 4, KillOneIn: 2,
-				Kills: kills / len(testdb.Dialects()), TTL: 800 * time.Millisecond, MaxRounds: kills + 50,
+				Kills: (kills + len(testdb.Dialects()) - 1) / len(testdb.Dialects()), TTL: 800 * time.Millisecond, MaxRounds: kills + 50,
 				Restart: restart, RestartEvery: 20 * time.Second,
 				Log: func(format string, args ...any) { t.Logf("chaos progress: "+format, args...) }})
 			if err != nil {
