@@ -156,6 +156,8 @@ start_mariadb() {
         port=$((port + 1))
     done
     [[ -n $MY_PID ]] || { tail -n 20 "$TMP/mysql.log" >&2; return 1; }
+    # A restart (make chaos) kills it; bash need not report that.
+    disown "$MY_PID" 2>/dev/null || true
 
     mariadb --no-defaults -S "$TMP/mysql.sock" -uroot <<'SQL'
 CREATE USER 'rowlease'@'127.0.0.1' IDENTIFIED BY 'rowlease';
@@ -305,14 +307,14 @@ elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
     set +e
     # shellcheck disable=SC2086
     ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -parallel 3 -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./internal/chaos 2>&1 \
-        | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress)'
+        | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress|kills)'
     rc=${PIPESTATUS[0]}
     set -e
     if ((rc != 0)); then
         grep -vE 'round [0-9]+:' "$log_file" | tail -n 60
     fi
     echo
-    grep -h 'chaos summary' "$log_file" | sed -E 's/^ *[a-z_]+\.go:[0-9]+: //' || true
+    grep -hE 'chaos (summary|kills)' "$log_file" | sed -E 's/^ *[a-z_]+\.go:[0-9]+: //' || true
     exit "$rc"
 elif [[ -n ${ROWLEASE_REPORT:-} ]]; then
     mkdir -p "$ROWLEASE_REPORT"

@@ -66,7 +66,7 @@ func TestChaos(t *testing.T) {
 			lrep, err := RunLease(ctx, LeaseConfig{
 				Dialect: d, DB: e.Faulty, Direct: e.Direct, Proxy: e.Proxy,
 				Injector: faults.InjectorConfig{Every: 100 * time.Millisecond, Blackhole: 400 * time.Millisecond, Restart: restart, RestartOneIn: 150},
-				Ops:      ops / len(testdb.Dialects()), Keys: 8, Workers: 3, OpsPerKey: 600, CancelOneIn: 100,
+				Ops:      (ops + len(testdb.Dialects()) - 1) / len(testdb.Dialects()), Keys: 8, Workers: 3, OpsPerKey: 600, CancelOneIn: 100,
 				OpTimeout: 3 * time.Second, Quiesce: e.Quiesce, FailDir: FailDir(),
 				Log: func(format string, args ...any) {
 					rounds++
@@ -82,7 +82,7 @@ func TestChaos(t *testing.T) {
 
 			ce := openCrashEnv(t, ctx, d.String())
 			crep, err := RunCrash(ctx, CrashConfig{Env: ce, Sessions: 4, PerSession: 3, Procs: 4, KillOneIn: 2,
-				Kills: kills / len(testdb.Dialects()), TTL: 800 * time.Millisecond, MaxRounds: kills + 50,
+				Kills: (kills + len(testdb.Dialects()) - 1) / len(testdb.Dialects()), TTL: 800 * time.Millisecond, MaxRounds: kills + 50,
 				Restart: restart, RestartEvery: 20 * time.Second,
 				Log: func(format string, args ...any) { t.Logf("chaos progress: "+format, args...) }})
 			if err != nil {
@@ -119,7 +119,10 @@ func TestChaos(t *testing.T) {
 			t.Logf("chaos summary: %-8s ops=%d (unknown %d, fenced writes %d, %.0f ops/s) faults[%s] violations=%d duplicates=%d unanswered=%d stuck=%d requests=%d took=%s",
 				d, lrep.Ops, lrep.Unknown, lrep.Fenced, float64(lrep.Ops)/leaseTook.Seconds(), strings.Join(kinds, " "),
 				viol, dup, crep.Unanswered, stuck, crep.Requests, time.Since(start).Round(time.Second))
-			t.Logf("chaos kills %s: %v", d, crep.Kills)
+			t.Logf("chaos kills %s: %v; errors answered instead of a reply (resent): %v", d, crep.Kills, crep.Refusals)
+			for msg, n := range crep.Others {
+				t.Logf("chaos other errors %s: %d× %s", d, n, msg)
+			}
 			for _, e := range append(append(lrep.Errors, crep.Errors...), prep.Errors...) {
 				t.Error(e)
 			}

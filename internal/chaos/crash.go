@@ -114,7 +114,13 @@ type CrashReport struct {
 	StillHeld          int            // lease rows still held a TTL after the last worker ended
 	StuckTools         int            // tool executions left processing or started
 	Restarts           int            // database server restarts
-	Errors             []string
+	// Refusals counts the errors workers answered instead of a reply, by
+	// class (busy, inflight, takenover, unknown-outcome, agent-failed,
+	// other): each is resent.
+	Refusals map[string]int
+	// Others counts the "other" errors by their first words, for the log.
+	Others map[string]int
+	Errors []string
 }
 
 // TotalKills is the number of processes killed.
@@ -221,7 +227,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	e := cfg.Env
 	recv := NewReceiver()
 	defer recv.Close()
-	rep := CrashReport{Kills: map[string]int{}}
+	rep := CrashReport{Kills: map[string]int{}, Refusals: map[string]int{}, Others: map[string]int{}}
 	var pending []string
 	next := 0
 	addRequests := func(n int) {
@@ -235,6 +241,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	addRequests(cfg.Sessions * cfg.PerSession)
 	answered := map[string]string{}
 	stopRestarts := restarts(ctx, cfg.Restart, cfg.RestartEvery)
+	others := 0
 	for round := 0; ctx.Err() == nil; round++ {
 		if len(pending) == 0 {
 			if rep.TotalKills() >= cfg.Kills || round >= cfg.MaxRounds {
@@ -305,6 +312,16 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 			}
 			for _, l := range lines {
 				f := strings.Fields(l)
+				if len(f) >= 3 && f[0] == "error" {
+					rep.Refusals[f[2]]++
+					if f[2] == "other" {
+						msg := strings.Join(f[3:], " ")
+						if len(msg) > 70 {
+							msg = msg[:70]
+						}
+						rep.Others[msg]++
+					}
+				}
 				if len(f) >= 4 && f[0] == "answer" {
 					reply := strings.Join(f[3:], " ")
 					if want := "ok " + f[1]; reply != want {
@@ -314,6 +331,12 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 				}
 			}
 		}
+		if len(pending) > 0 && rep.Refusals["other"] > others {
+			// Workers failed on the database (a server restarting): wait
+			// for it, or rounds and kills are spent on nothing.
+			waitUp(ctx, e.Direct)
+		}
+		others = rep.Refusals["other"]
 		var still []string
 		for _, j := range pending {
 			_, crid, _ := strings.Cut(j, "/")

@@ -35,8 +35,8 @@ func openCrashEnv(t testing.TB, ctx context.Context, d string) *Env {
 
 func reportCrash(t testing.TB, rep CrashReport) {
 	t.Helper()
-	t.Logf("%d requests, %d answered, %d processes, %d kills landed at %v; %d duplicates, %d unanswered, %d still held, %d stuck",
-		rep.Requests, rep.Answered, rep.Processes, rep.TotalKills(), rep.Kills, rep.Duplicates, rep.Unanswered, rep.StillHeld, rep.StuckTools)
+	t.Logf("%d requests, %d answered, %d processes, %d kills landed at %v; errors answered (resent): %v; %d duplicates, %d unanswered, %d still held, %d stuck",
+		rep.Requests, rep.Answered, rep.Processes, rep.TotalKills(), rep.Kills, rep.Refusals, rep.Duplicates, rep.Unanswered, rep.StillHeld, rep.StuckTools)
 	for _, e := range rep.Errors {
 		t.Error(e)
 	}

@@ -69,10 +69,9 @@ type link struct {
 	client net.Conn
 	once   sync.Once
 	done   chan struct{}
-	// cut is set when the link is being cut after a statement was
-	// forwarded: from then on nothing more reaches the client, so the
-	// server's answer is lost even when it comes back before the reset.
-	cut atomic.Bool
+	// mute drops everything the server sends from the moment a cut
+	// fires: the answer to a cut statement never reaches the client.
+	mute atomic.Bool
 
 	mu     sync.Mutex
 	server net.Conn // set once dialled
@@ -224,10 +223,13 @@ func (p *Proxy) forward(l *link, dst, src net.Conn, up bool) {
 			if !p.pass(l) {
 				return
 			}
+			if !up && l.mute.Load() {
+				return
+			}
 			if up {
 				if cut, kind := p.cutFor(chunk); cut {
 					p.count(kind)
-					l.cut.Store(true)
+					l.mute.Store(true)
 					if rand.IntN(2) == 0 {
 						// Forward it: the server may run it; the answer is lost.
 						_, _ = dst.Write(chunk)
@@ -235,9 +237,6 @@ func (p *Proxy) forward(l *link, dst, src net.Conn, up bool) {
 					}
 					return
 				}
-			}
-			if !up && l.cut.Load() {
-				return // the link is being cut: the answer is lost
 			}
 			if _, werr := dst.Write(chunk); werr != nil {
 				return
