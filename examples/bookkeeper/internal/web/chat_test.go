@@ -277,8 +277,9 @@ func (p page) send(device, content string) {
 // a Chinese and an English message with their replies and ledger rows, a
 // double submit from the two panes (one answer, one replay, one ledger
 // row), a busy session that the page resends by itself, a reused id
-// (422), and the chart of what was booked — with no console error and no
-// request to another origin. -update-screenshot writes the SQLite run's
+// (422), the chart of what was booked, and a message queued behind a
+// running one (on_busy queue: 202, then its reply without a resend) — with
+// no console error and no request to another origin. -update-screenshot writes the SQLite run's
 // end state to docs/chat.png.
 func TestChatPage(t *testing.T) {
 	browser := startBrowser(t)
@@ -406,6 +407,38 @@ func TestChatPage(t *testing.T) {
 		if *updateScreenshot && t.Name() == "TestChatPage/sqlite" {
 			writeScreenshot(t, p)
 		}
+
+		// The laptop's message while the phone's runs, with "queue" chosen
+		// on the laptop: 202 queued, then the page reads its status until it
+		// is done and shows the reply, without resending it; one more
+		// ledger row each.
+		const running, queued = "parking 15", "dinner with friends 120"
+		p.do(chromedp.SetValue(chromedp.ID("laptop-onbusy"), "queue"),
+			chromedp.SetValue(chromedp.ID("race-a"), queued), chromedp.SetValue(chromedp.ID("race-b"), running),
+			chromedp.Click(chromedp.ID("race-behind")))
+		s = p.waitFor("the laptop's queued message queued", func(s snapshot) bool {
+			tu, ok := s.mine("laptop", queued)
+			return ok && len(tu.Outcomes) > 0 && tu.Outcomes[0] != "running"
+		})
+		q, _ := s.mine("laptop", queued)
+		require.Equal(t, []string{"queued"}, q.Outcomes, "the laptop's message was queued behind the phone's")
+		s = p.waitFor("both messages of the queue race", func(s snapshot) bool {
+			_, a := s.settled("laptop", queued)
+			_, b := s.settled("phone", running)
+			return a && b
+		})
+		q, _ = s.mine("laptop", queued)
+		r, _ := s.mine("phone", running)
+		assert.Equal(t, []string{"answered"}, r.Outcomes, "the phone's message ran at once")
+		assert.Equal(t, "done", q.State)
+		assert.Equal(t, []string{"queued"}, q.Outcomes, "one try: the reply came without a resend")
+		assert.Contains(t, q.Reply, "Recorded expense 120.00 (Food)")
+		s = p.waitFor("seven ledger rows", func(s snapshot) bool { return len(s.Ledger) == 7 })
+		assert.Equal(t, 1, s.ledgerRows(q.CRID), "one ledger row for the queued message")
+		assert.Equal(t, 1, s.ledgerRows(r.CRID), "one ledger row for the running message")
+		n, err = st.CountTransactions(context.Background(), st.DB)
+		require.NoError(t, err)
+		assert.Equal(t, 7, n, "the database agrees with the page")
 
 		// Readable on a phone: nothing wider than the screen.
 		p.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))

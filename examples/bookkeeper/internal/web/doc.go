@@ -7,9 +7,14 @@
 // the same session), and shows under every message what the locks decided
 // for each try — answered, replayed, resumed, session busy or in flight
 // (with the Retry-After countdown and an automatic resend with the same
-// client_request_id), 422 for an id reused with other content. A panel
-// causes the races people cause by accident: a double submit, a second
-// message while the first runs, a reused id. Below, the session's ledger
+// client_request_id), 422 for an id reused with other content, queued
+// (202, then its status read with Prefer: wait until final, never
+// resent), interrupted (final), queue full (429, resent), waited (a 200
+// with Preference-Applied). Each pane sends its "when busy" choice
+// (on_busy reject, queue or interrupt) and, if asked, Prefer: wait=30 with
+// every try of a message. A panel causes the races people cause by
+// accident: a double submit, a second message while the first runs (and
+// the other way round), a reused id. Below, the session's ledger
 // as a table and two SVG charts (spending by category and by day).
 //
 // Routes (Handler):
@@ -29,8 +34,9 @@
 // Handler (the API answers it with its problem+json 404). The page shows
 // a failed read of the session in a status line and retries on its next
 // poll; a message's failed try is shown on the message, and resent
-// automatically when the answer says to (409, 503, no response), or by a
-// Resend button (5xx); the id never changes.
+// automatically when the answer says to (409, 429, 503, no response), or
+// by a Resend button (5xx, a queued message that failed); the id never
+// changes. A 409 interrupted is final: no resend is offered.
 //
 // The page is checked in a real browser: chat_test.go drives it in
 // headless Chromium on every dialect (make test installs Debian's

@@ -16,14 +16,17 @@
   // this long.
   const RUNNING_POLL_MS = 100;
   const RUNNING_WAIT_MS = 10000;
+  // "wait for the reply" sends Prefer: wait=WAIT_S; a queued message's
+  // status is read with it too, again until it is final.
+  const WAIT_S = 30;
+  // A status read that got no answer (or a 503) is tried again after this.
+  const STATUS_RETRY_MS = 2000;
 
   // OUTCOMES says what one try of a message came back with, and what the
   // page does next. The key is "running", a 200's kind, "network", or the
   // last segment of a problem's type URI. tone: ok | wait | bad.
   // retry: resend automatically with the same client_request_id after
   // Retry-After. manual: offer a Resend button. Anything else is final.
-  // A new lock answer (queued with its position, interrupted, waited-for)
-  // is one more row here.
   const OUTCOMES = {
     running: {label: 'running', tone: 'wait',
       help: 'sent; the server answers when the agent is done'},
@@ -33,8 +36,16 @@
       help: 'the stored reply of an earlier run of this id: nothing ran, no lock was taken'},
     resumed: {label: 'resumed', tone: 'ok',
       help: 'took over a run that died; tool calls that had committed were reused, not repeated'},
+    waited: {label: 'waited', tone: 'ok',
+      help: 'sent with Prefer: wait=30 while this id was in flight or queued: the server waited for it and answered its stored reply (Preference-Applied)'},
+    queued: {label: 'queued', tone: 'wait',
+      help: 'on_busy queue: 202, queued behind the running message (#1 runs next); the page reads its status with Prefer: wait=30 until it is done, without resending'},
     'session-busy': {label: 'session busy', tone: 'wait', retry: true,
       help: 'the session is answering another message; resent with the same id after Retry-After'},
+    'queue-full': {label: 'queue full', tone: 'wait', retry: true,
+      help: 'on_busy queue, but the session\'s queue is full; nothing stored; resent with the same id after Retry-After'},
+    interrupted: {label: 'interrupted', tone: 'bad',
+      help: 'a later message sent with on_busy interrupt stopped this one; its committed tool calls stay, and it never runs again (final, no resend)'},
     'request-in-flight': {label: 'in flight', tone: 'wait', retry: true,
       help: 'this very message is running (another device or an earlier try); resent after Retry-After to get its reply'},
     'tool-in-flight': {label: 'tool in flight', tone: 'wait', retry: true,
@@ -65,8 +76,8 @@
     'session-not-found': {label: 'no such session', tone: 'bad', help: 'the session does not exist'},
   };
   // The rows the legend shows, in this order.
-  const LEGEND = ['answered', 'replayed', 'resumed', 'running', 'session-busy', 'request-in-flight',
-    'client-request-id-reused', 'network'];
+  const LEGEND = ['answered', 'replayed', 'resumed', 'waited', 'running', 'session-busy', 'queued',
+    'request-in-flight', 'interrupted', 'queue-full', 'client-request-id-reused', 'network'];
 
   const $ = (id) => document.getElementById(id);
 
@@ -132,12 +143,15 @@
   class Device {
     constructor(name) {
       this.name = name;
-      this.entries = []; // {key, session, crid, content, tries, state, reply, transactionId, resendAt, timer}
+      // {key, session, crid, content, onBusy, wait, tries, state, reply, transactionId, resendAt, timer}
+      this.entries = [];
       this.shown = ''; // what the pane shows, as last drawn
       this.log = $(`${name}-log`);
       this.form = $(`${name}-form`);
       this.input = $(`${name}-input`);
       this.button = $(`${name}-send`);
+      this.onBusy = $(`${name}-onbusy`);
+      this.wait = $(`${name}-wait`);
       this.form.addEventListener('submit', (ev) => {
         ev.preventDefault();
         const content = this.input.value.trim();
@@ -147,10 +161,11 @@
       });
     }
 
-    // send sends a new message: a new client_request_id, kept for every
-    // retry of it.
+    // send sends a new message: a new client_request_id, and the pane's
+    // "when busy" and "wait" choices of now, all kept for every retry of it.
     send(content, crid = newRequestId()) {
-      const entry = {key: newRequestId(), session: state.session, crid, content, tries: [],
+      const entry = {key: newRequestId(), session: state.session, crid, content,
+        onBusy: this.onBusy.value, wait: this.wait.checked, tries: [],
         state: 'new', reply: null, transactionId: null, resendAt: 0, timer: 0};
       this.entries.push(entry);
       this.attempt(entry);
@@ -168,17 +183,20 @@
       entry.state = 'running';
       entry.resendAt = 0;
       // One try: its outcome, HTTP status, Retry-After (seconds), problem
-      // detail, and how long the page waited before the next try (wait).
-      const t = {outcome: 'running', status: 0, retryAfter: 0, detail: '', wait: 0};
+      // detail, and how long the page waited before the next try (wait);
+      // for a queued one, its position and, once read, its final status.
+      const t = {outcome: 'running', status: 0, retryAfter: 0, detail: '', wait: 0, position: 0, then: ''};
       entry.tries.push(t);
       render();
       let resp = null;
       let body = null;
+      const headers = {'Content-Type': 'application/json', Accept: 'application/json'};
+      if (entry.wait) headers.Prefer = `wait=${WAIT_S}`;
       try {
         resp = await fetch(`/api/sessions/${encodeURIComponent(entry.session)}/messages`, {
           method: 'POST',
-          headers: {'Content-Type': 'application/json', Accept: 'application/json'},
-          body: JSON.stringify({content: entry.content, client_request_id: entry.crid}),
+          headers,
+          body: JSON.stringify({content: entry.content, client_request_id: entry.crid, on_busy: entry.onBusy}),
         });
         body = await resp.json().catch(() => null);
       } catch (err) {
@@ -187,10 +205,16 @@
       if (!resp) {
         t.outcome = 'network';
         t.retryAfter = 2;
+      } else if (resp.status === 202 && body && body.status === 'queued') {
+        t.status = resp.status;
+        t.outcome = 'queued';
+        t.position = Number(body.position) || 0;
       } else if (resp.ok && body) {
         t.status = resp.status;
-        t.outcome = body.replayed ? 'replayed' : body.resumed ? 'resumed' : 'answered';
-        if (body.replayed && body.resumed) t.detail = 'of a resumed run';
+        const waited = resp.headers.has('Preference-Applied');
+        t.outcome = waited ? 'waited' : body.replayed ? 'replayed' : body.resumed ? 'resumed' : 'answered';
+        if (waited && body.replayed) t.detail = 'the stored reply';
+        else if (body.replayed && body.resumed) t.detail = 'of a resumed run';
         entry.reply = body.reply;
         entry.transactionId = body.transaction_id;
       } else {
@@ -201,6 +225,13 @@
         t.retryAfter = Number(resp.headers.get('Retry-After')) || 0;
       }
       const o = OUTCOMES[t.outcome] || {retry: resp !== null && resp.status === 503};
+      if (t.outcome === 'queued') {
+        entry.state = 'queued';
+        render();
+        refreshSoon();
+        await this.follow(entry, t);
+        return;
+      }
       if (o.retry && entry.tries.length < MAX_TRIES) {
         entry.state = 'waiting';
         const wait = Math.max(1, t.retryAfter || 1);
@@ -217,8 +248,48 @@
       refreshSoon();
     }
 
+    // follow reads a queued message's status (GET …/messages/{id}, with
+    // Prefer: wait) until it is final, and shows its reply; it never
+    // resends the message.
+    async follow(entry, t) {
+      const url = `/api/sessions/${encodeURIComponent(entry.session)}/messages/${encodeURIComponent(entry.crid)}`;
+      for (;;) {
+        let resp = null;
+        let body = null;
+        try {
+          resp = await fetch(url, {headers: {Accept: 'application/json', Prefer: `wait=${WAIT_S}`}});
+          body = await resp.json().catch(() => null);
+        } catch (err) {
+          resp = null;
+        }
+        if (resp && resp.ok && body) {
+          if (body.status === 'queued') t.position = Number(body.position) || 0;
+          t.then = body.status === 'queued' ? '' : body.status;
+          if (body.status === 'succeeded') {
+            entry.reply = body.reply;
+            entry.transactionId = body.transaction_id;
+            entry.state = 'done';
+          } else if (body.status === 'failed' || body.status === 'interrupted') {
+            entry.state = 'failed';
+          }
+          render();
+          if (entry.state !== 'queued') break;
+          continue;
+        }
+        if (resp && resp.status !== 503) {
+          t.then = 'unknown';
+          t.detail = body && body.detail ? body.detail : resp.statusText;
+          entry.state = 'failed';
+          render();
+          break;
+        }
+        await new Promise((resolve) => { setTimeout(resolve, STATUS_RETRY_MS); });
+      }
+      refreshSoon();
+    }
+
     resend(entry) {
-      if (entry.state === 'running') return;
+      if (entry.state === 'running' || entry.state === 'queued') return;
       clearTimeout(entry.timer);
       entry.timer = 0;
       this.attempt(entry);
@@ -249,9 +320,13 @@
     const o = OUTCOMES[t.outcome] || {label: t.outcome.startsWith('http-') ? 'error' : t.outcome, tone: 'bad', help: t.detail};
     const text = [o.label];
     if (t.status && t.status !== 200) text.unshift(String(t.status));
-    if (t.detail && t.outcome === 'replayed') text.push(t.detail);
+    if (t.outcome === 'queued') text.push(`#${t.position + 1}`);
+    if (t.detail && (t.outcome === 'replayed' || t.outcome === 'waited')) text.push(t.detail);
     const chip = el('li', {class: `chip ${o.tone}`, 'data-outcome': t.outcome, title: o.help || t.detail || ''},
       text.join(' '));
+    if (t.outcome === 'queued') {
+      chip.append(t.then ? ` · then ${STATUS_WORDS[t.then] || t.then}` : ' · waiting for its turn');
+    }
     if (t.wait) {
       if (last && entry.state === 'waiting') {
         chip.append(t.status ? ` · Retry-After ${t.wait} s · resending in ` : ' · resending in ',
@@ -262,6 +337,10 @@
     }
     return chip;
   }
+
+  // STATUS_WORDS says what became of a queued message, as its status said.
+  const STATUS_WORDS = {processing: 'running', succeeded: 'answered', failed: 'failed',
+    interrupted: 'interrupted', unknown: 'status unreadable'};
 
   const secondsLeft = (entry) => Math.max(0, Math.ceil((entry.resendAt - Date.now()) / 1000));
 
@@ -288,8 +367,12 @@
       const trail = el('ol', {class: 'trail', 'aria-label': 'what the locks said, try by try'});
       entry.tries.forEach((t, i) => trail.append(outcomeChip(t, entry, i === entry.tries.length - 1)));
       li.append(trail);
-      const o = OUTCOMES[finalOutcome(entry)];
-      if (entry.state === 'failed' && (!o || o.manual || o.retry)) {
+      const final = finalOutcome(entry);
+      const o = OUTCOMES[final];
+      // A queued message that then failed can be resent; one interrupted
+      // never runs again.
+      const queuedFailed = final === 'queued' && entry.tries[entry.tries.length - 1].then !== 'interrupted';
+      if (entry.state === 'failed' && (!o || o.manual || o.retry || queuedFailed)) {
         const b = el('button', {type: 'button', class: 'resend'}, 'Resend (same id)');
         b.addEventListener('click', () => dev.resend(entry));
         li.append(b);
@@ -300,7 +383,7 @@
       li.append(el('p', {class: 'bubble bot', lang: hasHan(reply) ? 'zh' : 'en'}, reply));
       const tx = entry && entry.transactionId;
       if (tx) li.append(el('p', {class: 'meta bot-meta'}, 'transaction ', el('code', {title: tx}, short(tx))));
-    } else if (!entry || entry.state === 'running' || entry.state === 'waiting') {
+    } else if (!entry || entry.state === 'running' || entry.state === 'waiting' || entry.state === 'queued') {
       li.append(el('p', {class: 'bubble bot pending'}, '…'));
     }
     return li;
@@ -456,7 +539,9 @@
       for (const d of devices) renderDevice(d);
       renderLedger();
       const open = Boolean(state.session);
-      for (const d of devices) { d.input.disabled = !open; d.button.disabled = !open; }
+      for (const d of devices) {
+        for (const c of [d.input, d.button, d.onBusy, d.wait]) c.disabled = !open;
+      }
       $('races').disabled = !open;
       document.body.dataset.session = state.session || '';
     });
@@ -633,6 +718,15 @@
     const first = laptop.send(a);
     await whenRunning(first);
     phone.send(b);
+  });
+
+  $('race-behind').addEventListener('click', async () => {
+    const a = raceText('race-a');
+    const b = a && raceText('race-b');
+    if (!b) return;
+    const first = phone.send(b);
+    await whenRunning(first);
+    laptop.send(a);
   });
 
   $('race-reuse').addEventListener('click', () => {
