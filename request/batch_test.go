@@ -27,7 +27,9 @@ func heartbeatCost(tb testing.TB, d lease.Dialect, runs, rounds int, separate bo
 	db := testdb.OpenWith(tb, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
 	ctx := context.Background()
 	require.NoError(tb, schema.Apply(ctx, db, d))
-	const ttl, interval = 6 * time.Second, 2 * time.Second
+	// A TTL with seconds to spare: on SQLite the starts still queue on the
+	// one write lock with the batch, and a loaded machine slows them more.
+	const ttl, interval = 15 * time.Second, 5 * time.Second
 	r, err := New(Config{DB: db, TTL: ttl, HeartbeatInterval: interval, SeparateHeartbeats: separate,
 		Session: sessionConfigAutoCreate(), ReleaseTimeout: time.Minute})
 	require.NoError(tb, err)
@@ -96,7 +98,7 @@ func TestHeartbeatOfAThousandRuns(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
-			stmts, trips := heartbeatCost(t, d, 1000, 3, false)
+			stmts, trips := heartbeatCost(t, d, 1000, 2, false)
 			t.Logf("1,000 runs in flight: %.1f statements, %.1f round trips per interval", stmts, trips)
 			require.LessOrEqual(t, stmts, 10.0)
 			require.LessOrEqual(t, trips, 10.0)
@@ -107,7 +109,7 @@ func TestHeartbeatOfAThousandRuns(t *testing.T) {
 // BenchmarkHeartbeat reports the statements and round trips per heartbeat
 // interval that keeping runs in flight costs, batched (the default) and
 // with a heartbeat per run, for 10, 100 and 1,000 runs. Each iteration
-// measures three intervals of 2s.
+// measures three intervals of 5s.
 func BenchmarkHeartbeat(b *testing.B) {
 	for _, d := range testdb.Dialects() {
 		for _, mode := range []string{"batched", "unbatched"} {

@@ -229,8 +229,15 @@ func (r *Runner) initQueue() {
 	q.changed = make(chan struct{})
 	// The head: a run that died first (it was running), then the
 	// interrupting messages, then the queued ones, each in arrival order.
+	// Nothing starts while a run that came from the queue is still
+	// processing under a live request lease: its session lease can lapse a
+	// moment before its request lease (they are renewed apart), and the
+	// next message must not overtake it; it is resumed first, once its
+	// lease has expired.
 	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status FROM " + t +
 		" WHERE session_key = ? AND " + runnable +
+		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND p.status = 'processing'" +
+		" AND p.queue_seq IS NOT NULL AND p.interrupted_by IS NULL AND p.token IS NOT NULL AND p.expires_at > " + now + ")" +
 		" ORDER BY CASE WHEN status = 'processing' THEN 0 ELSE 1 END, " + laneExpr + ", queue_seq LIMIT 1")
 	q.aheadQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + runnable)
 	q.aheadInterruptQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + runnable +
@@ -471,7 +478,7 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.q.headQ, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status)
+		err := r.db.QueryRowContext(ctx, r.q.headQ, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status)
 		if errors.Is(err, sql.ErrNoRows) {
 			r.unhint(sessionKey)
 			return nil, nil
