@@ -105,7 +105,7 @@
 // # Fenced transactions
 //
 // RunFenced (and WithFences) runs a side effect in a transaction that ends
-// by confirming every Fence — a token-checked write on each lease row
+// by confirming every Fence — a token- and generation-checked write on each lease row
 // (Confirm) that fails unless the grant still holds — and then commits. The
 // side effect commits if and only if every grant held at the end. The lease
 // rows are locked only from the confirmations to the commit, so a

@@ -35,8 +35,8 @@ type TxBeginner interface {
 }
 
 // Confirm proves, in one statement inside the caller's transaction tx, that
-// g still holds: the token matches and the lease has not expired by the
-// database clock. It is a write — it renews the lease for g.TTL, never
+// g still holds: the token and the generation match and the lease has not
+// expired by the database clock. It is a write — it renews the lease for g.TTL, never
 // backwards, and always changes the row — so on MySQL and PostgreSQL the
 // row stays locked until tx ends, on SQLite tx holds the write lock, and a
 // multi-primary cluster (Galera) certifies it against a concurrent
@@ -56,7 +56,7 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	if err := l.checkTTL(g.TTL); err != nil {
 		return 0, err
 	}
-	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds()), true)
+	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds(), "gen", g.Generation), true)
 	if err != nil {
 		return 0, err
 	}
@@ -68,12 +68,16 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 
 func (l *Lease[K]) confirmQ() compiled { return compile(l.dialect, l.b.confirm()) }
 
-// confirm is renew with one more condition: the lease has not expired.
+// confirm is renew with two more conditions: the lease has not expired,
+// and its generation is the grant's. A token can be granted again after
+// another holder held the lease (a reentry that finds the row free is a
+// new grant, generation+1, under the same token): a copy of the earlier
+// grant must not pass.
 func (s sqlBuilder) confirm() string {
 	assigns := []string{s.genAssign(false), s.expAssign()}
 	assigns = append(assigns, s.tail(false, nil)...)
 	c := s.t.cols
-	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok} AND "+s.col(c.ExpiresAt)+" > "+s.d.now())
+	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok} AND "+s.col(c.Generation)+" = {gen} AND "+s.col(c.ExpiresAt)+" > "+s.d.now())
 }
 
 // Fence returns a Fence for g named name. Its Check is Confirm.

@@ -128,7 +128,7 @@ start_mariadb() {
         >"$TMP/mysql-install.log" 2>&1 \
         || { log "mariadb-install-db failed:"; tail -n 20 "$TMP/mysql-install.log" >&2; return 1; }
 
-    port=33306
+    port=$MY_PORT0
     for attempt in 1 2 3 4 5; do
         port=$(free_port "$port")
         "$bin" --no-defaults "${user[@]}" --datadir="$TMP/mysql" \
@@ -214,7 +214,7 @@ start_postgres() {
         >"$TMP/pg-initdb.log" 2>&1) \
         || { log "initdb failed:"; tail -n 20 "$TMP/pg-initdb.log" >&2; return 1; }
 
-    port=55432
+    port=$PG_PORT0
     for attempt in 1 2 3 4 5; do
         port=$(free_port "$port")
         if (cd "$TMP" && "${PG_USER[@]}" "$PGBIN/pg_ctl" -D "$TMP/pg/data" -l "$TMP/pg/pg.log" -w -t 60 \
@@ -274,7 +274,13 @@ run_staticcheck() {
 # the commit reached the OS: with synchronous_commit=off PostgreSQL may
 # acknowledge one still in its own buffers. The chaos run restarts servers.
 PG_SYNC=off
-[[ -z ${ROWLEASE_CHAOS:-} ]] || PG_SYNC=on
+# First ports tried. The chaos run restarts its servers on the same ports:
+# it starts from another range, so that a make test starting meanwhile on
+# this machine does not take a port in the moment it is free.
+MY_PORT0=33306 PG_PORT0=55432
+if [[ -n ${ROWLEASE_CHAOS:-} ]]; then
+    PG_SYNC=on MY_PORT0=43306 PG_PORT0=45432
+fi
 
 t0=$SECONDS
 start_mariadb

@@ -180,7 +180,11 @@ func (r *leaseRound) run(ctx context.Context, rep *LeaseReport) error {
 	var bg sync.WaitGroup
 	var injErr error
 	if cfg.Proxy != nil {
-		bg.Go(func() { injErr = cfg.Proxy.Inject(rctx, cfg.Injector) })
+		bg.Go(func() {
+			if injErr = cfg.Proxy.Inject(rctx, cfg.Injector); injErr != nil {
+				stop() // a server that did not come back: the workers would wait for it forever
+			}
+		})
 	}
 	bg.Go(func() { r.expirer(rctx) })
 	var wg sync.WaitGroup
