@@ -92,6 +92,9 @@ func TestResumeOrphanedRejectRun(t *testing.T) {
 		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "lunch 35"}, ag.run)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Equal(t, int64(1), ag.modelCalls.Load())
+		var content string
+		require.NoError(t, db.Get(&content, db.Rebind("SELECT content FROM rowlease_request WHERE client_request_id = ?"), "c"))
+		assert.Equal(t, "lunch 35", content, "stored with the request (by the INSERT: TestLockPathStatements still counts 9)")
 
 		b := e.newRunner(t, func(c *Config) {
 			c.Agent = ag.run
@@ -228,9 +231,10 @@ func TestNoOrphans(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
 		const sessions, queued = 20, 9
 		// Seconds to spare: on SQLite twenty runs' renewals wait for one
-		// write lock, and a run that lost its lease would run its message
-		// again (its step unrecorded: the model asked twice).
-		e := newEnv(t, db, 3*time.Second)
+		// write lock, and a run that lost its lease has its message run
+		// again (at least once: the effect is still once, and the model
+		// is asked again only if the step was not recorded yet).
+		e := newEnv(t, db, 5*time.Second)
 		ctx := bg(t)
 		ag := newDurableAgent()
 		ag.crash = func(run *Run) bool { return strings.HasSuffix(run.ClientRequestID(), "-running") && !run.Resumed() }
@@ -266,6 +270,7 @@ func TestNoOrphans(t *testing.T) {
 			c.Resume.Grace = 100 * time.Millisecond
 		})
 		require.NoError(t, b.Start(ctx))
+		reruns := 0
 		for s := range sessions {
 			key := fmt.Sprintf("s%02d", s)
 			for _, id := range want[key] {
@@ -274,14 +279,33 @@ func TestNoOrphans(t *testing.T) {
 				require.Equal(t, StateSucceeded, st.State, "%s: %s", id, st.Error)
 			}
 			got := ag.orderOf(key)
+			require.NotEmpty(t, got)
 			assert.Equal(t, want[key][0], got[0], "%s: the worker's run", key)
-			assert.Equal(t, want[key], got[1:], "%s: the orphan resumed first, then the queue in arrival order", key)
+			// A run that lost its lease (a loaded machine starving its
+			// heartbeat) is taken over: the same message runs again at
+			// once, before the next one. Count those, and check the order
+			// of the messages.
+			var runs []string
+			for _, id := range got[1:] {
+				if len(runs) > 0 && runs[len(runs)-1] == id {
+					reruns++
+					continue
+				}
+				runs = append(runs, id)
+			}
+			assert.Equal(t, want[key], runs, "%s: the orphan resumed first, then the queue in arrival order", key)
+		}
+		if reruns > 0 {
+			t.Logf("%d runs lost their lease and were taken over", reruns)
 		}
 		total := sessions * (1 + queued)
 		assert.Equal(t, total, e.ledgerRows(t), "each effect once")
 		var distinct int
 		require.NoError(t, db.Get(&distinct, "SELECT COUNT(DISTINCT request_id) FROM ledger_entry"))
 		assert.Equal(t, total, distinct)
-		assert.Equal(t, int64(total), ag.modelCalls.Load(), "the model asked once per message")
+		// The model is asked once per message (plus once per run that lost
+		// its lease before its step was recorded).
+		assert.GreaterOrEqual(t, ag.modelCalls.Load(), int64(total))
+		assert.LessOrEqual(t, ag.modelCalls.Load(), int64(total+reruns), "the model asked once per message")
 	})
 }
