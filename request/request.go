@@ -702,6 +702,7 @@ type Run struct {
 	// next one, how many were replayed, and the divergence that failed
 	// the run.
 	stepMu   sync.Mutex
+	stepBusy bool // a step's function is running
 	steps    []stepRecord
 	stepPos  int
 	replayed int
@@ -888,8 +889,8 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	run.sup, run.work = sup, work
 	ans, aerr := runAgent(work, run, agent)
 	sup.Stop()
-	if aerr == nil && run.diverged != nil {
-		aerr = run.diverged // the agent went on after a divergent replay
+	if d := run.divergence(); aerr == nil && d != nil {
+		aerr = d // the agent went on after a divergent replay
 	}
 	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		// Stored, it would break every replay of the request.

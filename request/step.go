@@ -70,12 +70,17 @@ func decodeSteps(s string) ([]stepRecord, error) {
 // step whose output was not recorded before the run died runs again:
 // steps are at-least-once; effects (CallTool) exactly-once.
 //
-// Steps of one run are taken in sequence, never concurrently: Step holds
-// the run's step lock while fn runs. A resumed run that asks for the step
-// of a recorded position under another name gets a *StepDivergedError
-// (ErrStepDiverged), and the run fails with it even if the agent goes on.
-// fn's output must be valid JSON (nil records null); it is returned as
-// recorded. name must be non-empty UTF-8 of at most MaxStepNameLen bytes.
+// Steps of one run are taken one after the other: a Step called while
+// another one runs (from fn itself, or from another goroutine) is refused
+// with a *lease.ValidationError, since positions would then depend on
+// timing. A resumed run that asks for the step of a recorded position
+// under another name gets a *StepDivergedError (ErrStepDiverged), and the
+// run fails with it even if the agent goes on. (A resumed run that ends
+// before asking for every recorded step is not refused: the steps it did
+// not ask for are left unused.) fn's output must be valid JSON (nil
+// records null); it is returned as recorded. name must be non-empty UTF-8
+// of at most MaxStepNameLen bytes. fn's error is returned as it is, and
+// nothing is recorded.
 func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	if name == "" || len(name) > MaxStepNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
 		return nil, &lease.ValidationError{Field: "step name", Reason: "empty, longer than 128 bytes, not UTF-8 or with a NUL byte"}
@@ -87,12 +92,17 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 		return nil, err
 	}
 	run.stepMu.Lock()
-	defer run.stepMu.Unlock()
 	if run.diverged != nil {
+		run.stepMu.Unlock()
 		return nil, run.diverged
+	}
+	if run.stepBusy {
+		run.stepMu.Unlock()
+		return nil, &lease.ValidationError{Field: "step", Reason: "called while another step of the run is running"}
 	}
 	pos := run.stepPos
 	if pos < len(run.steps) {
+		defer run.stepMu.Unlock()
 		rec := run.steps[pos]
 		if rec.Name != name {
 			run.diverged = &StepDivergedError{Position: pos, Recorded: rec.Name, Asked: name}
@@ -102,6 +112,13 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 		run.replayed++
 		return append(json.RawMessage(nil), rec.Output...), nil
 	}
+	run.stepBusy = true
+	run.stepMu.Unlock()
+	defer func() {
+		run.stepMu.Lock()
+		run.stepBusy = false
+		run.stepMu.Unlock()
+	}()
 	if err := ctx.Err(); err != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -118,12 +135,17 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 	if err := run.stopped(); err != nil {
 		return nil, err
 	}
+	// Only this Step changes steps and stepPos while stepBusy is set.
+	run.stepMu.Lock()
 	next := append(append([]stepRecord(nil), run.steps...), stepRecord{Name: name, Output: out})
+	run.stepMu.Unlock()
 	if err := run.recordSteps(ctx, next); err != nil {
 		return nil, err
 	}
+	run.stepMu.Lock()
 	run.steps = next
 	run.stepPos++
+	run.stepMu.Unlock()
 	return append(json.RawMessage(nil), out...), nil
 }
 
@@ -159,6 +181,16 @@ func (run *Run) recordSteps(ctx context.Context, steps []stepRecord) error {
 			return fmt.Errorf("request: recording step %d: %w", len(steps)-1, err)
 		}
 	}
+}
+
+// divergence returns the divergence that failed the run, or nil.
+func (run *Run) divergence() error {
+	run.stepMu.Lock()
+	defer run.stepMu.Unlock()
+	if run.diverged == nil {
+		return nil
+	}
+	return run.diverged
 }
 
 // StepsReplayed reports how many recorded steps this run has replayed so

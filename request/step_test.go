@@ -284,6 +284,11 @@ func TestStepTyped(t *testing.T) {
 			require.ErrorIs(t, err, lease.ErrInvalid)
 			_, err = Step(ctx, run, "y", func(context.Context) (func(), error) { return func() {}, nil })
 			require.Error(t, err)
+			_, err = run.Step(ctx, "outer", func(ctx context.Context) (json.RawMessage, error) {
+				_, err := run.Step(ctx, "inner", func(context.Context) (json.RawMessage, error) { return nil, nil })
+				return nil, err
+			})
+			require.ErrorIs(t, err, lease.ErrInvalid, "a step inside a step is refused, not a deadlock")
 			assert.Zero(t, run.StepsRecorded())
 			return Answer{Reply: "ok"}, nil
 		})
