@@ -710,7 +710,9 @@ func jitter(d time.Duration) time.Duration {
 // Start starts the Runner's background work: the dispatcher, which starts
 // queued messages of sessions that no process of this service is running
 // (the process that held the session crashed, or freed it without knowing
-// of the queue), if Config.Agent is set; and the retention sweeper, if
+// of the queue) and resumes the runs whose process died, those of messages
+// accepted at once included (see ResumeConfig), if Config.Agent is set;
+// and the retention sweeper, if
 // Config.Retention.After is set. They stop when ctx is done or Stop is
 // called. A second Start returns an error; so does a Start after Stop.
 //
