@@ -34,7 +34,9 @@ const MaxBatch = 1000
 // or the driver's error of the statement that carried it, which every
 // grant of that statement shares (a transient error: retry, as for
 // Renew). The same key may appear more than once (an old holder's grant
-// and a new one's, say): grants are matched by their tokens.
+// and a new one's, say): grants are matched by their tokens. The same
+// grant given more than once is sent once, and every copy gets the first
+// copy's answer.
 //
 // The statement spans many keys: on a sharded engine (Vitess) it would go
 // to every shard; renew one key per statement there (Renew).
@@ -56,11 +58,19 @@ func (l *Lease[K]) RenewMany(ctx context.Context, db DB, gs []Grant[K], ttl time
 		return out, errs
 	}
 	var todo []int
+	first := make(map[grantID[K]]int, len(gs))
+	copyOf := make(map[int]int) // a repeated grant's index -> its first copy's
 	for i, g := range gs {
 		if err := l.checkGrant(g); err != nil {
 			errs[i] = err
 			continue
 		}
+		id := grantID[K]{g.Key, g.Token.Secret(), g.Generation}
+		if j, ok := first[id]; ok {
+			copyOf[i] = j
+			continue
+		}
+		first[id] = i
 		todo = append(todo, i)
 	}
 	for len(todo) > 0 {
@@ -68,7 +78,19 @@ func (l *Lease[K]) RenewMany(ctx context.Context, db DB, gs []Grant[K], ttl time
 		l.renewChunk(ctx, db, out, errs, todo[:n], ttl)
 		todo = todo[n:]
 	}
+	for i, j := range copyOf {
+		out[i], errs[i] = out[j], errs[j]
+	}
 	return out, errs
+}
+
+// grantID identifies a grant: one row, one token, one generation. Copies
+// of a grant in one RenewMany are renewed once: the row would match once
+// however often its pair were sent.
+type grantID[K Key] struct {
+	key K
+	tok string
+	gen int64
 }
 
 func fill(errs []error, err error) {

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"database/sql"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,4 +213,53 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// keyList finds the key list of a batch renewal.
+var keyList = regexp.MustCompile(`item_key.? IN \(([^)]*)\)`)
+
+// TestRenewManyDuplicates: a grant given more than once gets, at every
+// position, the answer of its first copy — renewed when it holds, lost
+// when it does not — and its key is sent once.
+func TestRenewManyDuplicates(t *testing.T) {
+	countedEach(t, func(t *testing.T, e conformance.Env, c *countdb.Counter) {
+		ctx := ctxT(t)
+		const ttl = 5 * time.Second
+		gs := acquireMany(t, e, 3, ttl)
+		require.NoError(t, e.Lease.Release(ctx, e.DB, gs[2]))
+		batch := []lease.Grant[string]{gs[0], gs[1], gs[0], gs[2], gs[0], gs[1], gs[2]}
+		c.Reset()
+		c.Record(true)
+		out, errs := e.Lease.RenewMany(ctx, e.DB, batch, 2*ttl)
+		for _, i := range []int{0, 1, 2, 4, 5} {
+			require.NoError(t, errs[i], "copy %d of a held grant", i)
+			assert.Equal(t, 2*ttl, out[i].TTL)
+		}
+		assert.Equal(t, out[0], out[2], "a copy gets its first copy's answer")
+		assert.Equal(t, out[0], out[4])
+		assert.Equal(t, out[1], out[5])
+		assert.ErrorIs(t, errs[3], lease.ErrLost)
+		assert.ErrorIs(t, errs[6], lease.ErrLost)
+		assert.Equal(t, batch[6], out[6], "a lost copy comes back as given")
+		want := int64(1)
+		if e.Dialect == lease.MySQL {
+			want = 2 // one grant lost: a read says which
+		}
+		assert.Equal(t, want, c.Count(), "%q", c.Log())
+		for _, q := range c.Log() {
+			if strings.HasPrefix(q, "UPDATE") {
+				m := keyList.FindStringSubmatch(q)
+				require.NotNil(t, m, q)
+				assert.Len(t, strings.Split(m[1], ","), 3, "each grant once: %s", q)
+			}
+		}
+
+		// All held, on MySQL too: one statement, no read.
+		c.Reset()
+		_, errs = e.Lease.RenewMany(ctx, e.DB, []lease.Grant[string]{gs[1], gs[1], gs[0], gs[1]}, ttl)
+		for i, err := range errs {
+			require.NoError(t, err, "grant %d", i)
+		}
+		assert.Equal(t, int64(1), c.Count(), "%q", c.Log())
+	})
 }
