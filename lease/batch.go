@@ -9,15 +9,15 @@ import (
 )
 
 // MaxBatch is the most grants RenewMany sends in one statement; a longer
-// list goes in several. It keeps a statement's parameters (three per grant
-// on MySQL and SQLite, two on PostgreSQL) well inside every dialect's
+// list goes in several. It keeps a statement's parameters (four per grant
+// on MySQL and SQLite, three on PostgreSQL) well inside every dialect's
 // limit.
 const MaxBatch = 1000
 
 // RenewMany renews every grant in gs for ttl, with one statement per
 // MaxBatch grants instead of one each:
 //
-//	UPDATE t SET expires_at = …, updated_at = … WHERE key IN (…) AND (key, token) IN (…) [RETURNING token]
+//	UPDATE t SET expires_at = …, updated_at = … WHERE key IN (…) AND (key, token, generation) IN (…) [RETURNING token, generation]
 //
 // The renewal is Renew's (never backwards, always changing the row), and
 // each renewed grant's trust deadline is computed from the send time of
@@ -33,8 +33,11 @@ const MaxBatch = 1000
 // *ValidationError for a bad grant or TTL, before any SQL is sent for it;
 // or the driver's error of the statement that carried it, which every
 // grant of that statement shares (a transient error: retry, as for
-// Renew). The same key may appear more than once (an old holder's grant
-// and a new one's, say): grants are matched by their tokens. The same
+// Renew). A grant holds when its token and its generation match, as for
+// Confirm: a token granted again (a reentry that found the row free, with
+// the generation one higher) does not make a copy of the earlier grant
+// hold. The same key may appear more than once (an old holder's grant and
+// a new one's, say): grants are matched by token and generation. The same
 // grant given more than once is sent once, and every copy gets the first
 // copy's answer.
 //
@@ -113,9 +116,9 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 		}()
 	}
 	q, args := l.b.renewMany(grantList[K](out), idx, ttl)
-	byToken := make(map[string]int, len(idx))
+	byToken := make(map[held]int, len(idx))
 	for _, i := range idx {
-		byToken[out[i].Token.Secret()] = i
+		byToken[held{out[i].Token.Secret(), out[i].Generation}] = i
 	}
 	renewed := make(map[int]bool, len(idx))
 	sent := l.clock.Now()
@@ -131,11 +134,12 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 			}
 			defer rows.Close()
 			for rows.Next() {
-				var tok string
-				if err := rows.Scan(&tok); err != nil {
+				var h held
+				if err := rows.Scan(&h.tok, &h.gen); err != nil {
 					return err
 				}
-				if i, ok := byToken[strings.TrimRight(tok, " ")]; ok {
+				h.tok = strings.TrimRight(h.tok, " ")
+				if i, ok := byToken[h]; ok {
 					renewed[i] = true
 				}
 			}
@@ -161,7 +165,7 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 // UPDATE is first run again, causally (see Options.MultiPrimary), so a
 // node that had not yet applied the holder's own writes cannot make a
 // grant look lost.
-func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []any, out []Grant[K], idx []int, byToken map[string]int, renewed map[int]bool) error {
+func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []any, out []Grant[K], idx []int, byToken map[held]int, renewed map[int]bool) error {
 	all := func() {
 		for _, i := range idx {
 			renewed[i] = true
@@ -196,11 +200,11 @@ func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var tok string
-			if err := rows.Scan(&tok); err != nil {
+			var h held
+			if err := rows.Scan(&h.tok, &h.gen); err != nil {
 				return err
 			}
-			if i, ok := byToken[tok]; ok {
+			if i, ok := byToken[h]; ok {
 				renewed[i] = true
 			}
 		}
@@ -240,39 +244,45 @@ func (l *Lease[K]) rowsAffected(ctx context.Context, db DB, q string, args []any
 	return n, err
 }
 
-// pairs writes the key list and the (key, token) list of a batch, and
-// their arguments: PostgreSQL numbers its placeholders and names each key
-// once; MySQL and SQLite repeat it. SQLite takes a row value IN only from
-// a subquery, hence VALUES there.
-func (s sqlBuilder) pairs(keys []any, toks []string) (keyList, pairList string, args []any) {
+// held is a token and generation that the database reports holding.
+type held struct {
+	tok string
+	gen int64
+}
+
+// pairs writes the key list and the (key, token, generation) list of a
+// batch, and their arguments: PostgreSQL numbers its placeholders and
+// names each key once; MySQL and SQLite repeat it. SQLite takes a row
+// value IN only from a subquery, hence VALUES there.
+func (s sqlBuilder) pairs(keys []any, toks []string, gens []int64) (keyList, pairList string, args []any) {
 	var kb, pb strings.Builder
 	n := len(keys)
 	if s.d == Postgres {
-		args = make([]any, 0, 2*n)
+		args = make([]any, 0, 3*n)
 		for i := range keys {
-			k, t := "$"+strconv.Itoa(2*i+1), "$"+strconv.Itoa(2*i+2)
+			k, t, g := "$"+strconv.Itoa(3*i+1), "$"+strconv.Itoa(3*i+2), "$"+strconv.Itoa(3*i+3)
 			if i > 0 {
 				kb.WriteString(", ")
 				pb.WriteString(", ")
 			}
 			kb.WriteString(k)
-			pb.WriteString("(" + k + ", " + t + ")")
-			args = append(args, keys[i], toks[i])
+			pb.WriteString("(" + k + ", " + t + ", " + g + ")")
+			args = append(args, keys[i], toks[i], gens[i])
 		}
 		return kb.String(), pb.String(), args
 	}
-	args = make([]any, 0, 3*n)
+	args = make([]any, 0, 4*n)
 	for i := range keys {
 		if i > 0 {
 			kb.WriteString(", ")
 			pb.WriteString(", ")
 		}
 		kb.WriteByte('?')
-		pb.WriteString("(?, ?)")
+		pb.WriteString("(?, ?, ?)")
 		args = append(args, keys[i])
 	}
 	for i := range keys {
-		args = append(args, keys[i], toks[i])
+		args = append(args, keys[i], toks[i], gens[i])
 	}
 	pl := pb.String()
 	if s.d == SQLite {
@@ -281,54 +291,61 @@ func (s sqlBuilder) pairs(keys []any, toks []string) (keyList, pairList string, 
 	return kb.String(), pl, args
 }
 
-func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string) {
+func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string, []int64) {
 	keys := make([]any, len(idx))
 	toks := make([]string, len(idx))
+	gens := make([]int64, len(idx))
 	for j, i := range idx {
-		keys[j], toks[j] = gs[i].Key, gs[i].Token.Secret()
+		keys[j], toks[j], gens[j] = gs[i].Key, gs[i].Token.Secret(), gs[i].Generation
 	}
-	return keys, toks
+	return keys, toks, gens
 }
 
 // renewMany is the batch renewal of the grants gs[i], i in idx: Renew's
-// expiry rule with the token already matched by the WHERE clause.
+// expiry rule with the token and generation already matched by the WHERE
+// clause.
 func (s sqlBuilder) renewMany(gs any, idx []int, ttl time.Duration) (string, []any) {
-	keys, toks := anyBatchArgs(gs, idx)
+	keys, toks, gens := anyBatchArgs(gs, idx)
 	c := s.t.cols
-	e, k, tok := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token)
+	e, k, tok, gen := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token), s.col(c.Generation)
 	ttlText := strconv.FormatInt(ttl.Microseconds(), 10)
 	target := s.d.plusMicros(s.d.now(), ttlText)
 	assigns := []string{e + " = CASE WHEN " + e + " IS NOT NULL AND " + e + " >= " + target +
 		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"}
 	assigns = append(assigns, s.tail(false, nil)...)
-	keyList, pairList, args := s.pairs(keys, toks)
+	keyList, pairList, args := s.pairs(keys, toks, gens)
 	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(assigns, ", ") +
-		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ") IN (" + pairList + ")"
+		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ", " + gen + ") IN (" + pairList + ")"
 	if s.d != MySQL {
-		q += " RETURNING " + tok
+		q += " RETURNING " + tok + ", " + gen
 	}
 	return q, args
 }
 
-// heldTokens reads which of the batch's tokens still hold their rows.
+// heldTokens reads which of the batch's tokens still hold their rows
+// with the grant's generation.
 func (s sqlBuilder) heldTokens(gs any, idx []int) (string, []any) {
-	keys, toks := anyBatchArgs(gs, idx)
+	keys, toks, gens := anyBatchArgs(gs, idx)
 	c := s.t.cols
-	k, tok := s.col(c.Key), s.col(c.Token)
-	keyList, pairList, args := s.pairs(keys, toks)
-	return "SELECT " + tok + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
-		k + ", " + tok + ") IN (" + pairList + ")", args
+	k, tok, gen := s.col(c.Key), s.col(c.Token), s.col(c.Generation)
+	keyList, pairList, args := s.pairs(keys, toks, gens)
+	return "SELECT " + tok + ", " + gen + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
+		k + ", " + tok + ", " + gen + ") IN (" + pairList + ")", args
 }
 
 // anyBatchArgs is batchArgs for the builder, which is not generic.
-func anyBatchArgs(gs any, idx []int) ([]any, []string) {
-	return gs.(interface{ batchArgs([]int) ([]any, []string) }).batchArgs(idx)
+func anyBatchArgs(gs any, idx []int) ([]any, []string, []int64) {
+	return gs.(interface {
+		batchArgs([]int) ([]any, []string, []int64)
+	}).batchArgs(idx)
 }
 
 // grantList lets the builder read keys and tokens of any key type.
 type grantList[K Key] []Grant[K]
 
-func (g grantList[K]) batchArgs(idx []int) ([]any, []string) { return batchArgs([]Grant[K](g), idx) }
+func (g grantList[K]) batchArgs(idx []int) ([]any, []string, []int64) {
+	return batchArgs([]Grant[K](g), idx)
+}
 
 // InTx reports whether the flow has a fenced transaction open that its
 // statements are routed into (only ever on SQLite; see FlowDB). While it

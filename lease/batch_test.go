@@ -263,3 +263,41 @@ func TestRenewManyDuplicates(t *testing.T) {
 		assert.Equal(t, int64(1), c.Count(), "%q", c.Log())
 	})
 }
+
+// TestRenewManyChecksGeneration: a token granted again (a reentry that
+// found the row free: generation+1 under the same token) does not make a
+// stale copy of the earlier grant hold. RenewMany checks the generation as
+// Confirm does: the stale copy is lost, alone or beside the new grant,
+// and does not move the row's expiry.
+func TestRenewManyChecksGeneration(t *testing.T) {
+	countedEach(t, func(t *testing.T, e conformance.Env, c *countdb.Counter) {
+		ctx := ctxT(t)
+		const ttl = 5 * time.Second
+		gs := acquireMany(t, e, 2, ttl)
+		g1 := gs[0]
+		require.NoError(t, e.Lease.Release(ctx, e.DB, g1))
+		g2, err := e.Lease.AcquireWith(ctx, e.DB, "k0", "h0", ttl, lease.AcquireOptions{Token: g1.Token})
+		require.NoError(t, err)
+		require.True(t, g2.Token.Equal(g1.Token))
+		require.Equal(t, g1.Generation+1, g2.Generation)
+
+		before, err := e.Lease.Inspect(ctx, e.DB, "k0")
+		require.NoError(t, err)
+		out, errs := e.Lease.RenewMany(ctx, e.DB, []lease.Grant[string]{g1, gs[1]}, 10*ttl)
+		assert.ErrorIs(t, errs[0], lease.ErrLost, "the stale copy alone")
+		assert.NoError(t, errs[1])
+		assert.Equal(t, g1, out[0])
+		after, err := e.Lease.Inspect(ctx, e.DB, "k0")
+		require.NoError(t, err)
+		assert.Less(t, after.Remaining, before.Remaining+ttl, "the stale copy renewed nothing")
+
+		out, errs = e.Lease.RenewMany(ctx, e.DB, []lease.Grant[string]{g1, g2, gs[1]}, 2*ttl)
+		assert.ErrorIs(t, errs[0], lease.ErrLost, "the stale copy beside the new grant")
+		assert.NoError(t, errs[1], "the new grant")
+		assert.NoError(t, errs[2])
+		assert.Equal(t, g2.Generation, out[1].Generation)
+		assert.Equal(t, 2*ttl, out[1].TTL)
+		_, err = e.Lease.Confirm(ctx, e.DB, out[1])
+		assert.NoError(t, err)
+	})
+}

@@ -85,7 +85,9 @@
 //     statement per MaxBatch (on MySQL, one read more only when fewer rows
 //     matched than were sent), each loss reported on its own, each deadline
 //     from the send time: what heartbeat.Batcher uses to keep a process's
-//     leases alive with a few statements per interval.
+//     leases alive with a few statements per interval. A grant holds when
+//     its token and generation match, as for Confirm; a grant given twice
+//     is sent once, and both copies get its answer.
 //
 // # What it does not do
 //
