@@ -82,10 +82,19 @@
 //   - A token prints as [redacted] everywhere (fmt, slog, JSON), and never
 //     appears in an error.
 //   - RenewMany renews any number of grants of one table with one
-//     statement per MaxBatch (on MySQL, one read more only when fewer rows
-//     matched than were sent), each loss reported on its own, each deadline
+//     statement per MaxBatch, each loss reported on its own, each deadline
 //     from the send time: what heartbeat.Batcher uses to keep a process's
-//     leases alive with a few statements per interval.
+//     leases alive with a few statements per interval. A grant holds when
+//     its token and generation match, as for Confirm; a grant given twice
+//     is sent once, and both copies get its answer. On MySQL a renewal is
+//     proved by the count of changed rows, never by a token still there
+//     (except on a declared coarse column, after a statement that saw
+//     every committed write): only when fewer rows changed than were sent
+//     does a read of which grants still hold follow, and one statement
+//     more that renews those again. With MultiPrimary that read waits
+//     under wsrep_sync_wait, and the statement follows on its connection
+//     (MariaDB does not wait inside the statement's READ COMMITTED
+//     transaction).
 //
 // # What it does not do
 //
