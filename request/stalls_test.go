@@ -3,9 +3,11 @@ package request
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -71,5 +73,53 @@ func TestInterruptReachesTheRunThatTookOver(t *testing.T) {
 		second := <-secondDone
 		assert.True(t, second.out.Resumed, "the second run took the request over")
 		require.ErrorIs(t, second.err, ErrInterrupted, "the run that took over was interrupted")
+	})
+}
+
+// hookMu serializes the tests that set afterOwnerFound.
+var hookMu sync.Mutex
+
+// TestDisownWhileDeliveringStrandsNothing: a Handle that waits to run its
+// queued message gives up (disown) just as another goroutine claimed the
+// message for it (deliver). The claimed run must not be left in the
+// channel of a waiter that has gone, holding its session and request with
+// no heartbeat: it is started as any other.
+func TestDisownWhileDeliveringStrandsNothing(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		r := e.newRunner(t, func(c *Config) { c.Agent = answerOK })
+		ctx := bg(t)
+		require.NoError(t, r.Sessions().Create(ctx, db, "s"))
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x", OnBusy: Interrupt}
+		require.NoError(t, validate(&msg))
+		id := uuid.NewString()
+		own := r.own(id)
+		_, err := r.enqueue(ctx, msg, id)
+		require.NoError(t, err)
+		run, err := r.claimHead(ctx, "s")
+		require.NoError(t, err)
+		require.NotNil(t, run)
+		require.Equal(t, id, run.id)
+
+		var once sync.Once
+		hook := func(run *Run) {
+			if run.id == id {
+				once.Do(func() { r.disown(id, own) }) // the waiter gives up now
+			}
+		}
+		// Other tests may deliver meanwhile: the hook acts on this run
+		// only, and the dialects take turns with it.
+		hookMu.Lock()
+		afterOwnerFound.Store(&hook)
+		r.deliver(run)
+		afterOwnerFound.Store(nil)
+		hookMu.Unlock()
+
+		require.Len(t, own, 0, "the claimed run is not left with a waiter that has gone")
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		st, err := r.Wait(wctx, "s", "c")
+		require.NoError(t, err)
+		assert.Equal(t, StateSucceeded, st.State)
 	})
 }
