@@ -71,7 +71,9 @@
 //     request, in one transaction. Either way both or neither: a session is
 //     never left held by a request that does not exist. (When the commit's
 //     outcome is unknown — the connection dropped, or ctx was cancelled,
-//     with the reply on the wire — both are given back, token-checked.)
+//     with the reply on the wire — both are given back at once,
+//     token-checked, on either path: a new request is deleted, a taken-over
+//     one stays processing and free for a retry to resume.)
 //  4. On a takeover, in the same transaction, free the leases of the
 //     request's tool executions still marked running (processing or
 //     started; toolexec.Store.ReleaseForRequest) and read the tool calls
@@ -262,6 +264,12 @@
 //     answer is stored as usual, with a bounded context that survives the
 //     cancellation, and Handle returns it with a nil error: a retry
 //     replays it instead of running the model rounds again.
+//   - The commit that takes the session and the request fails with its
+//     outcome unknown (connection dropped, ctx cancelled): Handle returns
+//     the error, and both locks are given back at once, token-checked,
+//     never left held for a TTL with no heartbeat; a retry runs the
+//     message (a new request) or resumes it (a takeover, or a queued
+//     message claimed by the queue).
 //   - Run.Abandon: nothing is written; the leases expire after the TTL (a
 //     crash, simulated). No queued message is started by it.
 //   - Outcome.Queued (nil error): the message is queued, not answered; its

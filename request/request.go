@@ -601,10 +601,18 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 	if err != nil {
 		return nil, err
 	}
+	run = &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior}
 	if err := tx.Commit(); err != nil {
+		// The outcome is unknown: the commit may have taken effect with
+		// its reply lost, leaving both locks held with no heartbeat. Give
+		// back whatever took effect (token-checked: nothing changes if it
+		// did not), session first, as createTx does; the request stays
+		// processing and free, and a retry resumes it.
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, sg) })
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, g) })
 		return nil, err
 	}
-	return &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior}, nil
+	return run, nil
 }
 
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/countdb"
 )
 
 // TestInterruptReachesTheRunThatTookOver: a run of request R is taken over
@@ -121,5 +124,49 @@ func TestDisownWhileDeliveringStrandsNothing(t *testing.T) {
 		st, err := r.Wait(wctx, "s", "c")
 		require.NoError(t, err)
 		assert.Equal(t, StateSucceeded, st.State)
+	})
+}
+
+// TestTakeoverAmbiguousCommitFreesTheLocks: the commit of a takeover (a
+// failed request run again) takes effect while the caller sees an error.
+// The session and the request must not stay held for a TTL with no
+// heartbeat: the next message of the session runs at once, and the
+// message sent again resumes its request.
+func TestTakeoverAmbiguousCommitFreesTheLocks(t *testing.T) {
+	eachCounted(t, 30*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {
+		ctx := bg(t)
+		require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
+		msg := Message{SessionKey: "s", ClientRequestID: "c1", Content: "x"}
+		_, err := e.r.Handle(ctx, msg, func(context.Context, *Run) (Answer, error) { return Answer{}, errors.New("model down") })
+		require.ErrorIs(t, err, ErrAgentFailed)
+
+		var seen, once atomic.Bool
+		c.FailAfter(func(q string) error {
+			if isSessionAcquire(q) {
+				seen.Store(true)
+			}
+			if q == countdb.Commit && seen.Load() && once.CompareAndSwap(false, true) {
+				return errDropped
+			}
+			return nil
+		})
+		_, err = e.r.Handle(ctx, msg, answerOK)
+		c.FailAfter(nil)
+		require.ErrorIs(t, err, errDropped)
+		require.True(t, once.Load(), "the takeover's commit failed")
+
+		st, err := e.r.Sessions().Inspect(ctx, e.db, "s")
+		require.NoError(t, err)
+		assert.False(t, st.Held, "the session is free at once (holder %q)", st.Holder)
+		_, held := e.status(t, "s", "c1")
+		assert.False(t, held, "the request is free at once")
+
+		out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c2", Content: "y"}, answerOK)
+		require.NoError(t, err, "the next message of the session is not refused")
+		assert.Equal(t, "ok", out.Reply)
+		out, err = e.r.Handle(ctx, msg, answerOK)
+		require.NoError(t, err)
+		assert.True(t, out.Resumed)
+		assert.Equal(t, "ok", out.Reply)
 	})
 }
