@@ -119,7 +119,10 @@
 //     that matches lease.ErrLost within one heartbeat interval — also while
 //     a tool's transaction is open, because the fences lock the lease rows
 //     only at its end (on SQLite the heartbeat renews inside it, and no one
-//     else can write meanwhile) — and the run's later writes are refused.
+//     else can write meanwhile), and while a tool's transaction is run
+//     again after a transient error at its mark or commit (its tool lease
+//     is watched again, from its last renewal) — and the run's later
+//     writes are refused.
 //   - A slow tool keeps its run's locks: a side effect of any length
 //     commits if nobody took the run over, and never after a takeover
 //     (tested with five TTLs of work). Effects outside the database go

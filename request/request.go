@@ -777,6 +777,9 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 		return toolexec.Result{}, err
 	}
 	flow := run.flowDB()
+	// One renewer per call: a run of the side effect after a transient
+	// error is watched again from the tool lease's last renewal.
+	var ren *heartbeat.LeaseRenewer[string]
 	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
 	}, toolexec.RunOptions{
@@ -785,7 +788,10 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 			if run.sup == nil {
 				return func() {}
 			}
-			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL))
+			if ren == nil || ren.Grant().Token != g.Token || ren.Grant().Generation != g.Generation {
+				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL)
+			}
+			return run.sup.Add(ren)
 		},
 	})
 }

@@ -2,7 +2,9 @@ package request
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/toolexec"
 )
 
 // TestInterruptReachesTheRunThatTookOver: a run of request R is taken over
@@ -169,4 +175,92 @@ func TestTakeoverAmbiguousCommitFreesTheLocks(t *testing.T) {
 		assert.True(t, out.Resumed)
 		assert.Equal(t, "ok", out.Reply)
 	})
+}
+
+// isToolMark reports whether q is the statement that marks a tool
+// execution done: an UPDATE of the tool table that stores the result.
+func isToolMark(q string) bool {
+	return strings.HasPrefix(q, "UPDATE") && strings.Contains(q, schema.ToolExecutionTable) && strings.Contains(q, schema.ColResult)
+}
+
+// TestRetriedSideEffectStaysSupervised: the mark of a tool call (after
+// the heartbeat let go of the tool lease) or the commit after it ends in a
+// transient error, so the side effect's transaction is run again. The
+// retry runs under the heartbeat as the first run did: when the tool lease
+// is lost during the retry, the side effect's context is cancelled. The
+// mark fails on every dialect (an injected SQLITE_BUSY); the commit fails
+// on PostgreSQL, where a deferred constraint trigger raises a real
+// serialization failure at COMMIT.
+func TestRetriedSideEffectStaysSupervised(t *testing.T) {
+	t.Run("mark", func(t *testing.T) {
+		eachCounted(t, 4*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {
+			var injected atomic.Int64
+			c.FailAfter(func(q string) error {
+				if isToolMark(q) && injected.Add(1) == 1 {
+					return busyError{}
+				}
+				return nil
+			})
+			defer c.FailAfter(nil)
+			retriedSideEffect(t, e, func(context.Context, toolexec.Exec) error { return nil })
+			assert.Equal(t, int64(1), injected.Load(), "the mark failed once")
+		})
+	})
+	t.Run("commit", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.Open(t, lease.Postgres)
+		e := newEnv(t, db, 4*time.Second)
+		for _, q := range []string{
+			"CREATE TABLE commit_fault (n INT)",
+			"CREATE FUNCTION commit_fault_raise() RETURNS trigger LANGUAGE plpgsql AS " +
+				"$$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$",
+			"CREATE CONSTRAINT TRIGGER commit_fault_t AFTER INSERT ON commit_fault DEFERRABLE INITIALLY DEFERRED " +
+				"FOR EACH ROW EXECUTE FUNCTION commit_fault_raise()",
+		} {
+			_, err := db.Exec(q)
+			require.NoError(t, err)
+		}
+		retriedSideEffect(t, e, func(ctx context.Context, x toolexec.Exec) error {
+			_, err := x.Tx.ExecContext(ctx, "INSERT INTO commit_fault (n) VALUES (1)") // fails at COMMIT
+			return err
+		})
+	})
+}
+
+// retriedSideEffect runs a tool whose first run does first (and then
+// fails where the caller arranged it) and whose second run loses its tool
+// lease, and checks that the loss cancelled the second run.
+func retriedSideEffect(t *testing.T, e *env, first func(context.Context, toolexec.Exec) error) {
+	ctx := bg(t)
+	require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
+	var current atomic.Pointer[Run]
+	var runs atomic.Int64
+	var cancelled atomic.Bool
+	require.NoError(t, e.tools.Register("slow", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		if runs.Add(1) == 1 {
+			return json.RawMessage(`{"ok":true}`), first(ctx, x)
+		}
+		// The retry: the tool lease is taken from this run.
+		if _, err := current.Load().flowDB().ExecContext(ctx, e.d.Rebind("UPDATE "+schema.ToolExecutionTable+
+			" SET holder = 'thief', token = ? WHERE id = ?"), uuid.NewString(), x.ExecutionID); err != nil {
+			return nil, err
+		}
+		t := time.NewTimer(30 * time.Second)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			cancelled.Store(errors.Is(context.Cause(ctx), lease.ErrLost))
+			return nil, context.Cause(ctx)
+		case <-t.C:
+			return nil, errors.New("the lost tool lease went unnoticed")
+		}
+	}))
+	_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, func(ctx context.Context, run *Run) (Answer, error) {
+		current.Store(run)
+		_, err := run.CallTool(ctx, "slow", json.RawMessage(`{}`))
+		return Answer{Reply: "ok"}, err
+	})
+	assert.Equal(t, int64(2), runs.Load(), "the side effect ran again")
+	assert.True(t, cancelled.Load(), "the retry ran under the heartbeat, which cancelled it on the loss")
+	require.ErrorIs(t, err, ErrTakenOver)
 }
