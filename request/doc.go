@@ -248,7 +248,11 @@
 //
 //   - ErrSessionBusy, ErrInFlight: someone else holds the lock; nothing
 //     changed; retry later (the wrapped *lease.ConflictError has the time
-//     left).
+//     left). ErrInFlight also ends the attempts to take the locks when
+//     each failed with a retryable database error (a deadlock, SQLite
+//     busy): the last of them stays in the chain and in the text
+//     (lease.IsRetryable reports it), so that a database that keeps
+//     refusing is not mistaken for a busy request.
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.

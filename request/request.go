@@ -372,15 +372,24 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	// later, and one read as existing may change state before it is taken;
 	// and MySQL or PostgreSQL may roll a transaction back to break a
 	// deadlock. Either way nothing was changed: start again.
+	var last error // the last attempt's error, kept as the cause
 	for attempt := 0; attempt < 5; attempt++ {
 		run, out, err := r.beginOnce(ctx, msg, holder)
 		if errors.Is(err, errVanished) {
+			last = nil
 			continue
 		}
 		if lease.IsRetryable(err) && lease.Backoff(ctx, attempt+1) {
+			last = err
 			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
 		return run, out, err
+	}
+	if last != nil {
+		// A database that keeps refusing (a deadlock each time, SQLite busy
+		// with no busy timeout) is told apart from a request that kept
+		// changing state: errors.Is matches both ErrInFlight and the cause.
+		return nil, Outcome{}, fmt.Errorf("%w: the database kept refusing the locks: %w", ErrInFlight, last)
 	}
 	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
 }

@@ -264,3 +264,26 @@ func retriedSideEffect(t *testing.T, e *env, first func(context.Context, toolexe
 	assert.True(t, cancelled.Load(), "the retry ran under the heartbeat, which cancelled it on the loss")
 	require.ErrorIs(t, err, ErrTakenOver)
 }
+
+// TestBeginKeepsTheCause: when every attempt to take the locks ends in a
+// retryable database error, Handle gives up with ErrInFlight, and the
+// last error stays in the chain and in the text.
+func TestBeginKeepsTheCause(t *testing.T) {
+	eachCounted(t, 30*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {
+		ctx := bg(t)
+		require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
+		c.FailAfter(func(q string) error {
+			if isSessionAcquire(q) {
+				return busyError{}
+			}
+			return nil
+		})
+		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, answerOK)
+		c.FailAfter(nil)
+		require.ErrorIs(t, err, ErrInFlight)
+		assert.ErrorAs(t, err, new(busyError), "the database's error is kept")
+		assert.True(t, lease.IsRetryable(err))
+		// The whole text: the cause, and nothing else (no token).
+		assert.Equal(t, "request: request in flight: the database kept refusing the locks: "+busyError{}.Error(), err.Error())
+	})
+}
