@@ -69,7 +69,9 @@
 //   - A transient database error inside a side effect's transaction
 //     (deadlock, serialization failure, lock wait timeout, SQLite busy) is
 //     not the tool's failure: the transaction is run again, a few times
-//     with backoff, and then reported as ErrTransient.
+//     with backoff, and then reported as ErrTransient. Each run is watched
+//     (RunOptions.Watch) until its final mark, so a run after a transient
+//     error at the mark or at the commit is supervised as the first was.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
 //     surrogates) give ErrInvalidArguments and write nothing. An unknown
 //     tool gives ErrUnknownTool, never a success.
