@@ -6,7 +6,8 @@
 // Runner.Handle wires session, request and tool-execution locks, the
 // heartbeat and the final marks together:
 //
-//	runner, err := request.New(request.Config{DB: db, Tools: tools})
+//	runner, err := request.New(request.Config{DB: db, Tools: tools,
+//		Session: session.Config{AutoCreate: true}}) // else a session needs its row first: 404
 //	...
 //	out, err := runner.Handle(ctx, request.Message{
 //		SessionKey: sessionID, ClientRequestID: clientID, Content: text,
