@@ -84,11 +84,11 @@
 //     tool), with a context that is cancelled as soon as a lease is lost,
 //     or another message interrupts the run. The Runner's runs share one
 //     heartbeat.Batcher: every interval, one statement per table renews
-//     the leases of every run in flight (1,000 runs: 2 statements per
-//     interval, where a heartbeat per run costs 2,000;
-//     TestHeartbeatOfAThousandRuns), each run still losing its own work
-//     context when one of its leases is lost. Config.SeparateHeartbeats
-//     gives every run its own.
+//     the leases of every run in flight and one read finds the runs asked
+//     to stop (1,000 runs: 3 statements per interval, where a heartbeat
+//     per run costs 2,000; TestHeartbeatOfAThousandRuns), each run still
+//     losing its own work context when one of its leases is lost.
+//     Config.SeparateHeartbeats gives every run its own.
 //  6. Mark success with the reply, or error, token-checked; release the
 //     session. Clean-up writes use a bounded timeout that survives the
 //     caller's cancellation.
