@@ -541,9 +541,8 @@ func (p *parser) number() error {
 	// Every integer of at most 15 digits is below 2^53 and so exact.
 	if p.exactIntegers && intEnd == i && intEnd-intStart > 15 && !exactInteger(d[start:i], f) {
 		p.pos = start
-		return p.errorf("integer %s is not exactly representable as an IEEE-754 double "+
-			"(RFC 8785 would read it as %s); send it as a string", quoteTruncated(string(d[start:i])),
-			appendNumber(nil, f))
+		return p.errorf("integer %s is not exact as an IEEE-754 double (read as %s); send it as a string",
+			quoteTruncated(string(d[start:i])), appendNumber(nil, f))
 	}
 	p.pos = i
 	p.out = appendNumber(p.out, f)
