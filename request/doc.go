@@ -6,7 +6,8 @@
 // Runner.Handle wires session, request and tool-execution locks, the
 // heartbeat and the final marks together:
 //
-//	runner, err := request.New(request.Config{DB: db, Tools: tools})
+//	runner, err := request.New(request.Config{DB: db, Tools: tools,
+//		Session: session.Config{AutoCreate: true}}) // else a session needs its row first: 404
 //	...
 //	out, err := runner.Handle(ctx, request.Message{
 //		SessionKey: sessionID, ClientRequestID: clientID, Content: text,
@@ -85,11 +86,11 @@
 //     tool), with a context that is cancelled as soon as a lease is lost,
 //     or another message interrupts the run. The Runner's runs share one
 //     heartbeat.Batcher: every interval, one statement per table renews
-//     the leases of every run in flight (1,000 runs: 2 statements per
-//     interval, where a heartbeat per run costs 2,000;
-//     TestHeartbeatOfAThousandRuns), each run still losing its own work
-//     context when one of its leases is lost. Config.SeparateHeartbeats
-//     gives every run its own.
+//     the leases of every run in flight and one read finds the runs asked
+//     to stop (1,000 runs: 3 statements per interval, where a heartbeat
+//     per run costs 2,000; TestHeartbeatOfAThousandRuns), each run still
+//     losing its own work context when one of its leases is lost.
+//     Config.SeparateHeartbeats gives every run its own.
 //  6. Mark success with the reply, or error, token-checked; release the
 //     session. Clean-up writes use a bounded timeout that survives the
 //     caller's cancellation.
