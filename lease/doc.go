@@ -121,9 +121,16 @@
 //
 //   - ErrHeld (*ConflictError): someone else holds the lease and it has not
 //     expired; it carries the holder and the time left. Map it to HTTP 409.
-//   - ErrLost (*LostError): the token no longer matches — taken over,
+//   - ErrLost (*LostError): the grant no longer matches — taken over,
 //     released, or the row is in another state. Stop; write nothing more.
-//     Nothing was changed by the failed call.
+//     Nothing was changed by the failed call. Every operation on a grant
+//     (Renew, Release, Transition, Verify, Delete, Confirm) checks the
+//     token and the generation: a token can be granted again (a reentry
+//     with AcquireOptions.Token, such as session.Reenter, that finds the
+//     row free is a new grant, generation+1, under the same token), and a
+//     copy of the earlier grant is then lost, never a way to renew,
+//     release, change or delete the newer one. (RenewMany, Batcher's
+//     statement, is documented on its own.)
 //   - ErrNotFound: no row has the key. ErrState (*StateError): the row is
 //     free but in a state the operation does not accept.
 //   - ErrExists (*DuplicateKeyError): Create hit a unique key; duplicate-key

@@ -124,6 +124,10 @@ type Status struct {
 type AcquireOptions struct {
 	// Token, when set, is the token of a grant the caller already holds:
 	// the acquire is then a reentry that keeps the token and generation.
+	// On a row that is free (released, or expired and taken over since)
+	// it is a new grant under the same token, generation+1: use the grant
+	// it returns, since a copy of the earlier one is lost to every
+	// token-checked operation.
 	Token Token
 	// InStates restricts the acquire to rows whose state is one of these.
 	InStates []string
@@ -572,8 +576,9 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 
 // Renew extends a held lease to now + ttl by the database clock (never
 // backwards) and returns the grant with its new trust deadline. One
-// statement. A token that no longer matches gives *LostError (ErrLost). A
-// lease past its expiry that nobody has taken over can still be renewed.
+// statement. A grant whose token or generation no longer matches gives
+// *LostError (ErrLost). A lease past its expiry that nobody has taken over
+// can still be renewed.
 func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (out Grant[K], rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "renew", OutcomeOK, time.Now(), &out.Generation, &rerr)
@@ -588,7 +593,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 		return g, err
 	}
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()), true)
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
 	if err != nil {
 		return g, err
 	}
@@ -600,8 +605,9 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 }
 
 // Release gives the lease up: holder, token and expiry become NULL. One
-// statement. A token that no longer matches gives *LostError: nothing was
-// changed, and someone else may hold the lease.
+// statement. A grant whose token or generation no longer matches gives
+// *LostError: nothing was changed, and someone else (or a newer grant of
+// the same token) may hold the lease.
 func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "release", OutcomeOK, time.Now(), &g.Generation, &rerr)
@@ -612,7 +618,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	m := vals("key", g.Key, "tok", g.Token.Secret())
+	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation)
 	var ok bool
 	var err error
 	if l.dialect == MySQL {
@@ -632,8 +638,8 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 // Transition changes a held row in one token-checked (and, with From,
 // state-checked) statement: it sets the state and extra columns, and either
 // releases the lease or, with Keep, renews it for TTL. It returns the
-// updated grant (with a new deadline when kept). A mismatch gives
-// *LostError.
+// updated grant (with a new deadline when kept). A mismatch of token,
+// generation or state gives *LostError.
 func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "transition", OutcomeOK, time.Now(), &out.Generation, &rerr)
@@ -661,7 +667,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 		return g, invalid("ttl", "set without Keep")
 	}
 	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
-	m := vals("key", g.Key, "tok", g.Token.Secret(), "ttl", o.TTL.Microseconds(), "state", o.To)
+	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", o.TTL.Microseconds(), "state", o.To)
 	addStates(m, o.From)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
@@ -681,8 +687,8 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	return g, nil
 }
 
-// Verify checks in one statement that g still holds: the token matches and
-// the lease has not expired by the database clock. Inside a transaction on
+// Verify checks in one statement that g still holds: the token and the
+// generation match and the lease has not expired by the database clock. Inside a transaction on
 // MySQL and PostgreSQL it also locks the row (SELECT … FOR UPDATE) until the
 // transaction ends, so no one can take the lease over before a side effect
 // written in the same transaction commits. (On SQLite the transaction's
@@ -702,7 +708,7 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 		c = l.verifyLockQ
 	}
 	var gen int64
-	args := c.args(vals("key", g.Key, "tok", g.Token.Secret()))
+	args := c.args(vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
 	read := func(q string) error {
 		return l.retry(ctx, db, func() error { return l.queryRow(ctx, db, q, args).Scan(&gen) })
 	}
@@ -801,8 +807,8 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 
 // Delete removes the row if g still holds it, in one token-checked
 // statement: for a row the holder created and gives up before anything
-// came of it. A token that no longer matches gives *LostError and deletes
-// nothing.
+// came of it. A grant whose token or generation no longer matches gives
+// *LostError and deletes nothing.
 //
 // The row's generation goes with it: a later Create of the same key starts
 // again at generation 1. Keeping it would need the deleted row to stay (a
@@ -823,7 +829,7 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret()))
+	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
 	if err != nil {
 		return err
 	}

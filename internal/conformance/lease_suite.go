@@ -51,6 +51,7 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"DeleteIsTokenChecked", deleteIsTokenChecked},
 		{"EveryHandleType", everyHandleType},
 		{"ManyTakeOverOneExpiredLease", manyTakeOverOneExpired},
+		{"StaleGenerationOfReusedTokenIsLost", staleGenerationOfReusedToken},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -600,4 +601,62 @@ func manyTakeOverOneExpired(t *testing.T, e Env) {
 	}
 	_, err = e.Lease.Renew(ctx, e.DB, dead, time.Second)
 	assert.ErrorIs(t, err, lease.ErrLost)
+}
+
+// staleGenerationOfReusedToken: a token can be granted again (a reentry
+// with AcquireOptions.Token that finds the row free is a new grant,
+// generation+1, under the same token). A copy of the earlier grant is
+// stale: every token-checked operation with it is lost and changes
+// nothing, and the newer grant still holds.
+func staleGenerationOfReusedToken(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g1, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 30*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, e.Lease.Release(ctx, e.DB, g1))
+	g2, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 30*time.Second, lease.AcquireOptions{Token: g1.Token})
+	require.NoError(t, err)
+	require.Equal(t, g1.Generation+1, g2.Generation, "a reentry that finds the row free is a new grant")
+	require.True(t, g2.Token.Equal(g1.Token))
+	before := e.ReadRow(t, "k")
+
+	_, err = e.Lease.Renew(ctx, e.DB, g1, time.Minute)
+	assert.ErrorIs(t, err, lease.ErrLost, "renew")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "renew changed the row")
+	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, g1), lease.ErrLost, "release")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "release changed the row")
+	_, err = e.Lease.Transition(ctx, e.DB, g1, lease.ChangeOptions{To: "success", Set: []lease.Assignment{lease.Set("note", "stale")}})
+	assert.ErrorIs(t, err, lease.ErrLost, "transition")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "transition changed the row")
+	_, err = e.Lease.Transition(ctx, e.DB, g1, lease.ChangeOptions{From: []string{"processing"}, Keep: true, TTL: time.Minute})
+	assert.ErrorIs(t, err, lease.ErrLost, "transition with keep")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "transition with keep changed the row")
+	for _, lock := range []bool{false, true} {
+		_, err = e.Lease.Verify(ctx, e.DB, g1, lock)
+		assert.ErrorIs(t, err, lease.ErrLost, "verify (lock %v)", lock)
+	}
+	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g1), lease.ErrLost, "delete")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "delete changed the row")
+	_, err = e.Lease.Confirm(ctx, e.DB, g1)
+	assert.ErrorIs(t, err, lease.ErrLost, "confirm")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "confirm changed the row")
+
+	// The newer grant is intact and works; a reentry with it keeps its
+	// generation.
+	gen, err := e.Lease.Verify(ctx, e.DB, g2, false)
+	require.NoError(t, err)
+	assert.Equal(t, g2.Generation, gen)
+	g3, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 30*time.Second, lease.AcquireOptions{Token: g2.Token})
+	require.NoError(t, err)
+	assert.Equal(t, g2.Generation, g3.Generation, "reentry keeps the generation")
+	g3, err = e.Lease.Renew(ctx, e.DB, g3, 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, g2.Generation, g3.Generation)
+	g3, err = e.Lease.Transition(ctx, e.DB, g3, lease.ChangeOptions{Keep: true, TTL: 30 * time.Second, Set: []lease.Assignment{lease.Set("note", "current")}})
+	require.NoError(t, err)
+	require.NoError(t, e.Lease.Release(ctx, e.DB, g3))
+	row := e.ReadRow(t, "k")
+	assert.Nil(t, row.Token)
+	require.NotNil(t, row.Note)
+	assert.Equal(t, "current", *row.Note)
 }
