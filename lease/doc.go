@@ -69,8 +69,9 @@
 //     with 0 rows affected count as a match. MySQL evaluates SET left to
 //     right on updated values, so the generation is assigned first; the
 //     same SQL intent gives the same result on all three dialects.
-//   - Bad input is a *ValidationError before any SQL is sent: an empty key
-//     or holder; a key (of any type whose underlying type is string) or
+//   - Bad input is a *ValidationError before any SQL is sent: an empty
+//     string key or holder (an integer key may be anything, 0 and
+//     negative numbers included); a key (of any type whose underlying type is string) or
 //     holder longer than 191 bytes, not UTF-8, holding a NUL byte or ending
 //     in a space (see CheckText); a TTL ≤ 0, below MinTTL or above MaxTTL;
 //     a nil database; an invalid identifier.

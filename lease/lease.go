@@ -261,11 +261,10 @@ func keyText[K Key](k K) string {
 	return strconv.FormatInt(v.Int(), 10)
 }
 
+// checkKey refuses a key of a string kind that CheckText refuses (the
+// empty string among them). Every integer is a key, 0 and negative ones
+// included: 0 is a valid primary key on every dialect.
 func (l *Lease[K]) checkKey(k K) error {
-	var zero K
-	if k == zero {
-		return invalid("key", "empty")
-	}
 	// Every type whose underlying type is string (type SessionID string),
 	// not only string itself.
 	if v := reflect.ValueOf(k); v.Kind() == reflect.String {

@@ -52,6 +52,7 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"EveryHandleType", everyHandleType},
 		{"ManyTakeOverOneExpiredLease", manyTakeOverOneExpired},
 		{"StaleGenerationOfReusedTokenIsLost", staleGenerationOfReusedToken},
+		{"IntegerKeyZero", integerKeyZero},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -659,4 +660,54 @@ func staleGenerationOfReusedToken(t *testing.T, e Env) {
 	assert.Nil(t, row.Token)
 	require.NotNil(t, row.Note)
 	assert.Equal(t, "current", *row.Note)
+}
+
+// integerKeyZero: an integer key of 0 (or a negative one) is a key like
+// any other — 0 is a valid primary key on every dialect.
+func integerKeyZero(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	ddl := map[lease.Dialect]string{
+		lease.MySQL: "CREATE TABLE lease_num (id BIGINT NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
+			"token CHAR(36) NULL, expires_at DATETIME(6) NULL, generation BIGINT NOT NULL DEFAULT 0)",
+		lease.Postgres: "CREATE TABLE lease_num (id BIGINT NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
+			"token CHAR(36) NULL, expires_at TIMESTAMPTZ NULL, generation BIGINT NOT NULL DEFAULT 0)",
+		lease.SQLite: "CREATE TABLE lease_num (id INTEGER NOT NULL PRIMARY KEY, holder TEXT NULL, " +
+			"token TEXT NULL, expires_at INTEGER NULL, generation INTEGER NOT NULL DEFAULT 0)",
+	}[e.Dialect]
+	_, err := e.DB.ExecContext(ctx, ddl)
+	require.NoError(t, err)
+	l, err := lease.New[int64](e.Dialect, lease.MustTable("lease_num", lease.Columns{
+		Key: "id", Holder: "holder", Token: "token", ExpiresAt: "expires_at", Generation: "generation"}), lease.Options{})
+	require.NoError(t, err)
+	for _, key := range []int64{0, -1} {
+		require.NoError(t, l.Ensure(ctx, e.DB, key, lease.CreateOptions{}), "ensure %d", key)
+		g, err := l.Acquire(ctx, e.DB, key, "a", 30*time.Second)
+		require.NoError(t, err, "acquire %d", key)
+		assert.Equal(t, key, g.Key)
+		assert.Equal(t, int64(1), g.Generation)
+		_, err = l.Acquire(ctx, e.DB, key, "b", 30*time.Second)
+		var ce *lease.ConflictError
+		require.ErrorAs(t, err, &ce, "key %d", key)
+		assert.Equal(t, fmt.Sprint(key), ce.Key)
+		g, err = l.Renew(ctx, e.DB, g, 30*time.Second)
+		require.NoError(t, err, "renew %d", key)
+		_, err = l.Verify(ctx, e.DB, g, false)
+		require.NoError(t, err, "verify %d", key)
+		st, err := l.Inspect(ctx, e.DB, key)
+		require.NoError(t, err, "inspect %d", key)
+		assert.True(t, st.Held)
+		assert.Equal(t, "a", st.Holder)
+		require.NoError(t, l.Release(ctx, e.DB, g), "release %d", key)
+		require.NoError(t, l.Delete(ctx, e.DB, mustAcquire(t, ctx, l, e.DB, key)), "delete %d", key)
+		g, err = l.Create(ctx, e.DB, key, "c", 30*time.Second, lease.CreateOptions{})
+		require.NoError(t, err, "create %d", key)
+		assert.Equal(t, int64(1), g.Generation)
+	}
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, l *lease.Lease[int64], db lease.DB, key int64) lease.Grant[int64] {
+	t.Helper()
+	g, err := l.Acquire(ctx, db, key, "a", 30*time.Second)
+	require.NoError(t, err)
+	return g
 }
