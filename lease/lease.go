@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -81,6 +82,16 @@ type Options struct {
 	// without it. MySQL dialect only; on Percona XtraDB Cluster, which has
 	// no SET STATEMENT, set wsrep_sync_wait in the DSN instead.
 	MultiPrimary bool
+	// Logger receives the warnings of the first-use check (on SQLite, a
+	// busy timeout of 0 or a journal mode other than WAL). Nil means
+	// slog.Default(), as everywhere in rowlease.
+	Logger *slog.Logger
+	// SkipCheck turns off the first-use check of each database handle
+	// (see the package doc, "First use"): for go-sqlmock tests that pin
+	// every statement, or a database whose catalog the Lease may not
+	// read. A wrong dialect or an undeclared coarse expiry column then
+	// goes unnoticed.
+	SkipCheck bool
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -173,6 +184,10 @@ type Lease[K Key] struct {
 	obs     Observer // nil: nothing is reported
 	// multiPrimary: confirm a token-checked miss causally (Options.MultiPrimary).
 	multiPrimary bool
+	// probes remembers the first-use check of each database handle.
+	probes    probeCache
+	skipCheck bool
+	log       *slog.Logger
 
 	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
@@ -211,6 +226,11 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	}
 	l.obs = opts.Observer
 	l.multiPrimary = opts.MultiPrimary
+	l.skipCheck = opts.SkipCheck
+	l.log = opts.Logger
+	if l.log == nil {
+		l.log = slog.Default()
+	}
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
@@ -525,6 +545,9 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	if err := l.checkSet(o.Set); err != nil {
 		return Grant[K]{}, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return Grant[K]{}, err
+	}
 	tok := o.Token
 	if tok.IsZero() {
 		var err error
@@ -591,6 +614,9 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	if err := l.checkTTL(ttl); err != nil {
 		return g, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return g, err
+	}
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
 	if err != nil {
@@ -615,6 +641,9 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 		return err
 	}
 	if err := l.checkGrant(g); err != nil {
+		return err
+	}
+	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
 	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation)
@@ -665,6 +694,9 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	} else if o.TTL != 0 {
 		return g, invalid("ttl", "set without Keep")
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return g, err
+	}
 	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
 	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", o.TTL.Microseconds(), "state", o.To)
 	addStates(m, o.From)
@@ -702,6 +734,9 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 	if err := l.checkGrant(g); err != nil {
 		return 0, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return 0, err
+	}
 	c := l.verifyQ
 	if lock {
 		c = l.verifyLockQ
@@ -731,6 +766,9 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 		return Status{}, err
 	}
 	if err := l.checkKey(key); err != nil {
+		return Status{}, err
+	}
+	if err := l.probe(ctx, db, false); err != nil {
 		return Status{}, err
 	}
 	var st Status
@@ -783,6 +821,9 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	if err := l.checkSet(o.Set); err != nil {
 		return Grant[K]{}, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return Grant[K]{}, err
+	}
 	tok, err := NewToken()
 	if err != nil {
 		return Grant[K]{}, err
@@ -826,6 +867,9 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 		return err
 	}
 	if err := l.checkGrant(g); err != nil {
+		return err
+	}
+	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
 	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
@@ -882,6 +926,9 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (r
 		return err
 	}
 	if err := l.checkSet(o.Set); err != nil {
+		return err
+	}
+	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
 	c := compile(l.dialect, l.b.ensure(o.State != "", o.Set))
