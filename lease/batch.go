@@ -68,6 +68,10 @@ func (l *Lease[K]) RenewMany(ctx context.Context, db DB, gs []Grant[K], ttl time
 		fill(errs, err)
 		return out, errs
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		fill(errs, err)
+		return out, errs
+	}
 	var todo []int
 	first := make(map[grantID[K]]int, len(gs))
 	copyOf := make(map[int]int) // a repeated grant's index -> its first copy's
