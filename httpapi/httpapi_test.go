@@ -277,3 +277,37 @@ func TestSetPreferenceApplied(t *testing.T) {
 	httpapi.SetPreferenceApplied(h, time.Second)
 	assert.Equal(t, []string{"return=minimal", "wait=1"}, h.Values("Preference-Applied"), "added, not replaced")
 }
+
+// TestRetryAfterOfEvery409: WriteError sends Retry-After with every 409
+// that a resend can resolve (the lock in the way is released or expires,
+// or the resend finds the other run's reply), and none with the 409s a
+// resend answers the same way: interrupted (the request is final; a
+// Retry-After would invite a pointless retry), already-exists and
+// wrong-state. README says which is which.
+func TestRetryAfterOfEvery409(t *testing.T) {
+	left := &lease.ConflictError{Remaining: 3 * time.Second}
+	for _, tc := range []struct {
+		name   string
+		err    error
+		header string
+	}{
+		{"session busy", wrap(request.ErrSessionBusy, wrap(session.ErrBusy, left)), "3"},
+		{"request in flight", wrap(request.ErrInFlight, left), "3"},
+		{"tool in flight", wrap(request.ErrAgentFailed, wrap(toolexec.ErrConflict, left)), "3"},
+		{"taken over", wrap(request.ErrTakenOver, &lease.LostError{Key: "r", Op: "renew"}), "1"},
+		{"lease held", left, "3"},
+		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, "1"},
+		{"interrupted", &request.InterruptedError{By: "m-2"}, ""},
+		{"already exists", &lease.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
+		{"wrong state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			httpapi.WriteError(w, httptest.NewRequest(http.MethodPost, "/m", nil), tc.err)
+			require.Equal(t, http.StatusConflict, w.Code)
+			_, has := w.Header()["Retry-After"]
+			assert.Equal(t, tc.header != "", has, "Retry-After present")
+			assert.Equal(t, tc.header, w.Header().Get("Retry-After"))
+		})
+	}
+}

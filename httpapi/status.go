@@ -89,7 +89,7 @@ func ProblemFor(err error) Problem {
 			Detail: "the input was rejected"}
 	case errors.Is(err, toolexec.ErrInvalidArguments):
 		return Problem{Type: ProblemBase + TypeInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest,
-			Detail: "the tool arguments are not a valid JSON object"}
+			Detail: "the tool arguments are not a valid JSON object, or hold an integer that a double does not hold exactly (send such a number as a string)"}
 	case errors.Is(err, lease.ErrHeld):
 		return conflict(err, TypeLeaseHeld, "Lease held",
 			"another holder holds this lease; retry after Retry-After seconds")

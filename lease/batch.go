@@ -9,32 +9,45 @@ import (
 )
 
 // MaxBatch is the most grants RenewMany sends in one statement; a longer
-// list goes in several. It keeps a statement's parameters (three per grant
-// on MySQL and SQLite, two on PostgreSQL) well inside every dialect's
+// list goes in several. It keeps a statement's parameters (four per grant
+// on MySQL and SQLite, three on PostgreSQL) well inside every dialect's
 // limit.
 const MaxBatch = 1000
 
 // RenewMany renews every grant in gs for ttl, with one statement per
 // MaxBatch grants instead of one each:
 //
-//	UPDATE t SET expires_at = …, updated_at = … WHERE key IN (…) AND (key, token) IN (…) [RETURNING token]
+//	UPDATE t SET expires_at = …, updated_at = … WHERE key IN (…) AND (key, token, generation) IN (…) [RETURNING token, generation]
 //
 // The renewal is Renew's (never backwards, always changing the row), and
 // each renewed grant's trust deadline is computed from the send time of
-// the statement that carried it. PostgreSQL and SQLite hand the matched
-// rows back with RETURNING; on MySQL, where an UPDATE returns only a count,
-// one read follows, and only when fewer rows matched than were sent. (On a
-// MySQL pool the UPDATE runs in a READ COMMITTED transaction of its own,
-// so that it never waits for row locks on rows it does not renew: BEGIN
-// and COMMIT are two more round trips per statement.)
+// the first statement that carried it. PostgreSQL and SQLite hand the
+// matched rows back with RETURNING. On MySQL, where an UPDATE returns only
+// a count, a renewal is proved by that count: only when fewer rows changed
+// than were sent does a read follow, to say which grants still hold (the
+// others are lost), and one statement more renews those again, its count
+// their proof. A token still there is never taken for a renewal, except
+// on a declared coarse column (Options.ExpiryResolution), where a renewal
+// can leave its row unchanged, after a statement that saw every committed
+// write. With Options.MultiPrimary that read is sent under
+// wsrep_sync_wait, and the statement after it on the same connection (see
+// renewChunkMySQL). (On a MySQL pool each UPDATE runs in a READ COMMITTED
+// transaction of its own, so that it never waits for row locks on rows it
+// does not renew: BEGIN and COMMIT are two more round trips per
+// statement.)
 //
 // It returns, in the order of gs, the grants (renewed, or as given) and an
 // error for each: nil; a *LostError when the token no longer matches; a
 // *ValidationError for a bad grant or TTL, before any SQL is sent for it;
 // or the driver's error of the statement that carried it, which every
 // grant of that statement shares (a transient error: retry, as for
-// Renew). The same key may appear more than once (an old holder's grant
-// and a new one's, say): grants are matched by their tokens.
+// Renew). A grant holds when its token and its generation match, as for
+// Confirm: a token granted again (a reentry that found the row free, with
+// the generation one higher) does not make a copy of the earlier grant
+// hold. The same key may appear more than once (an old holder's grant and
+// a new one's, say): grants are matched by token and generation. The same
+// grant given more than once is sent once, and every copy gets the first
+// copy's answer.
 //
 // The statement spans many keys: on a sharded engine (Vitess) it would go
 // to every shard; renew one key per statement there (Renew).
@@ -55,12 +68,24 @@ func (l *Lease[K]) RenewMany(ctx context.Context, db DB, gs []Grant[K], ttl time
 		fill(errs, err)
 		return out, errs
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		fill(errs, err)
+		return out, errs
+	}
 	var todo []int
+	first := make(map[grantID[K]]int, len(gs))
+	copyOf := make(map[int]int) // a repeated grant's index -> its first copy's
 	for i, g := range gs {
 		if err := l.checkGrant(g); err != nil {
 			errs[i] = err
 			continue
 		}
+		id := grantID[K]{g.Key, g.Token.Secret(), g.Generation}
+		if j, ok := first[id]; ok {
+			copyOf[i] = j
+			continue
+		}
+		first[id] = i
 		todo = append(todo, i)
 	}
 	for len(todo) > 0 {
@@ -68,7 +93,19 @@ func (l *Lease[K]) RenewMany(ctx context.Context, db DB, gs []Grant[K], ttl time
 		l.renewChunk(ctx, db, out, errs, todo[:n], ttl)
 		todo = todo[n:]
 	}
+	for i, j := range copyOf {
+		out[i], errs[i] = out[j], errs[j]
+	}
 	return out, errs
+}
+
+// grantID identifies a grant: one row, one token, one generation. Copies
+// of a grant in one RenewMany are renewed once: the row would match once
+// however often its pair were sent.
+type grantID[K Key] struct {
+	key K
+	tok string
+	gen int64
 }
 
 func fill(errs []error, err error) {
@@ -77,8 +114,9 @@ func fill(errs []error, err error) {
 	}
 }
 
-// renewChunk renews the grants out[i] for i in idx with one statement (and
-// on MySQL, when fewer rows matched than were sent, one read).
+// renewChunk renews the grants out[i] for i in idx with one statement (on
+// MySQL, when fewer rows changed than were sent, a read and a statement
+// more; see renewChunkMySQL).
 func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs []error, idx []int, ttl time.Duration) {
 	if l.obs != nil {
 		start := time.Now()
@@ -91,33 +129,22 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 		}()
 	}
 	q, args := l.b.renewMany(grantList[K](out), idx, ttl)
-	byToken := make(map[string]int, len(idx))
-	for _, i := range idx {
-		byToken[out[i].Token.Secret()] = i
-	}
 	renewed := make(map[int]bool, len(idx))
+	// The send time of the first statement: no later than that of any
+	// statement that renewed a grant of the chunk.
 	sent := l.clock.Now()
 	var err error
 	if l.dialect == MySQL {
-		err = l.renewChunkMySQL(ctx, db, q, args, out, idx, byToken, renewed)
+		err = l.renewChunkMySQL(ctx, db, q, args, out, idx, ttl, renewed)
 	} else {
+		byGrant := heldIndex(out, idx)
 		err = l.retry(ctx, db, func() error {
 			clear(renewed)
-			rows, err := resolve(db).QueryContext(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var tok string
-				if err := rows.Scan(&tok); err != nil {
-					return err
-				}
-				if i, ok := byToken[strings.TrimRight(tok, " ")]; ok {
+			return scanHeld(resolve(db).QueryContext(ctx, q, args...))(func(h held) {
+				if i, ok := byGrant[h]; ok {
 					renewed[i] = true
 				}
-			}
-			return rows.Err()
+			})
 		})
 	}
 	for _, i := range idx {
@@ -132,72 +159,168 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 	}
 }
 
-// renewChunkMySQL runs the batch UPDATE; all matched when every row sent
-// changed (every renewal changes its row). Otherwise it reads which tokens
-// still hold: those matched (a declared coarse column can leave a renewed
-// row unchanged); the others are lost. On a multi-primary cluster the
-// UPDATE is first run again, causally (see Options.MultiPrimary), so a
-// node that had not yet applied the holder's own writes cannot make a
-// grant look lost.
-func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []any, out []Grant[K], idx []int, byToken map[string]int, renewed map[int]bool) error {
-	all := func() {
-		for _, i := range idx {
-			renewed[i] = true
-		}
-	}
-	n, err := l.rowsAffected(ctx, db, q, args)
+// renewChunkMySQL renews the grants out[i], i in idx, on MySQL, where an
+// UPDATE reports only how many rows it changed. On a column that keeps
+// microseconds every renewal changes its row, so that count is the proof:
+// when every row sent changed, every grant was renewed. When fewer did, a
+// read says which grants still hold (the others are lost), and those are
+// sent again, until a statement changed every row it was sent (a grant
+// lost between the read and that statement is found by the next read). A
+// grant is never reported renewed because its token is still there: a
+// statement may have missed a row that it did not renew (a node that had
+// not yet applied the holder's own write). Only on a declared coarse
+// column (Options.ExpiryResolution), where a renewal in the same tick
+// leaves its row unchanged, does "still held after a causal statement"
+// stand for "renewed by it", as Renew's insert-id fallback does.
+//
+// With Options.MultiPrimary on a pool, the first statement is not causal.
+// The read and the statements after it then run on one connection, and
+// the read is sent under wsrep_sync_wait: its node first applies every
+// write the cluster committed before it, and the statements that follow
+// on that node see them. The wait must come before each statement's READ
+// COMMITTED transaction (see rowsAffected): MariaDB skips wsrep_sync_wait
+// inside an active multi-statement transaction, so a SET STATEMENT
+// wsrep_sync_wait on the UPDATE inside it, or a SET SESSION, would not
+// wait. Inside a transaction of the caller's, whose statements cannot
+// wait, the transaction is as causal as the caller made it (start it with
+// a SyncWait read).
+func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []any, out []Grant[K], idx []int, ttl time.Duration, renewed map[int]bool) error {
+	n, err := l.rowsAffected(ctx, db, db, q, args)
 	if err != nil {
 		return err
 	}
-	if n == int64(len(idx)) {
-		all()
-		return nil
-	}
-	if l.multiPrimary && autocommit(db) {
-		if n, err = l.rowsAffected(ctx, db, causal(q), args); err != nil {
+	pending := idx
+	on := db // where the statements after the first run
+	// synced: the last statement saw every write committed before it.
+	synced := !l.multiPrimary || !autocommit(db)
+	for n != int64(len(pending)) {
+		if !synced && on == db {
+			if cp, ok := resolve(db).(connPool); ok {
+				c, err := cp.Conn(ctx)
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				on = c
+			} else {
+				on = autocommitOnly{db} // the wait applies outside a transaction
+			}
+		}
+		still, err := l.stillHeld(ctx, db, on, out, pending)
+		if err != nil {
 			return err
 		}
-		if n == int64(len(idx)) {
-			all()
+		if synced && l.coarse {
+			pending = still
+			break
+		}
+		if len(still) == 0 || (synced && len(still) == len(pending)) {
+			// All lost; or every row held and yet some causal renewal
+			// changed nothing, which only a column coarser than declared
+			// does: unproven, so lost, as Renew reports it.
 			return nil
 		}
+		pending = still
+		q, args = l.b.renewMany(grantList[K](out), pending, ttl)
+		if _, ok := on.(autocommitOnly); ok {
+			q = causal(q)
+		}
+		if n, err = l.rowsAffected(ctx, db, on, q, args); err != nil {
+			return err
+		}
+		synced = true
 	}
+	for _, i := range pending {
+		renewed[i] = true
+	}
+	return nil
+}
+
+// connPool is a pool that hands out one of its connections (*sql.DB,
+// *sqlx.DB).
+type connPool interface {
+	Conn(ctx context.Context) (*sql.Conn, error)
+}
+
+// autocommitOnly runs its statements on db in autocommit: rowsAffected
+// then opens no transaction, so a wsrep_sync_wait on the statement waits.
+// It is the causal path on a pool that cannot lend one connection.
+type autocommitOnly struct{ DB }
+
+// stillHeld reads which of the grants out[i], i in idx, still hold their
+// rows (token and generation), on on, causally on a multi-primary cluster,
+// and returns their indices in the order of idx.
+func (l *Lease[K]) stillHeld(ctx context.Context, db, on DB, out []Grant[K], idx []int) ([]int, error) {
 	rq, rargs := l.b.heldTokens(grantList[K](out), idx)
 	if l.multiPrimary {
 		rq = causal(rq)
 	}
-	return l.retry(ctx, db, func() error {
-		clear(renewed)
-		rows, err := resolve(db).QueryContext(ctx, rq, rargs...)
+	byGrant := heldIndex(out, idx)
+	found := make(map[int]bool, len(idx))
+	err := l.retry(ctx, db, func() error {
+		clear(found)
+		return scanHeld(resolve(on).QueryContext(ctx, rq, rargs...))(func(h held) {
+			if i, ok := byGrant[h]; ok {
+				found[i] = true
+			}
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	var still []int
+	for _, i := range idx {
+		if found[i] {
+			still = append(still, i)
+		}
+	}
+	return still, nil
+}
+
+// heldIndex maps the token and generation of each grant out[i], i in idx,
+// to i.
+func heldIndex[K Key](out []Grant[K], idx []int) map[held]int {
+	m := make(map[held]int, len(idx))
+	for _, i := range idx {
+		m[held{out[i].Token.Secret(), out[i].Generation}] = i
+	}
+	return m
+}
+
+// scanHeld reads the (token, generation) rows of a query and hands each to
+// fn; it returns the query's error, or the first error reading them.
+func scanHeld(rows *sql.Rows, err error) func(fn func(held)) error {
+	return func(fn func(held)) error {
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var tok string
-			if err := rows.Scan(&tok); err != nil {
+			var h held
+			if err := rows.Scan(&h.tok, &h.gen); err != nil {
 				return err
 			}
-			if i, ok := byToken[tok]; ok {
-				renewed[i] = true
-			}
+			h.tok = strings.TrimRight(h.tok, " ") // a CHAR column pads on PostgreSQL
+			fn(h)
 		}
 		return rows.Err()
-	})
+	}
 }
 
-// rowsAffected runs the batch UPDATE q. On a pool it runs in a READ
-// COMMITTED transaction of its own: InnoDB then passes, without waiting,
-// rows locked by other transactions that do not match (semi-consistent
-// read), where a full scan — the optimizer's choice when the keys cover
-// much of a small table — would otherwise wait for every locked row of
-// the table, such as a request row another flow has just inserted.
-func (l *Lease[K]) rowsAffected(ctx context.Context, db DB, q string, args []any) (int64, error) {
+// rowsAffected runs the batch UPDATE q on on, and sends it again as a
+// deadlock or certification victim when db is a pool. On a pool or a
+// connection of the library's own it runs in a READ COMMITTED
+// transaction of its own: InnoDB then passes, without waiting, rows
+// locked by other transactions that do not match (semi-consistent read),
+// where a full scan — the optimizer's choice when the keys cover much of
+// a small table — would otherwise wait for every locked row of the
+// table, such as a request row another flow has just inserted.
+func (l *Lease[K]) rowsAffected(ctx context.Context, db, on DB, q string, args []any) (int64, error) {
 	var n int64
 	err := l.retry(ctx, db, func() error {
 		var res sql.Result
 		var err error
-		if b, ok := resolve(db).(TxBeginner); ok {
+		if b, ok := resolve(on).(TxBeginner); ok {
 			var tx *sql.Tx
 			if tx, err = b.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}); err != nil {
 				return err
@@ -209,7 +332,7 @@ func (l *Lease[K]) rowsAffected(ctx context.Context, db DB, q string, args []any
 			if err = tx.Commit(); err != nil {
 				return err
 			}
-		} else if res, err = resolve(db).ExecContext(ctx, q, args...); err != nil {
+		} else if res, err = resolve(on).ExecContext(ctx, q, args...); err != nil {
 			return err
 		}
 		n, err = res.RowsAffected()
@@ -218,39 +341,45 @@ func (l *Lease[K]) rowsAffected(ctx context.Context, db DB, q string, args []any
 	return n, err
 }
 
-// pairs writes the key list and the (key, token) list of a batch, and
-// their arguments: PostgreSQL numbers its placeholders and names each key
-// once; MySQL and SQLite repeat it. SQLite takes a row value IN only from
-// a subquery, hence VALUES there.
-func (s sqlBuilder) pairs(keys []any, toks []string) (keyList, pairList string, args []any) {
+// held is a token and generation that the database reports holding.
+type held struct {
+	tok string
+	gen int64
+}
+
+// pairs writes the key list and the (key, token, generation) list of a
+// batch, and their arguments: PostgreSQL numbers its placeholders and
+// names each key once; MySQL and SQLite repeat it. SQLite takes a row
+// value IN only from a subquery, hence VALUES there.
+func (s sqlBuilder) pairs(keys []any, toks []string, gens []int64) (keyList, pairList string, args []any) {
 	var kb, pb strings.Builder
 	n := len(keys)
 	if s.d == Postgres {
-		args = make([]any, 0, 2*n)
+		args = make([]any, 0, 3*n)
 		for i := range keys {
-			k, t := "$"+strconv.Itoa(2*i+1), "$"+strconv.Itoa(2*i+2)
+			k, t, g := "$"+strconv.Itoa(3*i+1), "$"+strconv.Itoa(3*i+2), "$"+strconv.Itoa(3*i+3)
 			if i > 0 {
 				kb.WriteString(", ")
 				pb.WriteString(", ")
 			}
 			kb.WriteString(k)
-			pb.WriteString("(" + k + ", " + t + ")")
-			args = append(args, keys[i], toks[i])
+			pb.WriteString("(" + k + ", " + t + ", " + g + ")")
+			args = append(args, keys[i], toks[i], gens[i])
 		}
 		return kb.String(), pb.String(), args
 	}
-	args = make([]any, 0, 3*n)
+	args = make([]any, 0, 4*n)
 	for i := range keys {
 		if i > 0 {
 			kb.WriteString(", ")
 			pb.WriteString(", ")
 		}
 		kb.WriteByte('?')
-		pb.WriteString("(?, ?)")
+		pb.WriteString("(?, ?, ?)")
 		args = append(args, keys[i])
 	}
 	for i := range keys {
-		args = append(args, keys[i], toks[i])
+		args = append(args, keys[i], toks[i], gens[i])
 	}
 	pl := pb.String()
 	if s.d == SQLite {
@@ -259,54 +388,61 @@ func (s sqlBuilder) pairs(keys []any, toks []string) (keyList, pairList string, 
 	return kb.String(), pl, args
 }
 
-func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string) {
+func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string, []int64) {
 	keys := make([]any, len(idx))
 	toks := make([]string, len(idx))
+	gens := make([]int64, len(idx))
 	for j, i := range idx {
-		keys[j], toks[j] = gs[i].Key, gs[i].Token.Secret()
+		keys[j], toks[j], gens[j] = gs[i].Key, gs[i].Token.Secret(), gs[i].Generation
 	}
-	return keys, toks
+	return keys, toks, gens
 }
 
 // renewMany is the batch renewal of the grants gs[i], i in idx: Renew's
-// expiry rule with the token already matched by the WHERE clause.
+// expiry rule with the token and generation already matched by the WHERE
+// clause.
 func (s sqlBuilder) renewMany(gs any, idx []int, ttl time.Duration) (string, []any) {
-	keys, toks := anyBatchArgs(gs, idx)
+	keys, toks, gens := anyBatchArgs(gs, idx)
 	c := s.t.cols
-	e, k, tok := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token)
+	e, k, tok, gen := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token), s.col(c.Generation)
 	ttlText := strconv.FormatInt(ttl.Microseconds(), 10)
 	target := s.d.plusMicros(s.d.now(), ttlText)
 	assigns := []string{e + " = CASE WHEN " + e + " IS NOT NULL AND " + e + " >= " + target +
 		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"}
 	assigns = append(assigns, s.tail(false, nil)...)
-	keyList, pairList, args := s.pairs(keys, toks)
+	keyList, pairList, args := s.pairs(keys, toks, gens)
 	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(assigns, ", ") +
-		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ") IN (" + pairList + ")"
+		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ", " + gen + ") IN (" + pairList + ")"
 	if s.d != MySQL {
-		q += " RETURNING " + tok
+		q += " RETURNING " + tok + ", " + gen
 	}
 	return q, args
 }
 
-// heldTokens reads which of the batch's tokens still hold their rows.
+// heldTokens reads which of the batch's tokens still hold their rows
+// with the grant's generation.
 func (s sqlBuilder) heldTokens(gs any, idx []int) (string, []any) {
-	keys, toks := anyBatchArgs(gs, idx)
+	keys, toks, gens := anyBatchArgs(gs, idx)
 	c := s.t.cols
-	k, tok := s.col(c.Key), s.col(c.Token)
-	keyList, pairList, args := s.pairs(keys, toks)
-	return "SELECT " + tok + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
-		k + ", " + tok + ") IN (" + pairList + ")", args
+	k, tok, gen := s.col(c.Key), s.col(c.Token), s.col(c.Generation)
+	keyList, pairList, args := s.pairs(keys, toks, gens)
+	return "SELECT " + tok + ", " + gen + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
+		k + ", " + tok + ", " + gen + ") IN (" + pairList + ")", args
 }
 
 // anyBatchArgs is batchArgs for the builder, which is not generic.
-func anyBatchArgs(gs any, idx []int) ([]any, []string) {
-	return gs.(interface{ batchArgs([]int) ([]any, []string) }).batchArgs(idx)
+func anyBatchArgs(gs any, idx []int) ([]any, []string, []int64) {
+	return gs.(interface {
+		batchArgs([]int) ([]any, []string, []int64)
+	}).batchArgs(idx)
 }
 
 // grantList lets the builder read keys and tokens of any key type.
 type grantList[K Key] []Grant[K]
 
-func (g grantList[K]) batchArgs(idx []int) ([]any, []string) { return batchArgs([]Grant[K](g), idx) }
+func (g grantList[K]) batchArgs(idx []int) ([]any, []string, []int64) {
+	return batchArgs([]Grant[K](g), idx)
+}
 
 // InTx reports whether the flow has a fenced transaction open that its
 // statements are routed into (only ever on SQLite; see FlowDB). While it

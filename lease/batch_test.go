@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"database/sql"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,7 +108,10 @@ func TestRenewManyLossesOnTheirOwn(t *testing.T) {
 		out, errs := e.Lease.RenewMany(ctx, e.DB, batch, ttl)
 		want := int64(1)
 		if e.Dialect == lease.MySQL {
-			want = 2 // fewer rows matched than sent: one read says which
+			// Fewer rows changed than were sent: one read says which
+			// grants still hold, and one statement renews them again, its
+			// count the proof.
+			want = 3
 		}
 		assert.Equal(t, want, c.Count())
 		assert.NoError(t, errs[0])
@@ -143,6 +147,7 @@ func TestRenewManyChunks(t *testing.T) {
 		ctx := ctxT(t)
 		const n = 2*lease.MaxBatch + 17
 		gs := grantsFor(t, e, n, 30*time.Second)
+		require.NoError(t, e.Lease.Check(ctx, e.DB)) // the first-use check is not what is counted
 		c.Reset()
 		_, errs := e.Lease.RenewMany(ctx, e.DB, gs, 30*time.Second)
 		for i, err := range errs {
@@ -212,4 +217,123 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// keyList finds the key list of a batch renewal.
+var keyList = regexp.MustCompile(`item_key.? IN \(([^)]*)\)`)
+
+// TestRenewManyDuplicates: a grant given more than once gets, at every
+// position, the answer of its first copy — renewed when it holds, lost
+// when it does not — and its key is sent once.
+func TestRenewManyDuplicates(t *testing.T) {
+	countedEach(t, func(t *testing.T, e conformance.Env, c *countdb.Counter) {
+		ctx := ctxT(t)
+		const ttl = 5 * time.Second
+		gs := acquireMany(t, e, 3, ttl)
+		require.NoError(t, e.Lease.Release(ctx, e.DB, gs[2]))
+		batch := []lease.Grant[string]{gs[0], gs[1], gs[0], gs[2], gs[0], gs[1], gs[2]}
+		c.Reset()
+		c.Record(true)
+		out, errs := e.Lease.RenewMany(ctx, e.DB, batch, 2*ttl)
+		for _, i := range []int{0, 1, 2, 4, 5} {
+			require.NoError(t, errs[i], "copy %d of a held grant", i)
+			assert.Equal(t, 2*ttl, out[i].TTL)
+		}
+		assert.Equal(t, out[0], out[2], "a copy gets its first copy's answer")
+		assert.Equal(t, out[0], out[4])
+		assert.Equal(t, out[1], out[5])
+		assert.ErrorIs(t, errs[3], lease.ErrLost)
+		assert.ErrorIs(t, errs[6], lease.ErrLost)
+		assert.Equal(t, batch[6], out[6], "a lost copy comes back as given")
+		want := int64(1)
+		if e.Dialect == lease.MySQL {
+			want = 3 // one grant lost: a read says which, the rest are sent again
+		}
+		assert.Equal(t, want, c.Count(), "%q", c.Log())
+		m := keyList.FindStringSubmatch(c.Log()[0])
+		require.NotNil(t, m, c.Log()[0])
+		assert.Len(t, strings.Split(m[1], ","), 3, "each grant once: %s", c.Log()[0])
+
+		// All held, on MySQL too: one statement, no read.
+		c.Reset()
+		_, errs = e.Lease.RenewMany(ctx, e.DB, []lease.Grant[string]{gs[1], gs[1], gs[0], gs[1]}, ttl)
+		for i, err := range errs {
+			require.NoError(t, err, "grant %d", i)
+		}
+		assert.Equal(t, int64(1), c.Count(), "%q", c.Log())
+	})
+}
+
+// TestRenewManyChecksGeneration: a token granted again (a reentry that
+// found the row free: generation+1 under the same token) does not make a
+// stale copy of the earlier grant hold. RenewMany checks the generation as
+// Confirm does: the stale copy is lost, alone or beside the new grant,
+// and does not move the row's expiry.
+func TestRenewManyChecksGeneration(t *testing.T) {
+	countedEach(t, func(t *testing.T, e conformance.Env, c *countdb.Counter) {
+		ctx := ctxT(t)
+		const ttl = 5 * time.Second
+		gs := acquireMany(t, e, 2, ttl)
+		g1 := gs[0]
+		require.NoError(t, e.Lease.Release(ctx, e.DB, g1))
+		g2, err := e.Lease.AcquireWith(ctx, e.DB, "k0", "h0", ttl, lease.AcquireOptions{Token: g1.Token})
+		require.NoError(t, err)
+		require.True(t, g2.Token.Equal(g1.Token))
+		require.Equal(t, g1.Generation+1, g2.Generation)
+
+		before, err := e.Lease.Inspect(ctx, e.DB, "k0")
+		require.NoError(t, err)
+		out, errs := e.Lease.RenewMany(ctx, e.DB, []lease.Grant[string]{g1, gs[1]}, 10*ttl)
+		assert.ErrorIs(t, errs[0], lease.ErrLost, "the stale copy alone")
+		assert.NoError(t, errs[1])
+		assert.Equal(t, g1, out[0])
+		after, err := e.Lease.Inspect(ctx, e.DB, "k0")
+		require.NoError(t, err)
+		assert.Less(t, after.Remaining, before.Remaining+ttl, "the stale copy renewed nothing")
+
+		out, errs = e.Lease.RenewMany(ctx, e.DB, []lease.Grant[string]{g1, g2, gs[1]}, 2*ttl)
+		assert.ErrorIs(t, errs[0], lease.ErrLost, "the stale copy beside the new grant")
+		assert.NoError(t, errs[1], "the new grant")
+		assert.NoError(t, errs[2])
+		assert.Equal(t, g2.Generation, out[1].Generation)
+		assert.Equal(t, 2*ttl, out[1].TTL)
+		_, err = e.Lease.Confirm(ctx, e.DB, out[1])
+		assert.NoError(t, err)
+	})
+}
+
+// TestMySQLRenewManyMultiPrimary runs the causal path of
+// Options.MultiPrimary on a real server (MariaDB has wsrep_sync_wait
+// without Galera; a single server has nothing to wait for): when fewer
+// rows changed than were sent, the read of the grants that still hold is
+// sent under wsrep_sync_wait, and those are renewed again on the same
+// connection, in READ COMMITTED, their count the proof.
+func TestMySQLRenewManyMultiPrimary(t *testing.T) {
+	c := &countdb.Counter{}
+	db := testdb.OpenWith(t, lease.MySQL, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+	e := conformance.Setup(t, db, lease.Options{MultiPrimary: true})
+	ctx := ctxT(t)
+	const ttl = 5 * time.Second
+	gs := acquireMany(t, e, 3, ttl)
+	require.NoError(t, e.Lease.Release(ctx, e.DB, gs[1]))
+	before, err := e.Lease.Inspect(ctx, e.DB, "k2")
+	require.NoError(t, err)
+	c.Reset()
+	c.Record(true)
+	_, errs := e.Lease.RenewMany(ctx, e.DB, gs, 4*ttl)
+	assert.NoError(t, errs[0])
+	assert.ErrorIs(t, errs[1], lease.ErrLost)
+	assert.NoError(t, errs[2])
+	log := c.Log()
+	require.Len(t, log, 3, "%q", log)
+	assert.True(t, strings.HasPrefix(log[1], "SET STATEMENT wsrep_sync_wait=15 FOR SELECT "), log[1])
+	m := keyList.FindStringSubmatch(log[2])
+	require.NotNil(t, m, log[2])
+	assert.Len(t, strings.Split(m[1], ","), 2, "the two that still hold, again: %s", log[2])
+	after, err := e.Lease.Inspect(ctx, e.DB, "k2")
+	require.NoError(t, err)
+	assert.Greater(t, after.Remaining, before.Remaining+ttl, "expiry moved forward")
+	st, err := e.Lease.Inspect(ctx, e.DB, "k1")
+	require.NoError(t, err)
+	assert.False(t, st.Held)
 }

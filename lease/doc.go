@@ -69,8 +69,9 @@
 //     with 0 rows affected count as a match. MySQL evaluates SET left to
 //     right on updated values, so the generation is assigned first; the
 //     same SQL intent gives the same result on all three dialects.
-//   - Bad input is a *ValidationError before any SQL is sent: an empty key
-//     or holder; a key (of any type whose underlying type is string) or
+//   - Bad input is a *ValidationError before any SQL is sent: an empty
+//     string key or holder (an integer key may be anything, 0 and
+//     negative numbers included); a key (of any type whose underlying type is string) or
 //     holder longer than 191 bytes, not UTF-8, holding a NUL byte or ending
 //     in a space (see CheckText); a TTL ≤ 0, below MinTTL or above MaxTTL;
 //     a nil database; an invalid identifier.
@@ -82,10 +83,19 @@
 //   - A token prints as [redacted] everywhere (fmt, slog, JSON), and never
 //     appears in an error.
 //   - RenewMany renews any number of grants of one table with one
-//     statement per MaxBatch (on MySQL, one read more only when fewer rows
-//     matched than were sent), each loss reported on its own, each deadline
+//     statement per MaxBatch, each loss reported on its own, each deadline
 //     from the send time: what heartbeat.Batcher uses to keep a process's
-//     leases alive with a few statements per interval.
+//     leases alive with a few statements per interval. A grant holds when
+//     its token and generation match, as for Confirm; a grant given twice
+//     is sent once, and both copies get its answer. On MySQL a renewal is
+//     proved by the count of changed rows, never by a token still there
+//     (except on a declared coarse column, after a statement that saw
+//     every committed write): only when fewer rows changed than were sent
+//     does a read of which grants still hold follow, and one statement
+//     more that renews those again. With MultiPrimary that read waits
+//     under wsrep_sync_wait, and the statement follows on its connection
+//     (MariaDB does not wait inside the statement's READ COMMITTED
+//     transaction).
 //
 // # What it does not do
 //
@@ -121,14 +131,30 @@
 //
 //   - ErrHeld (*ConflictError): someone else holds the lease and it has not
 //     expired; it carries the holder and the time left. Map it to HTTP 409.
-//   - ErrLost (*LostError): the token no longer matches — taken over,
+//   - ErrLost (*LostError): the grant no longer matches — taken over,
 //     released, or the row is in another state. Stop; write nothing more.
-//     Nothing was changed by the failed call.
+//     Nothing was changed by the failed call. Every operation on a grant
+//     (Renew, Release, Transition, Verify, Delete, Confirm) checks the
+//     token and the generation: a token can be granted again (a reentry
+//     with AcquireOptions.Token, such as session.Reenter, that finds the
+//     row free is a new grant, generation+1, under the same token), and a
+//     copy of the earlier grant is then lost, never a way to renew,
+//     release, change or delete the newer one. (RenewMany, Batcher's
+//     statement, is documented on its own.)
 //   - ErrNotFound: no row has the key. ErrState (*StateError): the row is
 //     free but in a state the operation does not accept.
 //   - ErrExists (*DuplicateKeyError): Create hit a unique key; duplicate-key
 //     errors of all three drivers are translated (see IsDuplicateKey).
-//   - ErrInvalid (*ValidationError): rejected before any SQL.
+//   - ErrInvalid (*ValidationError): rejected before any SQL — or, at the
+//     first use of a database handle, after the one read of the first-use
+//     check and before any write (see First use): a Lease of another
+//     dialect than the database (the error names both), or an expiry
+//     column coarser than a microsecond that Options.ExpiryResolution does
+//     not declare (the error names the column and the setting). Every
+//     later operation on that handle returns the same error at once.
+//   - On SQLite, a busy timeout of 0 or a journal mode other than WAL is
+//     logged as a warning (Options.Logger) at first use, not refused: see
+//     First use.
 //   - Any other error is the driver's, returned as it is: the outcome of a
 //     write that failed this way is unknown (it may have committed). Never
 //     treat it as loss, and never treat loss as a transient error; retry
@@ -147,13 +173,82 @@
 //     again (package toolexec and request.Run.InTx do). SQLite's busy
 //     errors are not sent again: the busy timeout already waited.
 //
+// # First use
+//
+// A Lease reads the database once per handle before the first operation's
+// own statement on it, to find what the constructor cannot see:
+//
+//   - the dialect: the driver's type, where DetectDialect can see it
+//     (*sql.DB, *sqlx.DB: no statement), and in any case the check's one
+//     statement, which only its own dialect can run — when it fails, the
+//     driver error's type says which database answered. A Lease of the
+//     wrong dialect is refused with ErrInvalid naming both, instead of
+//     sending SQL the database cannot parse;
+//   - MySQL and PostgreSQL: the precision of the expiry column, from
+//     information_schema.COLUMNS (DATETIME_PRECISION; the schema is the
+//     qualified one or DATABASE()) or from pg_attribute (atttypmod, the
+//     table found with to_regclass through the search path, as the lease
+//     statements find it). A column coarser than a microsecond (a MySQL
+//     DATETIME or DATETIME(3), a PostgreSQL timestamptz(0)) stores an
+//     expiry up to one step short of now + TTL, before the holder's trust
+//     deadline (another holder could take the lease while the first still
+//     trusts it), and on MySQL a renewal within the same step leaves the
+//     row unchanged and would read as lost. Unless
+//     Options.ExpiryResolution declares at least that step, the Lease
+//     refuses the handle with ErrInvalid naming the column and the value
+//     to declare. It refuses rather than adapting by itself: the
+//     resolution decides every trust deadline, which TTLs are valid and
+//     (on MySQL) when an unchanged row counts as renewed, and should not
+//     change under a running program from one handle to the next. A
+//     column or table the catalog does not show (not created yet, not
+//     readable) is left to the statements themselves, and looked for
+//     again on the next operations, at most three times;
+//   - SQLite: PRAGMA busy_timeout and journal_mode (one statement through
+//     the table-valued pragmas). SQLite has no precision to read: the
+//     lease statements store integer microseconds whatever the column's
+//     declared type. A busy timeout of 0 (a writer that finds the
+//     database locked fails at once with SQLITE_BUSY instead of waiting;
+//     modernc.org/sqlite's default) and a journal mode other than WAL
+//     (readers and the writer block each other) are logged as warnings,
+//     once per handle, not refused: neither makes a lease unsafe (a busy
+//     error took no effect and is transient), a program with one
+//     connection or no contention works without them, and an in-memory
+//     database cannot use WAL at all. The transaction mode cannot be
+//     read: whether BEGIN takes the write lock at once (_txlock=immediate)
+//     is the driver's choice, and no PRAGMA shows it. Without it, a
+//     transaction that reads first and writes later can fail with
+//     SQLITE_BUSY at its first write, whatever the busy timeout (SQLite
+//     cannot wait there without risking a deadlock), so set it in the DSN.
+//
+// What it costs: one statement (a catalog read or two pragma reads), once
+// per pool — a *sql.DB or *sqlx.DB (each a handle of its own, even around
+// one pool), or the pool of a FlowDB — and once for all the other handles
+// of the Lease together (*sql.Tx, *sql.Conn, *sqlx.Tx, wrappers), whose
+// pool cannot be seen: the first of them runs the check inside itself (a
+// read; on PostgreSQL it cannot fail on a PostgreSQL database), and its
+// result stands for every later one. So a Lease used with a new
+// transaction per operation is checked once, not per transaction; a Lease
+// used with the transactions of two different databases checks only the
+// first. After the check an operation costs one atomic load and no
+// statement. A check that fails with a driver error (a lost connection)
+// lets the operation go on — its own statement reports the database's
+// error — and is tried again on a later operation, at most three times
+// per handle. A Lease remembers at most 64 handles; beyond them, handles
+// are not checked. Acquire, Renew, RenewMany, Release, Transition,
+// Verify, Inspect, Create, Delete and Ensure run the check; Confirm, which
+// runs inside a fenced transaction that a failed statement would abort on
+// PostgreSQL, relies on one of them (or Check) having run first. Check runs it
+// at once — at start-up, say, to fail before the first request does.
+// Options.SkipCheck turns it off (go-sqlmock tests that pin every
+// statement).
+//
 // # Dialect notes
 //
 // MySQL: expires_at is DATETIME(6) holding UTC. A column of your own with
 // fewer fractional digits must be declared with Options.ExpiryResolution
 // (DATETIME: time.Second): undeclared, its truncated expiry can fall before
 // the holder's trust deadline, and a renewal in the same second reads as
-// ErrLost. Use interpolateParams=true in the DSN, or go-sql-driver
+// ErrLost, so the first-use check refuses it (see First use). Use interpolateParams=true in the DSN, or go-sql-driver
 // prepares, runs and closes a statement for every query with arguments
 // (three messages instead of one). On engines that speak the MySQL
 // protocol but are not MySQL (Vitess, TiDB), keep the expiry at
@@ -253,13 +348,18 @@
 //     Read Committed raises no serialization errors. Keep node clocks
 //     within SafetyMargin.
 //
-// PostgreSQL: expires_at is timestamptz.
+// PostgreSQL: expires_at is timestamptz. A timestamptz(p) with p < 6
+// rounds to its step: declare it with Options.ExpiryResolution (the
+// first-use check refuses it otherwise).
 //
 // SQLite: expires_at is an INTEGER of microseconds since the Unix epoch;
 // the clock that fills it reads whole milliseconds, so TTLs must exceed the
 // safety margin + 1ms and deadlines fall 1ms earlier.
-// Open the file with WAL, a busy timeout and _txlock=immediate, and more
-// than one connection. A transaction holds the database's only write lock
+// Open the file with WAL, a busy timeout and _txlock=immediate (e.g.
+// file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate
+// with modernc.org/sqlite), and more than one connection; the first-use
+// check warns of the first two when they are missing and cannot see the
+// third. A transaction holds the database's only write lock
 // while it runs: renew the leases of the flow that owns it through a FlowDB
 // (package request does), or they wait behind it.
 package lease

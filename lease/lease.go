@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -81,6 +82,16 @@ type Options struct {
 	// without it. MySQL dialect only; on Percona XtraDB Cluster, which has
 	// no SET STATEMENT, set wsrep_sync_wait in the DSN instead.
 	MultiPrimary bool
+	// Logger receives the warnings of the first-use check (on SQLite, a
+	// busy timeout of 0 or a journal mode other than WAL). Nil means
+	// slog.Default(), as everywhere in rowlease.
+	Logger *slog.Logger
+	// SkipCheck turns off the first-use check of each database handle
+	// (see the package doc, "First use"): for go-sqlmock tests that pin
+	// every statement, or a database whose catalog the Lease may not
+	// read. A wrong dialect or an undeclared coarse expiry column then
+	// goes unnoticed.
+	SkipCheck bool
 }
 
 // Assignment sets an extra, non-lease column in the same statement as a
@@ -124,6 +135,10 @@ type Status struct {
 type AcquireOptions struct {
 	// Token, when set, is the token of a grant the caller already holds:
 	// the acquire is then a reentry that keeps the token and generation.
+	// On a row that is free (released, or expired and taken over since)
+	// it is a new grant under the same token, generation+1: use the grant
+	// it returns, since a copy of the earlier one is lost to every
+	// token-checked operation.
 	Token Token
 	// InStates restricts the acquire to rows whose state is one of these.
 	InStates []string
@@ -169,6 +184,10 @@ type Lease[K Key] struct {
 	obs     Observer // nil: nothing is reported
 	// multiPrimary: confirm a token-checked miss causally (Options.MultiPrimary).
 	multiPrimary bool
+	// probes remembers the first-use check of each database handle.
+	probes    probeCache
+	skipCheck bool
+	log       *slog.Logger
 
 	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
 }
@@ -207,6 +226,11 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	}
 	l.obs = opts.Observer
 	l.multiPrimary = opts.MultiPrimary
+	l.skipCheck = opts.SkipCheck
+	l.log = opts.Logger
+	if l.log == nil {
+		l.log = slog.Default()
+	}
 	l.b = sqlBuilder{d: dialect, t: table}
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
@@ -257,11 +281,10 @@ func keyText[K Key](k K) string {
 	return strconv.FormatInt(v.Int(), 10)
 }
 
+// checkKey refuses a key of a string kind that CheckText refuses (the
+// empty string among them). Every integer is a key, 0 and negative ones
+// included: 0 is a valid primary key on every dialect.
 func (l *Lease[K]) checkKey(k K) error {
-	var zero K
-	if k == zero {
-		return invalid("key", "empty")
-	}
 	// Every type whose underlying type is string (type SessionID string),
 	// not only string itself.
 	if v := reflect.ValueOf(k); v.Kind() == reflect.String {
@@ -522,6 +545,9 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	if err := l.checkSet(o.Set); err != nil {
 		return Grant[K]{}, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return Grant[K]{}, err
+	}
 	tok := o.Token
 	if tok.IsZero() {
 		var err error
@@ -572,8 +598,9 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 
 // Renew extends a held lease to now + ttl by the database clock (never
 // backwards) and returns the grant with its new trust deadline. One
-// statement. A token that no longer matches gives *LostError (ErrLost). A
-// lease past its expiry that nobody has taken over can still be renewed.
+// statement. A grant whose token or generation no longer matches gives
+// *LostError (ErrLost). A lease past its expiry that nobody has taken over
+// can still be renewed.
 func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (out Grant[K], rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "renew", OutcomeOK, time.Now(), &out.Generation, &rerr)
@@ -587,8 +614,11 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	if err := l.checkTTL(ttl); err != nil {
 		return g, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return g, err
+	}
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "ttl", ttl.Microseconds()), true)
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
 	if err != nil {
 		return g, err
 	}
@@ -600,8 +630,9 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 }
 
 // Release gives the lease up: holder, token and expiry become NULL. One
-// statement. A token that no longer matches gives *LostError: nothing was
-// changed, and someone else may hold the lease.
+// statement. A grant whose token or generation no longer matches gives
+// *LostError: nothing was changed, and someone else (or a newer grant of
+// the same token) may hold the lease.
 func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "release", OutcomeOK, time.Now(), &g.Generation, &rerr)
@@ -612,7 +643,10 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	m := vals("key", g.Key, "tok", g.Token.Secret())
+	if err := l.probe(ctx, db, false); err != nil {
+		return err
+	}
+	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation)
 	var ok bool
 	var err error
 	if l.dialect == MySQL {
@@ -632,8 +666,8 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 // Transition changes a held row in one token-checked (and, with From,
 // state-checked) statement: it sets the state and extra columns, and either
 // releases the lease or, with Keep, renews it for TTL. It returns the
-// updated grant (with a new deadline when kept). A mismatch gives
-// *LostError.
+// updated grant (with a new deadline when kept). A mismatch of token,
+// generation or state gives *LostError.
 func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "transition", OutcomeOK, time.Now(), &out.Generation, &rerr)
@@ -660,8 +694,11 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	} else if o.TTL != 0 {
 		return g, invalid("ttl", "set without Keep")
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return g, err
+	}
 	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
-	m := vals("key", g.Key, "tok", g.Token.Secret(), "ttl", o.TTL.Microseconds(), "state", o.To)
+	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", o.TTL.Microseconds(), "state", o.To)
 	addStates(m, o.From)
 	addSet(m, o.Set)
 	sent := l.clock.Now()
@@ -681,8 +718,8 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	return g, nil
 }
 
-// Verify checks in one statement that g still holds: the token matches and
-// the lease has not expired by the database clock. Inside a transaction on
+// Verify checks in one statement that g still holds: the token and the
+// generation match and the lease has not expired by the database clock. Inside a transaction on
 // MySQL and PostgreSQL it also locks the row (SELECT … FOR UPDATE) until the
 // transaction ends, so no one can take the lease over before a side effect
 // written in the same transaction commits. (On SQLite the transaction's
@@ -697,12 +734,15 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 	if err := l.checkGrant(g); err != nil {
 		return 0, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return 0, err
+	}
 	c := l.verifyQ
 	if lock {
 		c = l.verifyLockQ
 	}
 	var gen int64
-	args := c.args(vals("key", g.Key, "tok", g.Token.Secret()))
+	args := c.args(vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
 	read := func(q string) error {
 		return l.retry(ctx, db, func() error { return l.queryRow(ctx, db, q, args).Scan(&gen) })
 	}
@@ -726,6 +766,9 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 		return Status{}, err
 	}
 	if err := l.checkKey(key); err != nil {
+		return Status{}, err
+	}
+	if err := l.probe(ctx, db, false); err != nil {
 		return Status{}, err
 	}
 	var st Status
@@ -778,6 +821,9 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	if err := l.checkSet(o.Set); err != nil {
 		return Grant[K]{}, err
 	}
+	if err := l.probe(ctx, db, false); err != nil {
+		return Grant[K]{}, err
+	}
 	tok, err := NewToken()
 	if err != nil {
 		return Grant[K]{}, err
@@ -801,8 +847,8 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 
 // Delete removes the row if g still holds it, in one token-checked
 // statement: for a row the holder created and gives up before anything
-// came of it. A token that no longer matches gives *LostError and deletes
-// nothing.
+// came of it. A grant whose token or generation no longer matches gives
+// *LostError and deletes nothing.
 //
 // The row's generation goes with it: a later Create of the same key starts
 // again at generation 1. Keeping it would need the deleted row to stay (a
@@ -823,7 +869,10 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if err := l.checkGrant(g); err != nil {
 		return err
 	}
-	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret()))
+	if err := l.probe(ctx, db, false); err != nil {
+		return err
+	}
+	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
 	if err != nil {
 		return err
 	}
@@ -877,6 +926,9 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (r
 		return err
 	}
 	if err := l.checkSet(o.Set); err != nil {
+		return err
+	}
+	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
 	c := compile(l.dialect, l.b.ensure(o.State != "", o.Set))

@@ -198,20 +198,20 @@ func mockOps() []mockOp {
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
 					"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
 					"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, " +
-					"`updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ?",
+					"`updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `generation` = ?",
 				lease.Postgres: `UPDATE "app"."lease_item" SET ` +
 					`"expires_at" = CASE WHEN "token" = $1 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') ` +
 					`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') END, ` +
-					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $3 AND "token" = $1 RETURNING "generation"`,
+					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $3 AND "token" = $1 AND "generation" = $4 RETURNING "generation"`,
 				lease.SQLite: `UPDATE "app"."lease_item" SET ` +
 					`"expires_at" = CASE WHEN "token" = ? AND "expires_at" IS NOT NULL AND "expires_at" >= (` + liteNow + ` + ?) ` +
 					`THEN ("expires_at" + 1) ELSE (` + liteNow + ` + ?) END, ` +
-					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? RETURNING "generation"`,
+					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "generation" = ? RETURNING "generation"`,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{mockTok, int64(7000000), int64(7000000), "k", mockTok},
-				lease.Postgres: []any{mockTok, int64(7000000), "k"},
-				lease.SQLite:   []any{mockTok, int64(7000000), int64(7000000), "k", mockTok},
+				lease.MySQL:    []any{mockTok, int64(7000000), int64(7000000), "k", mockTok, int64(2)},
+				lease.Postgres: []any{mockTok, int64(7000000), "k", int64(2)},
+				lease.SQLite:   []any{mockTok, int64(7000000), int64(7000000), "k", mockTok, int64(2)},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				g2, err := l.Renew(ctx, db, g, 7*time.Second)
@@ -223,16 +223,16 @@ func mockOps() []mockOp {
 			sql: map[lease.Dialect]any{
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
 					"`expires_at` = NULL, `token` = NULL, `holder` = NULL, `updated_at` = " + myNow + " " +
-					"WHERE `item_key` = ? AND `token` = ?",
+					"WHERE `item_key` = ? AND `token` = ? AND `generation` = ?",
 				lease.Postgres: `UPDATE "app"."lease_item" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, ` +
-					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $1 AND "token" = $2`,
+					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $1 AND "token" = $2 AND "generation" = $3`,
 				lease.SQLite: `UPDATE "app"."lease_item" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, ` +
-					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ?`,
+					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "generation" = ?`,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{"k", mockTok},
-				lease.Postgres: []any{"k", mockTok},
-				lease.SQLite:   []any{"k", mockTok},
+				lease.MySQL:    []any{"k", mockTok, int64(2)},
+				lease.Postgres: []any{"k", mockTok, int64(2)},
+				lease.SQLite:   []any{"k", mockTok, int64(2)},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				return -1, lease.Token{}, l.Release(ctx, db, g)
@@ -241,14 +241,14 @@ func mockOps() []mockOp {
 		{
 			name: "Delete", kind: kindRelease,
 			sql: map[lease.Dialect]any{
-				lease.MySQL:    "DELETE FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ?",
-				lease.Postgres: `DELETE FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2`,
-				lease.SQLite:   `DELETE FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ?`,
+				lease.MySQL:    "DELETE FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ? AND `generation` = ?",
+				lease.Postgres: `DELETE FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2 AND "generation" = $3`,
+				lease.SQLite:   `DELETE FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ? AND "generation" = ?`,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{"k", mockTok},
-				lease.Postgres: []any{"k", mockTok},
-				lease.SQLite:   []any{"k", mockTok},
+				lease.MySQL:    []any{"k", mockTok, int64(2)},
+				lease.Postgres: []any{"k", mockTok, int64(2)},
+				lease.SQLite:   []any{"k", mockTok, int64(2)},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				return -1, lease.Token{}, l.Delete(ctx, db, g)
@@ -260,20 +260,20 @@ func mockOps() []mockOp {
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
 					"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
 					"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, " +
-					"`state` = ?, `note` = ?, `updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `state` IN (?)",
+					"`state` = ?, `note` = ?, `updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `state` IN (?)",
 				lease.Postgres: `UPDATE "app"."lease_item" SET ` +
 					`"expires_at" = CASE WHEN "token" = $1 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') ` +
 					`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') END, ` +
-					`"state" = $3, "note" = $4, "updated_at" = ` + pgNow + ` WHERE "item_key" = $5 AND "token" = $1 AND "state" IN ($6) RETURNING "generation"`,
+					`"state" = $3, "note" = $4, "updated_at" = ` + pgNow + ` WHERE "item_key" = $5 AND "token" = $1 AND "generation" = $6 AND "state" IN ($7) RETURNING "generation"`,
 				lease.SQLite: `UPDATE "app"."lease_item" SET ` +
 					`"expires_at" = CASE WHEN "token" = ? AND "expires_at" IS NOT NULL AND "expires_at" >= (` + liteNow + ` + ?) ` +
 					`THEN ("expires_at" + 1) ELSE (` + liteNow + ` + ?) END, ` +
-					`"state" = ?, "note" = ?, "updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "state" IN (?) RETURNING "generation"`,
+					`"state" = ?, "note" = ?, "updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "generation" = ? AND "state" IN (?) RETURNING "generation"`,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{mockTok, int64(3000000), int64(3000000), "review", "n2", "k", mockTok, "processing"},
-				lease.Postgres: []any{mockTok, int64(3000000), "review", "n2", "k", "processing"},
-				lease.SQLite:   []any{mockTok, int64(3000000), int64(3000000), "review", "n2", "k", mockTok, "processing"},
+				lease.MySQL:    []any{mockTok, int64(3000000), int64(3000000), "review", "n2", "k", mockTok, int64(2), "processing"},
+				lease.Postgres: []any{mockTok, int64(3000000), "review", "n2", "k", int64(2), "processing"},
+				lease.SQLite:   []any{mockTok, int64(3000000), int64(3000000), "review", "n2", "k", mockTok, int64(2), "processing"},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				g2, err := l.Transition(ctx, db, g, lease.ChangeOptions{From: []string{"processing"}, To: "review",
@@ -286,16 +286,16 @@ func mockOps() []mockOp {
 			sql: map[lease.Dialect]any{
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
 					"`expires_at` = NULL, `token` = NULL, `holder` = NULL, `state` = ?, `note` = ?, `updated_at` = " + myNow + " " +
-					"WHERE `item_key` = ? AND `token` = ? AND `state` IN (?, ?)",
+					"WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `state` IN (?, ?)",
 				lease.Postgres: `UPDATE "app"."lease_item" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, ` +
-					`"state" = $1, "note" = $2, "updated_at" = ` + pgNow + ` WHERE "item_key" = $3 AND "token" = $4 AND "state" IN ($5, $6) RETURNING "generation"`,
+					`"state" = $1, "note" = $2, "updated_at" = ` + pgNow + ` WHERE "item_key" = $3 AND "token" = $4 AND "generation" = $5 AND "state" IN ($6, $7) RETURNING "generation"`,
 				lease.SQLite: `UPDATE "app"."lease_item" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, ` +
-					`"state" = ?, "note" = ?, "updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "state" IN (?, ?) RETURNING "generation"`,
+					`"state" = ?, "note" = ?, "updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "generation" = ? AND "state" IN (?, ?) RETURNING "generation"`,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{"done", "n3", "k", mockTok, "processing", "review"},
-				lease.Postgres: []any{"done", "n3", "k", mockTok, "processing", "review"},
-				lease.SQLite:   []any{"done", "n3", "k", mockTok, "processing", "review"},
+				lease.MySQL:    []any{"done", "n3", "k", mockTok, int64(2), "processing", "review"},
+				lease.Postgres: []any{"done", "n3", "k", mockTok, int64(2), "processing", "review"},
+				lease.SQLite:   []any{"done", "n3", "k", mockTok, int64(2), "processing", "review"},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				g2, err := l.Transition(ctx, db, g, lease.ChangeOptions{From: []string{"processing", "review"}, To: "done",
@@ -306,14 +306,14 @@ func mockOps() []mockOp {
 		{
 			name: "Verify", kind: kindVerify,
 			sql: map[lease.Dialect]any{
-				lease.MySQL:    "SELECT `generation` FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ? AND `expires_at` > " + myNow,
-				lease.Postgres: `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2 AND "expires_at" > ` + pgNow,
-				lease.SQLite:   `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ? AND "expires_at" > ` + liteNow,
+				lease.MySQL:    "SELECT `generation` FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `expires_at` > " + myNow,
+				lease.Postgres: `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2 AND "generation" = $3 AND "expires_at" > ` + pgNow,
+				lease.SQLite:   `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ? AND "generation" = ? AND "expires_at" > ` + liteNow,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{"k", mockTok},
-				lease.Postgres: []any{"k", mockTok},
-				lease.SQLite:   []any{"k", mockTok},
+				lease.MySQL:    []any{"k", mockTok, int64(2)},
+				lease.Postgres: []any{"k", mockTok, int64(2)},
+				lease.SQLite:   []any{"k", mockTok, int64(2)},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				gen, err := l.Verify(ctx, db, g, false)
@@ -324,14 +324,14 @@ func mockOps() []mockOp {
 			// SQLite has no FOR UPDATE: the transaction's database lock does it.
 			name: "VerifyLock", kind: kindVerify,
 			sql: map[lease.Dialect]any{
-				lease.MySQL:    "SELECT `generation` FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ? AND `expires_at` > " + myNow + " FOR UPDATE",
-				lease.Postgres: `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2 AND "expires_at" > ` + pgNow + ` FOR UPDATE`,
-				lease.SQLite:   `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ? AND "expires_at" > ` + liteNow,
+				lease.MySQL:    "SELECT `generation` FROM `app`.`lease_item` WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `expires_at` > " + myNow + " FOR UPDATE",
+				lease.Postgres: `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = $1 AND "token" = $2 AND "generation" = $3 AND "expires_at" > ` + pgNow + ` FOR UPDATE`,
+				lease.SQLite:   `SELECT "generation" FROM "app"."lease_item" WHERE "item_key" = ? AND "token" = ? AND "generation" = ? AND "expires_at" > ` + liteNow,
 			},
 			args: map[lease.Dialect]any{
-				lease.MySQL:    []any{"k", mockTok},
-				lease.Postgres: []any{"k", mockTok},
-				lease.SQLite:   []any{"k", mockTok},
+				lease.MySQL:    []any{"k", mockTok, int64(2)},
+				lease.Postgres: []any{"k", mockTok, int64(2)},
+				lease.SQLite:   []any{"k", mockTok, int64(2)},
 			},
 			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
 				gen, err := l.Verify(ctx, db, g, true)
@@ -480,6 +480,9 @@ var exactSQL = sqlmock.QueryMatcherFunc(func(expected, actual string) error {
 	return nil
 })
 
+// Leases on a mock set Options.SkipCheck: the first-use check would be a
+// statement the mock does not expect (TestSQLMockCheckStatement pins it).
+
 // newMock returns a sqlmock database matching SQL text exactly and in
 // order, checked for unmet expectations at cleanup.
 func newMock(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
@@ -493,7 +496,7 @@ func newMock(t *testing.T) (*sql.DB, sqlmock.Sqlmock) {
 
 func newMockLease(t *testing.T, d lease.Dialect) *lease.Lease[string] {
 	t.Helper()
-	l, err := lease.New[string](d, mockTable, lease.Options{Prepare: lease.PrepareNever})
+	l, err := lease.New[string](d, mockTable, lease.Options{Prepare: lease.PrepareNever, SkipCheck: true})
 	require.NoError(t, err)
 	return l
 }
@@ -645,7 +648,7 @@ func TestSQLMockInspectStatus(t *testing.T) {
 // TestSQLMockIntegerKey pins how an integer key is sent.
 func TestSQLMockIntegerKey(t *testing.T) {
 	db, mock := newMock(t)
-	l, err := lease.New[int32](lease.Postgres, mockTable, lease.Options{})
+	l, err := lease.New[int32](lease.Postgres, mockTable, lease.Options{SkipCheck: true})
 	require.NoError(t, err)
 	mock.ExpectQuery(mockOp1(t, "Acquire").sql[lease.Postgres].(string)).
 		WithArgs(tokenArg{got: new(string)}, int64(5000000), "alice", int64(42)).
@@ -858,7 +861,7 @@ func TestSQLMockMySQLMatchedUnchanged(t *testing.T) {
 	for _, name := range append([]string{"Acquire", "AcquireReentry", "AcquireWithStatesAndSet"}, ops...) {
 		t.Run("declared coarse/"+name, func(t *testing.T) {
 			db, mock := newMock(t)
-			l, err := lease.New[string](lease.MySQL, mockTable, lease.Options{Prepare: lease.PrepareNever, ExpiryResolution: time.Second})
+			l, err := lease.New[string](lease.MySQL, mockTable, lease.Options{Prepare: lease.PrepareNever, ExpiryResolution: time.Second, SkipCheck: true})
 			require.NoError(t, err)
 			g := mockGrant(t)
 			op := mockOp1(t, name)
@@ -953,7 +956,7 @@ func TestSQLMockValidationSendsNothing(t *testing.T) {
 	for _, d := range mockDialects {
 		t.Run(d.String(), func(t *testing.T) {
 			db, _ := newMock(t)
-			l, err := lease.New[string](d, noState, lease.Options{SafetyMargin: time.Second})
+			l, err := lease.New[string](d, noState, lease.Options{SafetyMargin: time.Second, SkipCheck: true})
 			require.NoError(t, err)
 			g := mockGrant(t)
 			errs := map[string]error{}
@@ -988,7 +991,7 @@ func TestSQLMockTokenIsSent(t *testing.T) {
 		s, _ := v.(string)
 		got = append(got, s)
 		return true
-	})).WillReturnResult(sqlmock.NewResult(0, 0))
+	}), g.Generation).WillReturnResult(sqlmock.NewResult(0, 0))
 	err := l.Release(context.Background(), db, g)
 	require.ErrorIs(t, err, lease.ErrLost)
 	require.Equal(t, []string{g.Token.Secret()}, got)
@@ -1006,18 +1009,18 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 	for _, d := range mockDialects {
 		t.Run(d.String(), func(t *testing.T) {
 			db, mock := newMock(t)
-			l, err := lease.New[string](d, mockTable, lease.Options{})
+			l, err := lease.New[string](d, mockTable, lease.Options{SkipCheck: true})
 			require.NoError(t, err)
 			g := mockGrant(t)
 			q := mockOp1(t, "Verify").sql[d].(string)
 			if d != lease.SQLite { // PrepareAuto prepares on SQLite only
 				for range 2 {
-					mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+					mock.ExpectQuery(q).WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 				}
 			} else {
 				p := mock.ExpectPrepare(q).WillBeClosed() // by l.Close below
 				for range 2 {
-					p.ExpectQuery().WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+					p.ExpectQuery().WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 				}
 			}
 			for range 2 {
@@ -1027,7 +1030,7 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			}
 			// In a transaction: text, never the pool's prepared statement.
 			mock.ExpectBegin()
-			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 			mock.ExpectCommit()
 			tx, err := db.Begin()
 			require.NoError(t, err)
@@ -1037,7 +1040,7 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			require.NoError(t, l.Close())
 
 			// Closed: text from now on, nothing prepared again.
-			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret()).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 			_, err = l.Verify(context.Background(), db, g, false)
 			require.NoError(t, err)
 			require.NoError(t, l.Close(), "a second Close is a no-op")

@@ -154,6 +154,16 @@ func (s sqlBuilder) updateR(assigns []string, where string, ret bool) string {
 
 func (s sqlBuilder) keyIs() string { return s.col(s.t.cols.Key) + " = {key}" }
 
+// grantIs is the condition of every token-checked statement on one row:
+// the key, the token and the generation of the grant. The token alone is
+// not enough: it can be granted again (a reentry with
+// AcquireOptions.Token that finds the row free is a new grant,
+// generation+1, under the same token), and a copy of the earlier grant
+// must not renew, release, change or delete the newer one.
+func (s sqlBuilder) grantIs() string {
+	return s.keyIs() + " AND " + s.col(s.t.cols.Token) + " = {tok} AND " + s.col(s.t.cols.Generation) + " = {gen}"
+}
+
 func (s sqlBuilder) acquire(inStates []string, setState bool, set []Assignment) string {
 	c := s.t.cols
 	tok, e := s.col(c.Token), s.col(c.ExpiresAt)
@@ -167,7 +177,7 @@ func (s sqlBuilder) acquire(inStates []string, setState bool, set []Assignment) 
 func (s sqlBuilder) renew() string {
 	assigns := []string{s.genAssign(false), s.expAssign()}
 	assigns = append(assigns, s.tail(false, nil)...)
-	return s.update(assigns, s.keyIs()+" AND "+s.col(s.t.cols.Token)+" = {tok}")
+	return s.update(assigns, s.grantIs())
 }
 
 // release is the plain Release: it needs no generation back, so on
@@ -178,12 +188,12 @@ func (s sqlBuilder) release() string {
 	c := s.t.cols
 	assigns := []string{s.genAssign(false), s.col(c.ExpiresAt) + " = NULL", s.col(c.Token) + " = NULL", s.col(c.Holder) + " = NULL"}
 	assigns = append(assigns, s.tail(false, nil)...)
-	return s.updateR(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok}", false)
+	return s.updateR(assigns, s.grantIs(), false)
 }
 
-// delete removes the row if the token still matches.
+// delete removes the row if the grant (token and generation) still matches.
 func (s sqlBuilder) delete() string {
-	return "DELETE FROM " + s.t.qname(s.d) + " WHERE " + s.keyIs() + " AND " + s.col(s.t.cols.Token) + " = {tok}"
+	return "DELETE FROM " + s.t.qname(s.d) + " WHERE " + s.grantIs()
 }
 
 // change frees the lease (holder, token and expiry to NULL); with keep it
@@ -197,13 +207,13 @@ func (s sqlBuilder) change(inStates []string, setState bool, set []Assignment, k
 		assigns = append(assigns, s.col(c.ExpiresAt)+" = NULL", s.col(c.Token)+" = NULL", s.col(c.Holder)+" = NULL")
 	}
 	assigns = append(assigns, s.tail(setState, set)...)
-	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok}"+s.stateIn(inStates))
+	return s.update(assigns, s.grantIs()+s.stateIn(inStates))
 }
 
 func (s sqlBuilder) verify(lock bool) string {
 	c := s.t.cols
-	q := "SELECT " + s.col(c.Generation) + " FROM " + s.t.qname(s.d) + " WHERE " + s.keyIs() +
-		" AND " + s.col(c.Token) + " = {tok} AND " + s.col(c.ExpiresAt) + " > " + s.d.now()
+	q := "SELECT " + s.col(c.Generation) + " FROM " + s.t.qname(s.d) + " WHERE " + s.grantIs() +
+		" AND " + s.col(c.ExpiresAt) + " > " + s.d.now()
 	if lock && s.d != SQLite {
 		q += " FOR UPDATE"
 	}

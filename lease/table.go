@@ -111,6 +111,15 @@ func (t Table) isLeaseColumn(col string) bool {
 // SQL against the table.
 func (t Table) Quoted(d Dialect) string { return t.qname(d) }
 
+// split returns the schema ("" when the name is not qualified) and the
+// table name.
+func (t Table) split() (schema, table string) {
+	if i := strings.IndexByte(t.name, '.'); i >= 0 {
+		return t.name[:i], t.name[i+1:]
+	}
+	return "", t.name
+}
+
 func (t Table) qname(d Dialect) string {
 	parts := strings.Split(t.name, ".")
 	for i, p := range parts {

@@ -6,7 +6,8 @@
 // Runner.Handle wires session, request and tool-execution locks, the
 // heartbeat and the final marks together:
 //
-//	runner, err := request.New(request.Config{DB: db, Tools: tools})
+//	runner, err := request.New(request.Config{DB: db, Tools: tools,
+//		Session: session.Config{AutoCreate: true}}) // else a session needs its row first: 404
 //	...
 //	out, err := runner.Handle(ctx, request.Message{
 //		SessionKey: sessionID, ClientRequestID: clientID, Content: text,
@@ -82,7 +83,9 @@
 //     request, in one transaction. Either way both or neither: a session is
 //     never left held by a request that does not exist. (When the commit's
 //     outcome is unknown — the connection dropped, or ctx was cancelled,
-//     with the reply on the wire — both are given back, token-checked.)
+//     with the reply on the wire — both are given back at once,
+//     token-checked, on either path: a new request is deleted, a taken-over
+//     one stays processing and free for a retry to resume.)
 //  4. On a takeover, in the same transaction, free the leases of the
 //     request's tool executions still marked running (processing or
 //     started; toolexec.Store.ReleaseForRequest) and read the tool calls
@@ -94,11 +97,11 @@
 //     tool), with a context that is cancelled as soon as a lease is lost,
 //     or another message interrupts the run. The Runner's runs share one
 //     heartbeat.Batcher: every interval, one statement per table renews
-//     the leases of every run in flight (1,000 runs: 2 statements per
-//     interval, where a heartbeat per run costs 2,000;
-//     TestHeartbeatOfAThousandRuns), each run still losing its own work
-//     context when one of its leases is lost. Config.SeparateHeartbeats
-//     gives every run its own.
+//     the leases of every run in flight and one read finds the runs asked
+//     to stop (1,000 runs: 3 statements per interval, where a heartbeat
+//     per run costs 2,000; TestHeartbeatOfAThousandRuns), each run still
+//     losing its own work context when one of its leases is lost.
+//     Config.SeparateHeartbeats gives every run its own.
 //  6. Mark success with the reply, or error, token-checked; release the
 //     session. Clean-up writes use a bounded timeout that survives the
 //     caller's cancellation.
@@ -131,7 +134,10 @@
 //     that matches lease.ErrLost within one heartbeat interval — also while
 //     a tool's transaction is open, because the fences lock the lease rows
 //     only at its end (on SQLite the heartbeat renews inside it, and no one
-//     else can write meanwhile) — and the run's later writes are refused.
+//     else can write meanwhile), and while a tool's transaction is run
+//     again after a transient error at its mark or commit (its tool lease
+//     is watched again, from its last renewal) — and the run's later
+//     writes are refused.
 //   - A slow tool keeps its run's locks: a side effect of any length
 //     commits if nobody took the run over, and never after a takeover
 //     (tested with five TTLs of work). Effects outside the database go
@@ -339,7 +345,11 @@
 //
 //   - ErrSessionBusy, ErrInFlight: someone else holds the lock; nothing
 //     changed; retry later (the wrapped *lease.ConflictError has the time
-//     left).
+//     left). ErrInFlight also ends the attempts to take the locks when
+//     each failed with a retryable database error (a deadlock, SQLite
+//     busy): the last of them stays in the chain and in the text
+//     (lease.IsRetryable reports it), so that a database that keeps
+//     refusing is not mistaken for a busy request.
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
@@ -358,6 +368,12 @@
 //     answer is stored as usual, with a bounded context that survives the
 //     cancellation, and Handle returns it with a nil error: a retry
 //     replays it instead of running the model rounds again.
+//   - The commit that takes the session and the request fails with its
+//     outcome unknown (connection dropped, ctx cancelled): Handle returns
+//     the error, and both locks are given back at once, token-checked,
+//     never left held for a TTL with no heartbeat; a retry runs the
+//     message (a new request) or resumes it (a takeover, or a queued
+//     message claimed by the queue).
 //   - Run.Abandon: nothing is written; the leases expire after the TTL (a
 //     crash, simulated). No queued message is started by it; a Started
 //     Runner resumes the request after the grace (see "Resume").

@@ -41,21 +41,30 @@ func (w *interruptWatch) Renew(ctx context.Context) (time.Time, error) {
 // round reads (checkInterrupts), by request id.
 type watching struct {
 	mu   sync.Mutex
-	runs map[string]context.CancelCauseFunc
+	runs map[string]*watchedRun
 }
 
+// watchedRun is one registration of watchInterrupts: a run's own entry,
+// told apart from a later run's of the same request by its address.
+type watchedRun struct{ cancel context.CancelCauseFunc }
+
 // watchInterrupts registers a run for checkInterrupts; the returned func
-// unregisters it.
+// unregisters it. A later run of the same request in this process (it took
+// the request over once this run's leases lapsed) replaces the
+// registration, and this run's stop then leaves the later one in place.
 func (r *Runner) watchInterrupts(id string, cancel context.CancelCauseFunc) (stop func()) {
+	w := &watchedRun{cancel: cancel}
 	r.watch.mu.Lock()
 	if r.watch.runs == nil {
-		r.watch.runs = map[string]context.CancelCauseFunc{}
+		r.watch.runs = map[string]*watchedRun{}
 	}
-	r.watch.runs[id] = cancel
+	r.watch.runs[id] = w
 	r.watch.mu.Unlock()
 	return func() {
 		r.watch.mu.Lock()
-		delete(r.watch.runs, id)
+		if r.watch.runs[id] == w {
+			delete(r.watch.runs, id)
+		}
 		r.watch.mu.Unlock()
 	}
 }
@@ -84,10 +93,10 @@ func (r *Runner) checkInterrupts(ctx context.Context) {
 			continue
 		}
 		r.watch.mu.Lock()
-		cancel := r.watch.runs[id]
+		w := r.watch.runs[id]
 		r.watch.mu.Unlock()
-		if cancel != nil && by != "" {
-			cancel(&InterruptedError{By: by})
+		if w != nil && by != "" {
+			w.cancel(&InterruptedError{By: by})
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -590,9 +591,15 @@ func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (
 func (r *Runner) deliver(run *Run) {
 	r.q.mu.Lock()
 	if ch, ok := r.q.owners[run.id]; ok {
+		// Handed over under the lock: a disown that finds the owner gone
+		// then finds the run in the channel, and starts it. (Buffered, and
+		// only one run is ever delivered per owner: it never blocks.)
 		delete(r.q.owners, run.id)
+		ch <- run
 		r.q.mu.Unlock()
-		ch <- run // buffered, and only one run is ever delivered per owner
+		if f := afterOwnerFound.Load(); f != nil {
+			(*f)(run)
+		}
 		return
 	}
 	if r.q.stopped || r.cfg.Agent == nil {
@@ -609,6 +616,11 @@ func (r *Runner) deliver(run *Run) {
 		_, _ = r.runAndContinue(r.q.life, run, r.cfg.Agent)
 	}()
 }
+
+// afterOwnerFound is nil but in tests, which set it to act (as a waiter
+// that gives up, say) once deliver has chosen the waiting Handle and let
+// go of the lock.
+var afterOwnerFound atomic.Pointer[func(run *Run)]
 
 // continueQueue looks, in a goroutine of the Runner, for the next queued
 // message of a session that a run of this process has just freed.

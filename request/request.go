@@ -381,15 +381,24 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 	// later, and one read as existing may change state before it is taken;
 	// and MySQL or PostgreSQL may roll a transaction back to break a
 	// deadlock. Either way nothing was changed: start again.
+	var last error // the last attempt's error, kept as the cause
 	for attempt := 0; attempt < 5; attempt++ {
 		run, out, err := r.beginOnce(ctx, msg, holder)
 		if errors.Is(err, errVanished) {
+			last = nil
 			continue
 		}
 		if lease.IsRetryable(err) && lease.Backoff(ctx, attempt+1) {
+			last = err
 			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
 		return run, out, err
+	}
+	if last != nil {
+		// A database that keeps refusing (a deadlock each time, SQLite busy
+		// with no busy timeout) is told apart from a request that kept
+		// changing state: errors.Is matches both ErrInFlight and the cause.
+		return nil, Outcome{}, fmt.Errorf("%w: the database kept refusing the locks: %w", ErrInFlight, last)
 	}
 	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
 }
@@ -622,10 +631,18 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 	if err != nil {
 		return nil, err
 	}
+	run = &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior, steps: steps}
 	if err := tx.Commit(); err != nil {
+		// The outcome is unknown: the commit may have taken effect with
+		// its reply lost, leaving both locks held with no heartbeat. Give
+		// back whatever took effect (token-checked: nothing changes if it
+		// did not), session first, as createTx does; the request stays
+		// processing and free, and a retry resumes it.
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, sg) })
+		r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, g) })
 		return nil, err
 	}
-	return &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior, steps: steps}, nil
+	return run, nil
 }
 
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
@@ -802,6 +819,9 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 		return toolexec.Result{}, err
 	}
 	flow := run.flowDB()
+	// One renewer per call: a run of the side effect after a transient
+	// error is watched again from the tool lease's last renewal.
+	var ren *heartbeat.LeaseRenewer[string]
 	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
 	}, toolexec.RunOptions{
@@ -810,7 +830,10 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 			if run.sup == nil {
 				return func() {}
 			}
-			return run.sup.Add(heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL))
+			if ren == nil || ren.Grant().Token != g.Token || ren.Grant().Generation != g.Generation {
+				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL)
+			}
+			return run.sup.Add(ren)
 		},
 	})
 }

@@ -361,5 +361,13 @@ else
         fi
     done
     grep -E '^(ok|FAIL|---|\?) ' "$log_file" | grep -v -- '^--- PASS' || true
+    # The tests sized by time or with wide deadlines say how long they took:
+    # print that, and the slowest cases, so a run on a slow machine shows
+    # where its time went.
+    grep -hE '(ops in [0-9]+ rounds|runs in flight:)' "$log_file" | sed -E 's/^ +//' || true
+    log "slowest cases:"
+    grep -hE -- '^ *--- (PASS|FAIL): [^ ]+ \([0-9.]+s\)' "$log_file" \
+        | sed -E 's/^ *--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)/\3 \2 \1/' \
+        | sort -rn | head -n 12 | awk '{printf "  %7.1fs %s %s\n", $1, $2, $3}' || true
     exit "$rc"
 fi

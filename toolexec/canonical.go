@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"unicode/utf16"
@@ -15,7 +16,8 @@ import (
 // ErrInvalidArguments is returned, wrapped, by [CanonicalArguments] when the
 // tool-call arguments are not valid JSON, cannot be canonicalized under
 // RFC 8785 (for example because of duplicate keys or an out-of-range
-// number), or are not a JSON object. Use [errors.Is] to test for it.
+// number), hold an integer that a double does not hold exactly, or are not
+// a JSON object. Use [errors.Is] to test for it.
 var ErrInvalidArguments = errors.New("toolexec: invalid tool arguments")
 
 // maxDepth is the maximum nesting depth of arrays and objects accepted by
@@ -37,8 +39,12 @@ const maxSnippet = 32
 // JSON, trailing data after the value, invalid UTF-8, escaped lone
 // surrogates, duplicate object member names, numbers whose magnitude is too
 // large for a double, and nesting deeper than 64 arrays/objects.
+//
+// Like RFC 8785, Canonicalize rounds every number to the nearest double,
+// so 9007199254740993 becomes 9007199254740992; [CanonicalArguments], whose
+// output is an idempotency key, refuses such an integer instead.
 func Canonicalize(data []byte) ([]byte, error) {
-	out, _, err := canonicalize(data)
+	out, _, err := canonicalize(data, false)
 	if err != nil {
 		return nil, fmt.Errorf("toolexec: canonicalize JSON: %w", err)
 	}
@@ -51,9 +57,22 @@ func Canonicalize(data []byte) ([]byte, error) {
 // arguments (for example differing only in whitespace, member order or
 // number spelling such as 35 and 3.5e1) yield the same hash.
 //
+// Numbers are doubles (RFC 8785), and two arguments that differ only in a
+// number the double rounds away would share one hash, so one would be
+// taken for a retry of the other. CanonicalArguments therefore refuses a
+// number written as an integer (digits only: no fraction, no exponent)
+// whose value a double does not hold exactly: every integer of magnitude up
+// to 2^53 is accepted, and a larger one only if it is exactly a double
+// (such as 18014398509481984, 2^54). Send such a value (a 64-bit id, say)
+// as a JSON string. A number written with a fraction or an exponent is a
+// real number and is rounded to the nearest double as RFC 8785 specifies,
+// as before: 0.1, 35.0, 3.5e1 and 1e30 are accepted, and 35, 35.0 and
+// 3.5e1 are one value. No call accepted before changes its hash; the only
+// calls refused now are those whose integer was being silently changed.
+//
 // Any failure is reported as an error wrapping [ErrInvalidArguments].
 func CanonicalArguments(data []byte) (canonical []byte, hash string, err error) {
-	out, kind, err := canonicalize(data)
+	out, kind, err := canonicalize(data, true)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrInvalidArguments, err)
 	}
@@ -107,9 +126,10 @@ func (e *syntaxError) Error() string {
 }
 
 // canonicalize parses data as a single JSON value and returns its canonical
-// form and the kind of the top-level value.
-func canonicalize(data []byte) ([]byte, valueKind, error) {
-	p := &parser{data: data, out: make([]byte, 0, len(data))}
+// form and the kind of the top-level value. With exactIntegers, a number
+// written as an integer that a double does not hold exactly is an error.
+func canonicalize(data []byte, exactIntegers bool) ([]byte, valueKind, error) {
+	p := &parser{data: data, out: make([]byte, 0, len(data)), exactIntegers: exactIntegers}
 	p.skipSpace()
 	if p.pos >= len(p.data) {
 		if len(p.data) == 0 {
@@ -134,6 +154,8 @@ type parser struct {
 	data []byte
 	pos  int
 	out  []byte
+	// exactIntegers refuses integer literals that a double rounds.
+	exactIntegers bool
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -474,6 +496,7 @@ func (p *parser) number() error {
 	if i < len(d) && d[i] == '-' {
 		i++
 	}
+	intStart := i
 	switch {
 	case i < len(d) && d[i] == '0':
 		i++
@@ -485,6 +508,7 @@ func (p *parser) number() error {
 		p.pos = i
 		return p.errorf("invalid number %s", p.snippet(start))
 	}
+	intEnd := i
 	if i < len(d) && d[i] == '.' {
 		i++
 		if i >= len(d) || d[i] < '0' || d[i] > '9' {
@@ -514,9 +538,27 @@ func (p *parser) number() error {
 		lit := string(d[start:i])
 		return p.errorf("number %s out of range for IEEE-754 double", quoteTruncated(lit))
 	}
+	// Every integer of at most 15 digits is below 2^53 and so exact.
+	if p.exactIntegers && intEnd == i && intEnd-intStart > 15 && !exactInteger(d[start:i], f) {
+		p.pos = start
+		return p.errorf("integer %s is not exact as an IEEE-754 double (read as %s); send it as a string",
+			quoteTruncated(string(d[start:i])), appendNumber(nil, f))
+	}
 	p.pos = i
 	p.out = appendNumber(p.out, f)
 	return nil
+}
+
+// exactInteger reports whether the integer literal lit (an optional minus
+// and digits, as validated by number) has exactly the value of f, the
+// double it parses to.
+func exactInteger(lit []byte, f float64) bool {
+	want, ok := new(big.Int).SetString(string(lit), 10)
+	if !ok {
+		return false
+	}
+	got, acc := new(big.Float).SetFloat64(f).Int(nil)
+	return acc == big.Exact && got.Cmp(want) == 0
 }
 
 // appendNumber appends the ECMAScript Number.prototype.toString form of the

@@ -458,6 +458,9 @@ func FuzzCanonicalize(f *testing.F) {
 		" {\n\"k\" : [ 1 , 2.50 , \"x\" ] } ",
 		`"\u0000\u001f\b\f\n\r\t<>&\u2028"`,
 		`0.100000000000000000000000000000001`, `1e-400`, `-1e-400`, `123456789012345678901234567890`,
+		`{"id":9007199254740993}`, `{"id":9007199254740992}`, `{"id":-9007199254740993}`,
+		`{"id":1152921504606847000}`, `{"id":1152921504606846976}`, `{"id":9007199254740993.0}`,
+		`{"id":[18446744073709551615,1e30,0.1]}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -475,6 +478,15 @@ func FuzzCanonicalize(f *testing.F) {
 			if len(err.Error()) > 300 {
 				t.Fatalf("error message too long (%d bytes): %.300s", len(err.Error()), err)
 			}
+			return
+		}
+		if inexact := hasInexactInteger(in); aerr == nil && inexact {
+			t.Fatalf("CanonicalArguments accepted an integer a double rounds: %q -> %q", in, canon)
+		} else if aerr != nil && inexact && len(out) > 0 && out[0] == '{' {
+			if !strings.Contains(aerr.Error(), "send it as a string") {
+				t.Fatalf("refusal of an inexact integer does not say to send a string: %v", aerr)
+			}
+			checkCanonicalOutput(t, in, out)
 			return
 		}
 		if aerr == nil {

@@ -8,6 +8,20 @@
 // {"amount":3.5e1} are one call. The row carries a lease (package lease) and
 // a status.
 //
+// Numbers are IEEE-754 doubles in RFC 8785, so a number the double rounds
+// would make two different calls one. The rule (CanonicalArguments): a
+// number written as an integer — digits only, no fraction, no exponent — is
+// accepted only if a double holds it exactly: any integer of magnitude up
+// to 2^53 (9007199254740992), and a larger one only if it is a double (such
+// as 2^54). {"id":9007199254740993} gives ErrInvalidArguments, saying to
+// send the value as a string ({"id":"9007199254740993"}), because RFC 8785
+// would read it as 9007199254740992 and give it the key of that id. A number
+// written with a fraction or an exponent is a real number and is rounded to
+// the nearest double as RFC 8785 specifies: 0.1, 35.0, 3.5e1 and 1e30 are
+// accepted, and 35, 35.0 and 3.5e1 are one value. Every call accepted
+// before keeps its hash; only those whose integer was silently changed are
+// refused.
+//
 // # Two forms of tool
 //
 // In the database (Store.Run, Registry.Register): the side effect writes in
@@ -69,9 +83,12 @@
 //   - A transient database error inside a side effect's transaction
 //     (deadlock, serialization failure, lock wait timeout, SQLite busy) is
 //     not the tool's failure: the transaction is run again, a few times
-//     with backoff, and then reported as ErrTransient.
+//     with backoff, and then reported as ErrTransient. Each run is watched
+//     (RunOptions.Watch) until its final mark, so a run after a transient
+//     error at the mark or at the commit is supervised as the first was.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
-//     surrogates) give ErrInvalidArguments and write nothing. An unknown
+//     surrogates, an integer a double does not hold exactly) give
+//     ErrInvalidArguments and write nothing. An unknown
 //     tool gives ErrUnknownTool, never a success.
 //
 // # What it does not do

@@ -184,6 +184,10 @@ type RunOptions struct {
 	Fences []lease.Fence
 	// Watch, when set, is called with the tool grant while the tool runs
 	// (e.g. to add it to a heartbeat); the returned func is called after.
+	// Run calls it again, with the same grant, for each run of the side
+	// effect's transaction after a transient error (the previous stop
+	// called first): the watch should carry on from the lease's last
+	// renewal, as request.Run's does (one heartbeat.LeaseRenewer per call).
 	Watch func(g Grant) (stop func())
 	// ReleaseTimeout bounds the clean-up writes made after a failure, even
 	// when ctx is already cancelled. Zero means 5s.
@@ -254,17 +258,21 @@ func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, f
 		// never recorded: running it in a transaction now could do it twice.
 		return Result{}, s.giveBack(ctx, db, g, o, s.unknown(call, g, nil))
 	}
-	unwatch := watch(o, g)
-	defer unwatch()
+	unwatch := func() {}
+	defer func() { unwatch() }()
 	canonical := c.canonical
 	var out json.RawMessage
 	for attempt := 1; ; attempt++ {
+		// Every run of the transaction is supervised: the mark lets go of
+		// the tool lease (see runTx), so a run after a transient error at
+		// the mark or at the commit watches it again.
+		unwatch = watch(o, g)
 		out, err = s.runTx(ctx, db, call, canonical, g, o, fn, unwatch)
+		unwatch()
 		if err == nil || !lease.IsTransient(err) || attempt == maxTxAttempts || !backoff(ctx, attempt) {
 			break
 		}
 	}
-	unwatch()
 	if err == nil {
 		return Result{ExecutionID: g.Key, Output: out, Generation: g.Generation}, nil
 	}

@@ -558,7 +558,8 @@ func TestInvalidInput(t *testing.T) {
 		e := newEnv(t, db)
 		ctx := bg(t)
 		f := e.newFlow(t, "s1", ttl)
-		for _, args := range []string{`[1]`, `{"a":`, `{"a":1,"a":2}`, `"x"`, ``, `null`, `{"a":"\ud800"}`, `{"a":1} {}`} {
+		for _, args := range []string{`[1]`, `{"a":`, `{"a":1,"a":2}`, `"x"`, ``, `null`, `{"a":"\ud800"}`, `{"a":1} {}`,
+			`{"id":9007199254740993}`} {
 			_, err := e.store.Run(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, toolexec.ErrInvalidArguments, "arguments %q", args)
 		}

@@ -2,14 +2,19 @@ package toolexec_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -90,4 +95,55 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 			assert.True(t, row.errNull)
 		})
 	})
+}
+
+// TestRunAfterAFailedMarkIsWatched: the success mark (made after Run let
+// go of the watch) ends in a transient error, so the side effect's
+// transaction runs again. The side effect runs under a watch every time:
+// Run calls Watch again, with the same grant, after stopping the first.
+func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			c := &countdb.Counter{}
+			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+			e := newEnv(t, db)
+			ctx := bg(t)
+			f := e.newFlow(t, "s-mark", ttl)
+			var marks atomic.Int64
+			c.FailAfter(func(q string) error {
+				if strings.HasPrefix(q, "UPDATE") && strings.Contains(q, schema.ToolExecutionTable) &&
+					strings.Contains(q, schema.ColResult) && marks.Add(1) == 1 {
+					return busyError{}
+				}
+				return nil
+			})
+			defer c.FailAfter(nil)
+			var watches, stops, active atomic.Int64
+			var grants []toolexec.Grant
+			o := e.opts(f, ttl)
+			o.Watch = func(g toolexec.Grant) func() {
+				watches.Add(1)
+				active.Add(1)
+				grants = append(grants, g)
+				var once sync.Once
+				return func() { once.Do(func() { stops.Add(1); active.Add(-1) }) }
+			}
+			var watchedRuns []int64
+			res, err := e.store.Run(ctx, db, f.call(`{"a":3}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+				watchedRuns = append(watchedRuns, active.Load())
+				return e.ledger(ctx, x)
+			})
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), marks.Load(), "the first mark failed, the second went through")
+			assert.Equal(t, []int64{1, 1}, watchedRuns, "each run of the side effect is watched")
+			assert.Equal(t, int64(2), watches.Load())
+			assert.Equal(t, int64(2), stops.Load())
+			assert.Equal(t, int64(0), active.Load())
+			require.Len(t, grants, 2)
+			assert.Equal(t, grants[0].Generation, grants[1].Generation)
+			assert.Equal(t, res.ExecutionID, grants[1].Key)
+			assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+		})
+	}
 }

@@ -55,8 +55,9 @@ type Observer struct {
 
 var _ lease.Observer = (*Observer)(nil)
 
-// New returns an Observer; pass it as the Observer of request.Config (or of
-// lease.Options, toolexec.Config, session.Config for those used alone).
+// New returns an Observer; pass it as request.Config.Observer, or, for a
+// package used alone, as the Observer of its lease.Options: lease.Options
+// itself, toolexec.Config.Lease.Observer or session.Config.Lease.Observer.
 func New(o Options) (*Observer, error) {
 	tp, mp := o.TracerProvider, o.MeterProvider
 	if tp == nil {

@@ -73,6 +73,12 @@ type LeaseConfig struct {
 	Injector faults.InjectorConfig
 	// Ops is the number of operations to record in all (at least).
 	Ops int
+	// Budget, when set, sizes the run by time as well: no round starts
+	// once Budget has passed since RunLease began, whatever Ops says. At
+	// least one round always runs to its end. A loaded machine then
+	// records fewer operations instead of running into ctx's deadline;
+	// the report says how many it recorded and how long it took.
+	Budget time.Duration
 	// Keys per round, Workers per key, and operations per key and round.
 	Keys, Workers, OpsPerKey int
 	// CancelOneIn: one operation in CancelOneIn runs with a context that
@@ -97,8 +103,11 @@ type LeaseConfig struct {
 
 // LeaseReport sums up RunLease.
 type LeaseReport struct {
-	Rounds     int
-	Ops        int64 // operations recorded
+	Rounds  int
+	Ops     int64 // operations recorded
+	Elapsed time.Duration
+	// Budgeted: the run stopped at Budget before it recorded Ops.
+	Budgeted   bool
 	Unknown    int64 // of which with an unknown outcome
 	Fenced     int64 // fenced writes committed (ledger rows)
 	Faults     map[faults.Kind]int64
@@ -117,7 +126,7 @@ type grant struct {
 
 // RunLease records lease histories under faults, round after round, and
 // checks each round with porcupine, until cfg.Ops operations are
-// recorded or ctx ends.
+// recorded, cfg.Budget has passed, or ctx ends.
 func RunLease(ctx context.Context, cfg LeaseConfig) (LeaseReport, error) {
 	if cfg.OpTimeout == 0 {
 		cfg.OpTimeout = 3 * time.Second
@@ -133,10 +142,16 @@ func RunLease(ctx context.Context, cfg LeaseConfig) (LeaseReport, error) {
 		return LeaseReport{}, err
 	}
 	rep := LeaseReport{Faults: map[faults.Kind]int64{}}
+	start := time.Now()
 	var cancels atomic.Int64
 	for round := 0; rep.Ops < int64(cfg.Ops) && ctx.Err() == nil; round++ {
+		if cfg.Budget > 0 && round > 0 && time.Since(start) >= cfg.Budget {
+			rep.Budgeted = true
+			break
+		}
 		r := &leaseRound{cfg: cfg, l: l, n: round, h: NewHistory(), cancels: &cancels}
 		if err := r.run(ctx, &rep); err != nil {
+			rep.Elapsed = time.Since(start)
 			return rep, fmt.Errorf("round %d: %w", round, err)
 		}
 		rep.Rounds++
@@ -149,6 +164,7 @@ func RunLease(ctx context.Context, cfg LeaseConfig) (LeaseReport, error) {
 	if n := cancels.Load(); n > 0 {
 		rep.Faults[faults.Cancel] += n
 	}
+	rep.Elapsed = time.Since(start)
 	return rep, ctx.Err()
 }
 
@@ -205,11 +221,13 @@ func (r *leaseRound) run(ctx context.Context, rep *LeaseReport) error {
 	}
 	// Everything sent has returned; wait until the server has finished
 	// what it may still be running for a cut connection.
+	tq := time.Now()
 	if cfg.Quiesce != nil {
 		if err := retry(ctx, cfg.Quiesce); err != nil {
-			return fmt.Errorf("quiesce: %w", err)
+			return fmt.Errorf("quiesce (after %s): %w", time.Since(tq).Round(time.Millisecond), err)
 		}
 	}
+	quiesced := time.Since(tq)
 	for i := range cfg.Keys {
 		r.read(ctx, r.sysClient(), r.key(i), cfg.Direct, true)
 	}
@@ -247,8 +265,8 @@ func (r *leaseRound) run(ctx context.Context, rep *LeaseReport) error {
 		rep.Undecided++
 		rep.Errors = append(rep.Errors, fmt.Sprintf("round %d: porcupine undecided after %s", r.n, cfg.CheckTimeout))
 	}
-	cfg.Log("%s round %d: %d ops (%d unknown, %d fenced writes committed), %s, checked in %s",
-		cfg.Dialect, r.n, r.h.Len(), unknown, committed, res, time.Since(t0).Round(time.Millisecond))
+	cfg.Log("%s round %d: %d ops (%d unknown, %d fenced writes committed), quiesced in %s, %s, checked in %s",
+		cfg.Dialect, r.n, r.h.Len(), unknown, committed, quiesced.Round(time.Millisecond), res, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

@@ -51,6 +51,8 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"DeleteIsTokenChecked", deleteIsTokenChecked},
 		{"EveryHandleType", everyHandleType},
 		{"ManyTakeOverOneExpiredLease", manyTakeOverOneExpired},
+		{"StaleGenerationOfReusedTokenIsLost", staleGenerationOfReusedToken},
+		{"IntegerKeyZero", integerKeyZero},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -600,4 +602,112 @@ func manyTakeOverOneExpired(t *testing.T, e Env) {
 	}
 	_, err = e.Lease.Renew(ctx, e.DB, dead, time.Second)
 	assert.ErrorIs(t, err, lease.ErrLost)
+}
+
+// staleGenerationOfReusedToken: a token can be granted again (a reentry
+// with AcquireOptions.Token that finds the row free is a new grant,
+// generation+1, under the same token). A copy of the earlier grant is
+// stale: every token-checked operation with it is lost and changes
+// nothing, and the newer grant still holds.
+func staleGenerationOfReusedToken(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	e.Insert(t, "k")
+	g1, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 30*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, e.Lease.Release(ctx, e.DB, g1))
+	g2, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 30*time.Second, lease.AcquireOptions{Token: g1.Token})
+	require.NoError(t, err)
+	require.Equal(t, g1.Generation+1, g2.Generation, "a reentry that finds the row free is a new grant")
+	require.True(t, g2.Token.Equal(g1.Token))
+	before := e.ReadRow(t, "k")
+
+	_, err = e.Lease.Renew(ctx, e.DB, g1, time.Minute)
+	assert.ErrorIs(t, err, lease.ErrLost, "renew")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "renew changed the row")
+	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, g1), lease.ErrLost, "release")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "release changed the row")
+	_, err = e.Lease.Transition(ctx, e.DB, g1, lease.ChangeOptions{To: "success", Set: []lease.Assignment{lease.Set("note", "stale")}})
+	assert.ErrorIs(t, err, lease.ErrLost, "transition")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "transition changed the row")
+	_, err = e.Lease.Transition(ctx, e.DB, g1, lease.ChangeOptions{From: []string{"processing"}, Keep: true, TTL: time.Minute})
+	assert.ErrorIs(t, err, lease.ErrLost, "transition with keep")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "transition with keep changed the row")
+	for _, lock := range []bool{false, true} {
+		_, err = e.Lease.Verify(ctx, e.DB, g1, lock)
+		assert.ErrorIs(t, err, lease.ErrLost, "verify (lock %v)", lock)
+	}
+	assert.ErrorIs(t, e.Lease.Delete(ctx, e.DB, g1), lease.ErrLost, "delete")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "delete changed the row")
+	_, err = e.Lease.Confirm(ctx, e.DB, g1)
+	assert.ErrorIs(t, err, lease.ErrLost, "confirm")
+	assert.Equal(t, before, e.ReadRow(t, "k"), "confirm changed the row")
+
+	// The newer grant is intact and works; a reentry with it keeps its
+	// generation.
+	gen, err := e.Lease.Verify(ctx, e.DB, g2, false)
+	require.NoError(t, err)
+	assert.Equal(t, g2.Generation, gen)
+	g3, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 30*time.Second, lease.AcquireOptions{Token: g2.Token})
+	require.NoError(t, err)
+	assert.Equal(t, g2.Generation, g3.Generation, "reentry keeps the generation")
+	g3, err = e.Lease.Renew(ctx, e.DB, g3, 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, g2.Generation, g3.Generation)
+	g3, err = e.Lease.Transition(ctx, e.DB, g3, lease.ChangeOptions{Keep: true, TTL: 30 * time.Second, Set: []lease.Assignment{lease.Set("note", "current")}})
+	require.NoError(t, err)
+	require.NoError(t, e.Lease.Release(ctx, e.DB, g3))
+	row := e.ReadRow(t, "k")
+	assert.Nil(t, row.Token)
+	require.NotNil(t, row.Note)
+	assert.Equal(t, "current", *row.Note)
+}
+
+// integerKeyZero: an integer key of 0 (or a negative one) is a key like
+// any other — 0 is a valid primary key on every dialect.
+func integerKeyZero(t *testing.T, e Env) {
+	ctx := ctxT(t)
+	ddl := map[lease.Dialect]string{
+		lease.MySQL: "CREATE TABLE lease_num (id BIGINT NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
+			"token CHAR(36) NULL, expires_at DATETIME(6) NULL, generation BIGINT NOT NULL DEFAULT 0)",
+		lease.Postgres: "CREATE TABLE lease_num (id BIGINT NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
+			"token CHAR(36) NULL, expires_at TIMESTAMPTZ NULL, generation BIGINT NOT NULL DEFAULT 0)",
+		lease.SQLite: "CREATE TABLE lease_num (id INTEGER NOT NULL PRIMARY KEY, holder TEXT NULL, " +
+			"token TEXT NULL, expires_at INTEGER NULL, generation INTEGER NOT NULL DEFAULT 0)",
+	}[e.Dialect]
+	_, err := e.DB.ExecContext(ctx, ddl)
+	require.NoError(t, err)
+	l, err := lease.New[int64](e.Dialect, lease.MustTable("lease_num", lease.Columns{
+		Key: "id", Holder: "holder", Token: "token", ExpiresAt: "expires_at", Generation: "generation"}), lease.Options{})
+	require.NoError(t, err)
+	for _, key := range []int64{0, -1} {
+		require.NoError(t, l.Ensure(ctx, e.DB, key, lease.CreateOptions{}), "ensure %d", key)
+		g, err := l.Acquire(ctx, e.DB, key, "a", 30*time.Second)
+		require.NoError(t, err, "acquire %d", key)
+		assert.Equal(t, key, g.Key)
+		assert.Equal(t, int64(1), g.Generation)
+		_, err = l.Acquire(ctx, e.DB, key, "b", 30*time.Second)
+		var ce *lease.ConflictError
+		require.ErrorAs(t, err, &ce, "key %d", key)
+		assert.Equal(t, fmt.Sprint(key), ce.Key)
+		g, err = l.Renew(ctx, e.DB, g, 30*time.Second)
+		require.NoError(t, err, "renew %d", key)
+		_, err = l.Verify(ctx, e.DB, g, false)
+		require.NoError(t, err, "verify %d", key)
+		st, err := l.Inspect(ctx, e.DB, key)
+		require.NoError(t, err, "inspect %d", key)
+		assert.True(t, st.Held)
+		assert.Equal(t, "a", st.Holder)
+		require.NoError(t, l.Release(ctx, e.DB, g), "release %d", key)
+		require.NoError(t, l.Delete(ctx, e.DB, mustAcquire(t, ctx, l, e.DB, key)), "delete %d", key)
+		g, err = l.Create(ctx, e.DB, key, "c", 30*time.Second, lease.CreateOptions{})
+		require.NoError(t, err, "create %d", key)
+		assert.Equal(t, int64(1), g.Generation)
+	}
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, l *lease.Lease[int64], db lease.DB, key int64) lease.Grant[int64] {
+	t.Helper()
+	g, err := l.Acquire(ctx, db, key, "a", 30*time.Second)
+	require.NoError(t, err)
+	return g
 }

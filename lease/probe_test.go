@@ -1,0 +1,315 @@
+package lease_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
+)
+
+// TestCheckRefusesWrongDialect: a Lease made for one dialect and used on
+// another database is refused at first use with ErrInvalid naming both
+// dialects, whatever the handle: a *sqlx.DB (its driver name tells), a
+// *sql.DB whose driver the package does not know (a wrapper: the check's
+// statement fails, and the driver error's type tells), a transaction.
+func TestCheckRefusesWrongDialect(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var c countdb.Counter
+			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, &c) })
+			e := conformance.Setup(t, db, lease.Options{})
+			e.Insert(t, "k")
+			before := e.ReadRow(t, "k")
+			handles := map[string]func(t *testing.T) (lease.DB, func()){
+				"*sqlx.DB":             func(*testing.T) (lease.DB, func()) { return db, func() {} },
+				"*sql.DB of a wrapper": func(*testing.T) (lease.DB, func()) { return db.DB, func() {} },
+				"*sql.Tx": func(t *testing.T) (lease.DB, func()) {
+					tx, err := db.DB.BeginTx(ctx, nil)
+					require.NoError(t, err)
+					return tx, func() { _ = tx.Rollback() }
+				},
+			}
+			for _, other := range testdb.Dialects() {
+				if other == d {
+					continue
+				}
+				for name, open := range handles {
+					l, err := lease.New[string](other, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{})
+					require.NoError(t, err)
+					h, done := open(t)
+					_, err = l.Acquire(ctx, h, "k", "a", time.Minute)
+					done()
+					var ve *lease.ValidationError
+					require.ErrorAs(t, err, &ve, "%s lease on %s through %s", other, d, name)
+					assert.ErrorIs(t, err, lease.ErrInvalid)
+					assert.Equal(t, "dialect", ve.Field)
+					assert.Contains(t, err.Error(), other.String(), name)
+					assert.Contains(t, err.Error(), "the database is "+d.String(), name)
+					// Refused again, at once, without a statement.
+					h, done = open(t)
+					n := c.Count()
+					_, err = l.Renew(ctx, h, lease.Grant[string]{Key: "k", Token: mustToken(t), Generation: 1}, time.Minute)
+					done()
+					assert.ErrorIs(t, err, lease.ErrInvalid, name)
+					assert.Equal(t, n, c.Count(), "%s: a refusal is remembered", name)
+				}
+			}
+			assert.Equal(t, before, e.ReadRow(t, "k"), "nothing was written")
+		})
+	}
+}
+
+func mustToken(t *testing.T) lease.Token {
+	t.Helper()
+	tok, err := lease.NewToken()
+	require.NoError(t, err)
+	return tok
+}
+
+// TestCheckOncePerHandle: the first-use check costs one statement once per
+// pool, and once for all the transactions (and other handles whose pool
+// cannot be seen) of a Lease; never per operation.
+func TestCheckOncePerHandle(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			var c countdb.Counter
+			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, &c) })
+			e := conformance.Setup(t, db, lease.Options{SkipCheck: true})
+			l, err := lease.New[string](d, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{})
+			require.NoError(t, err)
+			for i := range 20 {
+				e.Insert(t, fmt.Sprint("k", i))
+			}
+			pool := db.DB
+			count := func(fn func()) int64 {
+				n := c.Count()
+				fn()
+				return c.Count() - n
+			}
+			var g lease.Grant[string]
+			assert.Equal(t, int64(2), count(func() { g, err = l.Acquire(ctx, pool, "k0", "a", time.Minute); require.NoError(t, err) }),
+				"the first operation on a pool: the check and the statement")
+			assert.Equal(t, int64(1), count(func() { g, err = l.Renew(ctx, pool, g, time.Minute); require.NoError(t, err) }))
+			flow := lease.NewFlowDB(pool, d)
+			assert.Equal(t, int64(1), count(func() { g, err = l.Renew(ctx, flow, g, time.Minute); require.NoError(t, err) }),
+				"a FlowDB is checked as its pool")
+			for i := 1; i < 20; i++ {
+				tx, err := pool.BeginTx(ctx, nil)
+				require.NoError(t, err)
+				want := int64(1)
+				if i == 1 {
+					want = 2 // the one check of every transaction of the Lease
+				}
+				assert.Equal(t, want, count(func() {
+					_, err := l.Acquire(ctx, tx, fmt.Sprint("k", i), "a", time.Minute)
+					require.NoError(t, err)
+				}), "transaction %d", i)
+				require.NoError(t, tx.Commit())
+			}
+			require.NoError(t, l.Check(ctx, pool))
+			require.NoError(t, l.Check(ctx, db), "a *sqlx.DB is a handle of its own")
+			assert.Zero(t, count(func() { require.NoError(t, l.Check(ctx, db)) }), "checked once")
+		})
+	}
+}
+
+// coarseCase is a user's table whose expiry column keeps whole seconds.
+type coarseCase struct {
+	d       lease.Dialect
+	expType string
+	typ     string // as the error names it
+}
+
+// TestCheckCoarseExpiryColumn: an expiry column coarser than a
+// microsecond that Options.ExpiryResolution does not declare (a MySQL
+// DATETIME without a fraction, a PostgreSQL timestamptz(0)) is refused at
+// first use, naming the column, and nothing is written. Undeclared, such a
+// column made renewals in the same second come back lost (MySQL) and let
+// the stored expiry fall before the holder's trust deadline. Declared, the
+// same table works: renewals succeed and the stored expiry stays a whole
+// safety margin after every trust deadline.
+func TestCheckCoarseExpiryColumn(t *testing.T) {
+	for _, c := range []coarseCase{
+		{lease.MySQL, "DATETIME", "datetime(0)"},
+		{lease.MySQL, "DATETIME(3)", "datetime(3)"},
+		{lease.Postgres, "TIMESTAMPTZ(0)", "timestamptz(0)"},
+		{lease.Postgres, "TIMESTAMP(2)", "timestamp(2)"},
+	} {
+		t.Run(c.d.String()+"/"+c.expType, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.Open(t, c.d)
+			_, err := db.ExecContext(ctx, "CREATE TABLE jobs (id VARCHAR(64) NOT NULL PRIMARY KEY, owner VARCHAR(191) NULL, "+
+				"lease_token CHAR(36) NULL, lease_expires_at "+c.expType+" NULL, lease_gen BIGINT NOT NULL DEFAULT 0)")
+			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, "INSERT INTO jobs (id) VALUES ('j')")
+			require.NoError(t, err)
+			tbl := lease.MustTable("jobs", lease.Columns{Key: "id", Holder: "owner", Token: "lease_token", ExpiresAt: "lease_expires_at", Generation: "lease_gen"})
+			step := time.Second
+			if c.expType == "DATETIME(3)" {
+				step = time.Millisecond
+			} else if c.expType == "TIMESTAMP(2)" {
+				step = 10 * time.Millisecond
+			}
+			const ttl = 3 * time.Second
+
+			for _, declared := range []time.Duration{0, step / 10} {
+				l, err := lease.New[string](c.d, tbl, lease.Options{ExpiryResolution: declared})
+				require.NoError(t, err)
+				g, err := l.Acquire(ctx, db, "j", "a", ttl)
+				if err == nil {
+					lost := 0
+					for range 200 {
+						if g2, err := l.Renew(ctx, db, g, ttl); errors.Is(err, lease.ErrLost) {
+							lost++
+						} else if err == nil {
+							g = g2
+						}
+					}
+					t.Fatalf("declared %s: the coarse column was used (of 200 renewals, %d came back lost)", declared, lost)
+				}
+				var ve *lease.ValidationError
+				require.ErrorAs(t, err, &ve, "declared %s", declared)
+				assert.Equal(t, "expiry column", ve.Field)
+				assert.Contains(t, err.Error(), "jobs.lease_expires_at is "+c.typ)
+				assert.Contains(t, err.Error(), "ExpiryResolution = "+step.String())
+				var gen int64
+				require.NoError(t, db.GetContext(ctx, &gen, "SELECT lease_gen FROM jobs WHERE id = 'j'"))
+				assert.Zero(t, gen, "nothing was written")
+			}
+
+			// Declared: it works, with no false loss and no overlap.
+			const margin = 300 * time.Millisecond
+			l, err := lease.New[string](c.d, tbl, lease.Options{ExpiryResolution: step, SafetyMargin: margin})
+			require.NoError(t, err)
+			g, err := l.Acquire(ctx, db, "j", "a", ttl)
+			require.NoError(t, err)
+			for i := range 100 {
+				g, err = l.Renew(ctx, db, g, ttl)
+				require.NoError(t, err, "renewal %d", i)
+				st, err := l.Inspect(ctx, db, "j")
+				require.NoError(t, err)
+				local := time.Until(g.Deadline)
+				assert.GreaterOrEqual(t, st.Remaining, local+margin, "renewal %d: the stored expiry falls within the margin of the trust deadline", i)
+			}
+			_, err = l.Acquire(ctx, db, "j", "b", ttl)
+			assert.ErrorIs(t, err, lease.ErrHeld)
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCheckSQLiteSettings: on SQLite the first use logs a warning, once
+// per handle, for a busy timeout of 0 and for a journal mode other than
+// WAL; the DSN the package doc gives (and rowleasetest.SQLiteDSN) logs
+// nothing. Neither setting is refused: leases stay correct without them.
+func TestCheckSQLiteSettings(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		driver, dsn string
+		want        []string
+	}{
+		{"sqlite", "", []string{"busy_timeout is 0", "journal_mode is not WAL"}},
+		{"sqlite", "?_pragma=busy_timeout(5000)", []string{"journal_mode is not WAL"}},
+		{"sqlite", "?_pragma=journal_mode(WAL)", []string{"busy_timeout is 0"}},
+		{"sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate", nil},
+		{"sqlite3", "?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate", nil},
+	} {
+		t.Run(c.driver+c.dsn, func(t *testing.T) {
+			raw, err := sql.Open(c.driver, "file:"+filepath.Join(t.TempDir(), "s.db")+c.dsn)
+			require.NoError(t, err)
+			t.Cleanup(func() { raw.Close() })
+			db := sqlx.NewDb(raw, c.driver)
+			e := conformance.Setup(t, db, lease.Options{SkipCheck: true})
+			e.Insert(t, "k")
+			var log syncBuffer
+			l, err := lease.New[string](lease.SQLite, lease.MustTable(conformance.ItemTable, conformance.ItemColumns),
+				lease.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			require.NoError(t, err)
+			g, err := l.Acquire(ctx, db, "k", "a", time.Minute)
+			require.NoError(t, err, "a warning, not a refusal")
+			_, err = l.Renew(ctx, db, g, time.Minute)
+			require.NoError(t, err)
+			out := log.String()
+			for _, w := range c.want {
+				assert.Equal(t, 1, strings.Count(out, w), "%q logged once in:\n%s", w, out)
+			}
+			if c.want == nil {
+				assert.Empty(t, out)
+			}
+			assert.NotContains(t, out, g.Token.Secret())
+		})
+	}
+}
+
+// TestSQLMockCheckStatement pins the check's statement in each dialect:
+// sent once, before the first operation on a pool, and not again.
+func TestSQLMockCheckStatement(t *testing.T) {
+	for _, d := range mockDialects {
+		t.Run(d.String(), func(t *testing.T) {
+			db, mock := newMock(t)
+			l, err := lease.New[string](d, mockTable, lease.Options{Prepare: lease.PrepareNever})
+			require.NoError(t, err)
+			q := map[lease.Dialect]string{
+				lease.MySQL: "SELECT DATABASE(), DATA_TYPE, DATETIME_PRECISION FROM information_schema.COLUMNS " +
+					"WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = 'lease_item' AND COLUMN_NAME = 'expires_at'",
+				lease.Postgres: `SELECT t.typname, a.atttypmod FROM (SELECT to_regclass('"app"."lease_item"') AS r) x ` +
+					`LEFT JOIN pg_attribute a ON a.attrelid = x.r AND a.attname = 'expires_at' AND NOT a.attisdropped ` +
+					`LEFT JOIN pg_type t ON t.oid = a.atttypid`,
+				lease.SQLite: "SELECT (SELECT * FROM pragma_busy_timeout), (SELECT * FROM pragma_journal_mode)",
+			}[d]
+			row := map[lease.Dialect][]driver.Value{
+				lease.MySQL:    {"app", "datetime", int64(6)},
+				lease.Postgres: {"timestamptz", int64(-1)},
+				lease.SQLite:   {int64(10000), "wal"},
+			}[d]
+			mock.ExpectQuery(q).WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"a", "b", "c"}[:len(row)]).AddRow(row...))
+			op := mockOp1(t, "Inspect")
+			for range 2 {
+				mock.ExpectQuery(op.sql[d].(string)).WithArgs("k").WillReturnRows(
+					sqlmock.NewRows([]string{"h", "g", "s", "held", "us"}).AddRow("", int64(0), "", int64(0), int64(0)))
+				_, err := l.Inspect(context.Background(), db, "k")
+				require.NoError(t, err)
+			}
+		})
+	}
+}
