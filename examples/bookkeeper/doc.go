@@ -39,6 +39,8 @@
 //	-llm             rule (offline, default) | openai
 //	-llm-latency     delay of each rule-model round (default 1s), to make
 //	                 concurrency visible
+//	-llm-vary        the rule model words each answer differently every time
+//	                 it is asked (default on when BOOKKEEPER_MODEL_VARY=1)
 //	-llm-base-url    OpenAI-compatible API root (default https://api.openai.com/v1)
 //	-llm-model       model name for -llm openai (default gpt-4o-mini); the key
 //	                 is read from OPENAI_API_KEY

@@ -105,6 +105,10 @@ func parse(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.W
 	return 0, true
 }
 
+// varyEnv names the environment variable that turns -llm-vary on by
+// default.
+const varyEnv = "BOOKKEEPER_MODEL_VARY"
+
 // common are the flags serve and demo share.
 type common struct {
 	cfg     service.Config
@@ -114,6 +118,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet, dbDefault string, latency time.Duration) {
 	fs.StringVar(&c.cfg.DB, "db", dbDefault, "database: sqlite:PATH, mysql://user:pass@host:port/db or postgres://user:pass@host:port/db")
 	fs.DurationVar(&c.cfg.LLMLatency, "llm-latency", latency, "delay of each rule-model round (makes concurrency visible); 0 for none")
+	fs.BoolVar(&c.cfg.LLMVary, "llm-vary", os.Getenv(varyEnv) == "1", "the rule model words each answer differently every time it is asked (a random note, the category named otherwise), as a sampled model does (default $"+varyEnv+"=1)")
 	fs.DurationVar(&c.cfg.LeaseTTL, "lease-ttl", service.DefaultLeaseTTL, "TTL of every lease (session, request, tool execution)")
 	fs.DurationVar(&c.cfg.Heartbeat, "heartbeat", 0, "lease renewal interval (default a third of -lease-ttl)")
 	fs.BoolVar(&c.verbose, "v", false, "debug logging")

@@ -50,6 +50,9 @@ type Config struct {
 	LLM string
 	// LLMLatency delays each round of the rule model; negative means none.
 	LLMLatency time.Duration
+	// LLMVary makes the rule model word each answer differently every
+	// time it is asked (llm.RuleOptions.Vary), as a sampled model does.
+	LLMVary bool
 	// LLMBaseURL, LLMModel and LLMAPIKey configure the OpenAI client.
 	LLMBaseURL, LLMModel, LLMAPIKey string
 	// Model, when set, is used instead of the one LLM names (tests).
@@ -185,7 +188,7 @@ func newModel(cfg Config) (llm.Model, time.Duration, error) {
 	switch cfg.LLM {
 	case LLMRule:
 		lat := max(cfg.LLMLatency, 0)
-		return llm.NewRuleModel(llm.RuleOptions{Latency: lat, Now: cfg.Now}), max(time.Second, 2*lat), nil
+		return llm.NewRuleModel(llm.RuleOptions{Latency: lat, Now: cfg.Now, Vary: cfg.LLMVary}), max(time.Second, 2*lat), nil
 	case LLMOpenAI:
 		name := cfg.LLMModel
 		if name == "" {
