@@ -31,23 +31,24 @@
 //	 4  request.ErrExpired                          410    expired                   –              use a new id: the old one never runs again
 //	 5  request.ErrQueueFull                        429    queue-full                1 s            resend after Retry-After, same id
 //	 6  request.ErrInterrupted                      409    interrupted               –              nothing: final (a resend answers the same)
-//	 7  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
-//	 8  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
-//	 9  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
+//	 7  request.ErrCancelled                        409    cancelled                 –              nothing: final (a resend answers the same)
+//	 8  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
+//	 9  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
+//	10  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
 //	    request.ErrAgentFailed)
-//	10  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
-//	11  session.ErrNotFound                         404    session-not-found         –              create the session
-//	12  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
+//	11  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
+//	12  session.ErrNotFound                         404    session-not-found         –              create the session
+//	13  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
 //	    request.ErrAgentFailed)
-//	13  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	14  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	14  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	15  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
 //	    toolexec.ErrInvalidArguments
-//	15  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	16  lease.ErrLost                               409    lease-lost                1 s            retry
-//	17  lease.ErrNotFound (also                     404    not-found                 –
+//	16  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	17  lease.ErrLost                               409    lease-lost                1 s            retry
+//	18  lease.ErrNotFound (also                     404    not-found                 –
 //	    request.ErrNotFound)
-//	18  lease.ErrExists                             409    already-exists            –
-//	19  lease.ErrState                              409    wrong-state               –
+//	19  lease.ErrExists                             409    already-exists            –
+//	20  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
@@ -62,8 +63,8 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 13 comes before row 14. A transient
-// database error (row 2) or an unknown external outcome (row 12) inside
+// not bad client input, so row 14 comes before row 15. A transient
+// database error (row 2) or an unknown external outcome (row 13) inside
 // ErrAgentFailed says more than "the agent failed", so they come first.
 //
 // A message that request.Runner.Handle queued (Message.OnBusy:

@@ -62,6 +62,8 @@ func TestProblemFor(t *testing.T) {
 		{"expired", request.ErrExpired, 410, httpapi.TypeExpired, 0},
 		{"queue full", &request.QueueFullError{Max: 20}, 429, httpapi.TypeQueueFull, time.Second},
 		{"interrupted", &request.InterruptedError{By: "m-2"}, 409, httpapi.TypeInterrupted, 0},
+		{"cancelled", request.ErrCancelled, 409, httpapi.TypeCancelled, 0},
+		{"cancelled, as the run's error", fmt.Errorf("run: %w", request.ErrCancelled), 409, httpapi.TypeCancelled, 0},
 		{"request not found", request.ErrNotFound, 404, httpapi.TypeNotFound, 0},
 		{"session not found", session.ErrNotFound, 404, httpapi.TypeSessionNotFound, 0},
 		{"agent failed", wrap(request.ErrAgentFailed, errors.New("boom")), 500, httpapi.TypeAgentFailed, 0},

@@ -33,6 +33,7 @@ const (
 	TypeExpired               = "expired"                  // 410
 	TypeQueueFull             = "queue-full"               // 429, Retry-After
 	TypeInterrupted           = "interrupted"              // 409
+	TypeCancelled             = "cancelled"                // 409
 	TypeOutcomeUnknown        = "outcome-unknown"          // 502, Retry-After
 	TypeDatabaseBusy          = "database-busy"            // 503, Retry-After
 	TypeAgentFailed           = "agent-failed"             // 500

@@ -56,6 +56,9 @@ func ProblemFor(err error) Problem {
 	case errors.Is(err, request.ErrInterrupted):
 		return Problem{Type: ProblemBase + TypeInterrupted, Title: "Interrupted", Status: http.StatusConflict,
 			Detail: "a later message of the session interrupted this one; the tool calls it had committed stay, and it is never run again"}
+	case errors.Is(err, request.ErrCancelled):
+		return Problem{Type: ProblemBase + TypeCancelled, Title: "Cancelled", Status: http.StatusConflict,
+			Detail: "this message was cancelled; the tool calls it had committed stay, and it is never run again"}
 	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, session.ErrBusy):
 		return conflict(err, TypeSessionBusy, "Session busy",
 			"the session is answering another message; retry with the same client request id after Retry-After seconds")

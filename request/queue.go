@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -203,6 +202,8 @@ type queueState struct {
 	changed  chan struct{}        // closed and replaced when a request of this process starts or ends
 
 	headQ, aheadQ, aheadInterruptQ, statsQ, insertQ, flagQ, settleQ, settleOneQ, candidatesQ, flagReadQ, flagsReadQ, statusQ string
+
+	giveUpQ, cancelQueuedQ, cancelFailedQ, cancelFlagQ string // resume.go, cancel.go
 }
 
 // Shared SQL fragments. Every name in them is a schema constant; the table
@@ -210,18 +211,19 @@ type queueState struct {
 const (
 	// laneExpr orders the queued messages: interrupting ones first.
 	laneExpr = "CASE WHEN " + schema.ColOnBusy + " = 'interrupt' THEN 0 ELSE 1 END"
-	// runnable: a queued request, or one started from the queue whose run
-	// died (its lease is free or expired) and that nobody interrupted.
-	runnableCond = schema.ColQueueSeq + " IS NOT NULL AND " + schema.ColInterruptedBy + " IS NULL AND (" +
-		schema.ColStatus + " = 'queued' OR (" + schema.ColStatus + " = 'processing' AND (" +
-		schema.ColToken + " IS NULL OR " + schema.ColExpiresAt + " <= {now})))"
 )
 
 func (r *Runner) initQueue() {
 	d := r.cfg.Dialect
 	t := r.req.Table().Quoted(d)
 	now := d.Now()
-	runnable := strings.ReplaceAll(runnableCond, "{now}", now)
+	// runnable: a queued request, or a dead run to resume (see
+	// resumeConds): one that came from the queue, or one accepted at once
+	// whose content is stored, after its grace and back-off.
+	resumable, due := r.resumeConds("")
+	pResumable, pDue := r.resumeConds("p.")
+	runnable := "((" + schema.ColStatus + " = 'queued' AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
+		schema.ColInterruptedBy + " IS NULL) OR (" + resumable + " AND " + due + "))"
 	q := &r.q
 	q.life, q.stopLife = context.WithCancelCause(context.Background())
 	q.hints = map[string]struct{}{}
@@ -229,18 +231,22 @@ func (r *Runner) initQueue() {
 	q.changed = make(chan struct{})
 	// The head: a run that died first (it was running), then the
 	// interrupting messages, then the queued ones, each in arrival order.
-	// Nothing starts while a run that came from the queue is still
-	// processing under a live request lease: its session lease can lapse a
-	// moment before its request lease (they are renewed apart), and the
-	// next message must not overtake it; it is resumed first, once its
-	// lease has expired.
-	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status FROM " + t +
+	// Nothing starts while a run to resume is still processing under a
+	// live request lease, or waits out its grace or back-off: its session
+	// lease can lapse a moment before its request lease (they are renewed
+	// apart), and the next message must not overtake it; it is resumed
+	// first, once it is due.
+	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status, generation FROM " + t +
 		" WHERE session_key = ? AND " + runnable +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND p.status = 'processing'" +
-		" AND p.queue_seq IS NOT NULL AND p.interrupted_by IS NULL AND p.token IS NOT NULL AND p.expires_at > " + now + ")" +
+		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND " + pResumable + " AND NOT " + pDue + ")" +
 		" ORDER BY CASE WHEN status = 'processing' THEN 0 ELSE 1 END, " + laneExpr + ", queue_seq LIMIT 1")
-	q.aheadQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + runnable)
-	q.aheadInterruptQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + runnable +
+	// What a new message must not overtake: the queued messages, and the
+	// runs to resume, due or not yet (a new message must not run while a
+	// dead run of the session waits out its grace).
+	waiting := "((" + schema.ColStatus + " = 'queued' AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
+		schema.ColInterruptedBy + " IS NULL) OR (" + resumable + "))"
+	q.aheadQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + waiting)
+	q.aheadInterruptQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + waiting +
 		" AND (status <> 'queued' OR on_busy = 'interrupt')")
 	q.statsQ = d.Rebind("SELECT COUNT(CASE WHEN status = 'queued' THEN 1 END), " +
 		"COUNT(CASE WHEN status = 'queued' AND on_busy = 'interrupt' THEN 1 END), COALESCE(MAX(queue_seq), 0) FROM " + t +
@@ -248,12 +254,15 @@ func (r *Runner) initQueue() {
 	q.insertQ = d.Rebind("INSERT INTO " + t + " (id, session_key, client_request_id, fingerprint, status, generation, " +
 		"content, queue_seq, on_busy, updated_at) VALUES (?, ?, ?, ?, 'queued', 0, ?, ?, ?, " + now + ")")
 	q.flagQ = d.Rebind("UPDATE " + t + " SET interrupted_by = ? WHERE session_key = ? AND status = 'processing' AND interrupted_by IS NULL")
-	settle := "UPDATE " + t + " SET status = 'interrupted', holder = NULL, token = NULL, expires_at = NULL, updated_at = " + now +
+	// A run asked to stop by its own client (Cancel: interrupted_by is
+	// its own client request id) ends cancelled, any other interrupted.
+	settle := "UPDATE " + t + " SET status = CASE WHEN interrupted_by = client_request_id THEN 'cancelled' ELSE 'interrupted' END, holder = NULL, token = NULL, expires_at = NULL, updated_at = " + now +
 		" WHERE session_key = ? AND status = 'processing' AND interrupted_by IS NOT NULL AND (token IS NULL OR expires_at <= " + now + ")"
 	q.settleQ = d.Rebind(settle)
 	q.settleOneQ = d.Rebind(settle + " AND id = ?")
 	q.candidatesQ = d.Rebind("SELECT DISTINCT session_key FROM " + t + " WHERE status = 'queued' OR (status = 'processing' AND " +
 		runnable + ") LIMIT ?")
+	r.initCancel()
 	q.flagReadQ = d.Rebind("SELECT COALESCE(interrupted_by, '') FROM " + t + " WHERE id = ?")
 	// Every run asked to stop and not stopped yet, in one read (the status
 	// index narrows it to the processing rows; a flag lives until its run
@@ -310,6 +319,7 @@ func (r *Runner) notify() {
 // queuedHead is the head of a session's queue, as headQ reads it.
 type queuedHead struct {
 	id, clientRequestID, fingerprint, content, status string
+	generation                                        int64
 }
 
 // enqueue stores msg as queued for its session, in one transaction: the
@@ -478,7 +488,7 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.q.headQ, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status)
+		err := r.db.QueryRowContext(ctx, r.q.headQ, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation)
 		if errors.Is(err, sql.ErrNoRows) {
 			r.unhint(sessionKey)
 			return nil, nil
@@ -486,7 +496,30 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 		if err != nil {
 			return nil, err
 		}
+		var slot *sync.Once
+		if h.status == schema.StatusProcessing {
+			// A dead run to resume: not after MaxAttempts runs, and not
+			// more than MaxConcurrent at once in this Runner.
+			if h.generation >= int64(r.cfg.Resume.MaxAttempts) {
+				if _, err := r.giveUp(ctx, h); err != nil {
+					return nil, err
+				}
+				r.notify()
+				continue
+			}
+			if !r.takeResumeSlot() {
+				return nil, nil
+			}
+			slot = new(sync.Once)
+		}
 		run, err := r.claimTx(ctx, sessionKey, h)
+		if slot != nil {
+			if err != nil {
+				r.giveResumeSlot()
+			} else {
+				run.slot = slot
+			}
+		}
 		switch {
 		case err == nil:
 			r.notify()
@@ -537,6 +570,9 @@ func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (
 		if run.prior, err = r.prior(ctx, tx, sessionKey, h.id); err != nil {
 			return nil, err
 		}
+		if run.steps, err = r.loadSteps(ctx, tx, h.id); err != nil {
+			return nil, err
+		}
 		run.resumed = true
 	}
 	if err := tx.Commit(); err != nil {
@@ -561,6 +597,7 @@ func (r *Runner) deliver(run *Run) {
 	}
 	if r.q.stopped || r.cfg.Agent == nil {
 		r.q.mu.Unlock()
+		run.endResume()
 		r.releaseAll(r.q.life, run)
 		r.notify()
 		return
@@ -604,6 +641,7 @@ func (r *Runner) continueQueue(sessionKey string) {
 // queued), or this process knows of queued messages for the session.
 func (r *Runner) runAndContinue(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	out, err := r.execute(ctx, run, agent)
+	run.endResume()
 	if run.abandoned != nil && run.isAbandoned() {
 		return out, err
 	}

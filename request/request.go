@@ -117,6 +117,10 @@ type Config struct {
 	Queue QueueConfig
 	// Retention configures the sweeper that Start runs.
 	Retention RetentionConfig
+	// Resume bounds how a Started Runner with an Agent resumes the runs
+	// whose process died, those of messages accepted at once included
+	// (see ResumeConfig and the package documentation, "Resume").
+	Resume ResumeConfig
 }
 
 // Runner runs messages through the three-level lock. It is safe for
@@ -133,6 +137,8 @@ type Runner struct {
 	q        queueState
 	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
 	watch    watching           // runs whose interrupts the batcher's rounds read
+	local    localRuns          // runs executing here, for Cancel
+	resumes  resumeSlots        // resumed runs at once, for ResumeConfig.MaxConcurrent
 }
 
 // New validates cfg and returns a Runner.
@@ -173,6 +179,9 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	if err := cfg.Retention.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Resume.fill(cfg.TTL); err != nil {
 		return nil, err
 	}
 	// Validate TTL and interval once, as the heartbeat will.
@@ -432,6 +441,8 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrExpired
 	case schema.StatusInterrupted:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
+	case schema.StatusCancelled:
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
 	case schema.StatusQueued:
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
 		if errors.Is(err, ErrNotFound) {
@@ -470,6 +481,9 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 				return nil, Outcome{}, errVanished
 			}
 			r.notify()
+			if ex.interruptedBy == msg.ClientRequestID {
+				return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
+			}
 			return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
 		}
 	}
@@ -537,6 +551,9 @@ func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (
 		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
 			lease.Set(schema.ColFingerprint, msg.Fingerprint),
+			// The content, so that the service can resume the run if it
+			// dies and its client never resends (see resume.go).
+			lease.Set(schema.ColContent, msg.Content),
 		}})
 	}
 	if err != nil {
@@ -601,10 +618,14 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 	if err != nil {
 		return nil, err
 	}
+	steps, err := r.loadSteps(ctx, tx, ex.id)
+	if err != nil {
+		return nil, err
+	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
-	return &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior}, nil
+	return &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior, steps: steps}, nil
 }
 
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
@@ -676,6 +697,17 @@ type Run struct {
 
 	abandoned   chan struct{}
 	abandonOnce sync.Once
+
+	// Steps (step.go): the request's recorded steps, the position of the
+	// next one, how many were replayed, and the divergence that failed
+	// the run.
+	stepMu   sync.Mutex
+	steps    []stepRecord
+	stepPos  int
+	replayed int
+	diverged *StepDivergedError
+	// slot: the run holds one of the Runner's resume slots (resume.go).
+	slot *sync.Once
 }
 
 // RequestID is the request's id (the session lock's holder).
@@ -792,6 +824,9 @@ func (run *Run) stopped() error {
 	if run.work != nil && errors.As(context.Cause(run.work), &ie) {
 		return ie
 	}
+	if run.work != nil && errors.Is(context.Cause(run.work), ErrCancelled) {
+		return ErrCancelled
+	}
 	return nil
 }
 
@@ -830,8 +865,11 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	// The request's renewals also read whether another message asked the
 	// run to stop: then ictx, and with it the work context, is cancelled
 	// with an *InterruptedError.
-	ictx, interrupt := context.WithCancelCause(ctx)
-	defer interrupt(nil)
+	ictx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	// An interrupt asked by the run's own client is a cancel (cancel.go).
+	interrupt := func(cause error) { stop(run.stopCause(cause)) }
+	defer r.addLocal(run.id, stop)()
 	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
 	if r.batcher != nil {
 		// Batched: the request lease is renewed with every run's, and one
@@ -850,6 +888,9 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	run.sup, run.work = sup, work
 	ans, aerr := runAgent(work, run, agent)
 	sup.Stop()
+	if aerr == nil && run.diverged != nil {
+		aerr = run.diverged // the agent went on after a divergent replay
+	}
 	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		// Stored, it would break every replay of the request.
 		aerr = &lease.ValidationError{Field: "answer result", Reason: "not valid JSON"}
@@ -867,6 +908,11 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		// changes where someone else holds it now.
 		r.releaseAll(ctx, run)
 		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
+	}
+	if aerr != nil && ctx.Err() == nil && errors.Is(context.Cause(ictx), ErrCancelled) {
+		// Its client cancelled it, and it stopped: it is cancelled,
+		// token-checked, and frees the session, as an interrupt does.
+		return base, r.markCancelled(ctx, run)
 	}
 	var ie *InterruptedError
 	if aerr != nil && ctx.Err() == nil && errors.As(context.Cause(ictx), &ie) {
@@ -887,9 +933,14 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
 	if aerr != nil {
+		set := []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))}
+		if errors.Is(aerr, ErrStepDiverged) {
+			// A resend starts the steps afresh instead of diverging again
+			// (the committed tool calls still count: same call, same result).
+			set = append(set, lease.Set(schema.ColSteps, nil))
+		}
 		_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusError,
-			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))},
+			From: []string{schema.StatusProcessing}, To: schema.StatusError, Set: set,
 		})
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		if errors.Is(merr, lease.ErrLost) {

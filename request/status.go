@@ -30,17 +30,20 @@ const (
 	// StateInterrupted: stopped by another message of its session; it
 	// never runs again.
 	StateInterrupted State = "interrupted"
+	// StateCancelled: cancelled by its client (Runner.Cancel); it never
+	// runs again.
+	StateCancelled State = "cancelled"
 	// StateExpired: finished longer ago than the retention; its outcome
 	// was swept and it never runs again.
 	StateExpired State = "expired"
 )
 
 // Final reports whether the state never changes by itself: succeeded,
-// interrupted and expired never change; failed changes only when the
-// message is sent again (and expires).
+// interrupted, cancelled and expired never change; failed changes only
+// when the message is sent again or cancelled (and expires).
 func (s State) Final() bool {
 	switch s {
-	case StateSucceeded, StateFailed, StateInterrupted, StateExpired:
+	case StateSucceeded, StateFailed, StateInterrupted, StateCancelled, StateExpired:
 		return true
 	}
 	return false
@@ -77,15 +80,19 @@ type Status struct {
 	// details for the operator; do not show it to end users as it is).
 	Error string
 	// InterruptedBy is the client request id of the message that asked
-	// the request to stop ("" if none did).
+	// the request to stop ("" if none did, or if its own client did).
 	InterruptedBy string
+	// CancelRequested: its client cancelled it (Cancel); a processing
+	// request so marked stops within a heartbeat interval.
+	CancelRequested bool
 	// Attempt is the request's generation: 0 for a queued message that
 	// never ran, 1 for the first run.
 	Attempt int64
 }
 
 // Outcome returns what Handle returns for a finished request: the stored
-// reply of a succeeded one (Replayed), an *InterruptedError, ErrExpired,
+// reply of a succeeded one (Replayed), an *InterruptedError, ErrCancelled,
+// ErrExpired,
 // or for a failed one an error matching ErrAgentFailed with the stored
 // text. For a queued request it is a queued Outcome; for a processing
 // one, an error matching ErrInFlight.
@@ -97,6 +104,8 @@ func (s Status) Outcome() (Outcome, error) {
 		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, fmt.Errorf("%w: %s", ErrAgentFailed, s.Error)
 	case StateInterrupted:
 		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, &InterruptedError{By: s.InterruptedBy}
+	case StateCancelled:
+		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrCancelled
 	case StateExpired:
 		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrExpired
 	case StateQueued:
@@ -140,6 +149,9 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 		return Status{}, fmt.Errorf("request: reading the request's status: %w", err)
 	}
 	st.State, st.Live, st.Result = stateOf(status), live == 1, rawOrNil(result)
+	if st.InterruptedBy == clientRequestID {
+		st.InterruptedBy, st.CancelRequested = "", true
+	}
 	return st, nil
 }
 

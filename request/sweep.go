@@ -52,7 +52,7 @@ func (c *RetentionConfig) fill() error {
 }
 
 // finished are the statuses the sweeper sweeps.
-const finished = "('success', 'error', 'interrupted')"
+const finished = "('success', 'error', 'interrupted', 'cancelled')"
 
 // cutoff is "now − ? microseconds" by the database clock, in the column
 // representation.
@@ -66,14 +66,14 @@ func cutoff(d lease.Dialect) string {
 	return "(" + d.Now() + " - ?)"
 }
 
-// Sweep turns the requests that finished (succeeded, failed or were
-// interrupted) at least olderThan ago, by the database clock, into
+// Sweep turns the requests that finished (succeeded, failed, were
+// interrupted or cancelled) at least olderThan ago, by the database clock, into
 // tombstones and deletes their tool executions, in batches of
 // RetentionConfig.Batch requests, one short transaction each, until none
 // is left. It returns how many it swept.
 //
 // A tombstone is the request's row with status expired and its reply,
-// result, error and message emptied: it keeps the session key, the client
+// result, error, message and recorded steps emptied: it keeps the session key, the client
 // request id, the fingerprint and the generation, so a resend of the id
 // gets ErrExpired and never runs again (a fingerprint that differs still
 // gets ErrFingerprintMismatch). Tombstones are kept; delete rows with
@@ -141,7 +141,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	}()
 	args := append(append([]any{}, ids...), micros)
 	res, err := tx.ExecContext(ctx, d.Rebind("UPDATE "+t+" SET status = 'expired', reply = NULL, result = NULL, error = NULL, "+
-		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, updated_at = "+d.Now()+
+		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, steps = NULL, updated_at = "+d.Now()+
 		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at <= "+cutoff(d)+" AND token IS NULL"), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: sweeping requests: %w", err)

@@ -276,6 +276,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 to 000003 and the goose files 00001 to 00003; add your own
+// 000001 to 000004 and the goose files 00001 to 00004; add your own
 // migrations after them, or copy the files into your own migration directory.
 package schema

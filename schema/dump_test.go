@@ -46,11 +46,13 @@ var (
 		1: {"000001_create_lock_tables.up.sql", "000001_create_lock_tables.down.sql"},
 		2: {"000002_tool_execution_started.up.sql", "000002_tool_execution_started.down.sql"},
 		3: {"000003_request_queue.up.sql", "000003_request_queue.down.sql"},
+		4: {"000004_request_steps.up.sql", "000004_request_steps.down.sql"},
 	}
 	gooseFiles = map[int]string{
 		1: "00001_create_lock_tables.sql",
 		2: "00002_tool_execution_started.sql",
 		3: "00003_request_queue.sql",
+		4: "00004_request_steps.sql",
 	}
 	migrationTools = []string{"golang-migrate", "goose"}
 )

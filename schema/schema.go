@@ -55,9 +55,10 @@ const (
 	// payload in RequestTable.
 	ColFingerprint = "fingerprint"
 	// ColStatus is the state of a request (StatusQueued, StatusProcessing,
-	// StatusSuccess, StatusError, StatusInterrupted or StatusExpired) or of
-	// a tool execution (StatusProcessing, StatusStarted, StatusSuccess or
-	// StatusError); a CHECK constraint on each table rejects anything else.
+	// StatusSuccess, StatusError, StatusInterrupted, StatusCancelled or
+	// StatusExpired) or of a tool execution (StatusProcessing,
+	// StatusStarted, StatusSuccess or StatusError); a CHECK constraint on
+	// each table rejects anything else.
 	ColStatus = "status"
 	// ColReply is the reply text stored for a request (large text).
 	ColReply = "reply"
@@ -87,6 +88,12 @@ const (
 	// ColInterruptedBy is the client request id of the message that asked
 	// a processing request to stop (NULL until one did). Since migration 3.
 	ColInterruptedBy = "interrupted_by"
+	// ColSteps holds the steps a request's runs recorded (large text, NULL
+	// until the first): a JSON array of {"name": …, "output": …} objects in
+	// run order, written by one token-checked UPDATE of the request row per
+	// step. A cancelled request's interrupted_by holds its own client
+	// request id. Since migration 4.
+	ColSteps = "steps"
 )
 
 // Index and constraint names of the unique keys and the secondary index.
@@ -116,7 +123,7 @@ const (
 
 // Values allowed in the status column of RequestTable and ToolExecutionTable.
 // StatusStarted is allowed in ToolExecutionTable only; StatusQueued,
-// StatusInterrupted and StatusExpired in RequestTable only.
+// StatusInterrupted, StatusCancelled and StatusExpired in RequestTable only.
 const (
 	// StatusQueued marks a request stored to run when its session is free
 	// (RequestTable, from migration 3 on).
@@ -135,6 +142,9 @@ const (
 	// message of its session asked it to (RequestTable, from migration 3
 	// on).
 	StatusInterrupted = "interrupted"
+	// StatusCancelled marks a request cancelled by its client (Cancel):
+	// final, like StatusInterrupted (RequestTable, from migration 4 on).
+	StatusCancelled = "cancelled"
 	// StatusExpired marks the tombstone of a finished request whose
 	// outcome the retention sweeper deleted (RequestTable, from migration 3
 	// on).
@@ -247,9 +257,10 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 //
 // Tables that an earlier version of Apply created are upgraded first: if the
 // tool-execution table still has the status CHECK of migration 1 (without
-// StatusStarted), Apply runs the statements of migration 2, and if the
-// request table does (without StatusQueued), those of migration 3 (see the
-// package documentation, "Upgrading"). For that it reads the catalog through db's
+// StatusStarted), Apply runs the statements of migration 2; if the request
+// table does (without StatusQueued), those of migration 3; and if the
+// request table has the CHECK of migration 3 (without StatusCancelled),
+// those of migration 4 (see the package documentation, "Upgrading"). For that it reads the catalog through db's
 // QueryContext method, which *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms
 // have; a db with ExecContext alone gets no upgrade. Apply does not check or
 // alter tables that differ from the DDL in any other way.
@@ -336,10 +347,12 @@ func isCreateRace(err error) bool {
 //
 //   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql,
 //     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql,
-//     000002_tool_execution_started.down.sql, 000003_request_queue.up.sql
-//     and 000003_request_queue.down.sql, for source/iofs with path ".".
+//     000002_tool_execution_started.down.sql, 000003_request_queue.up.sql,
+//     000003_request_queue.down.sql, 000004_request_steps.up.sql and
+//     000004_request_steps.down.sql, for source/iofs with path ".".
 //   - tool "goose": 00001_create_lock_tables.sql,
-//     00002_tool_execution_started.sql and 00003_request_queue.sql, each
+//     00002_tool_execution_started.sql, 00003_request_queue.sql and
+//     00004_request_steps.sql, each
 //     with -- +goose Up and -- +goose Down sections, for goose.SetBaseFS or
 //     goose.NewProvider with directory ".".
 //

@@ -12,14 +12,15 @@ import (
 )
 
 // This file brings tables made by an earlier version of this package up to
-// the current DDL, for Apply. There are two such changes so far: migration
-// 2 lets a tool execution have status 'started', and migration 3 gives the
-// request table the columns and statuses of the queue, interrupts and
-// retention. A table that an older Apply (or the migrations before) set up
-// still has the status CHECK of migration 1; upgrade finds that CHECK in
-// the catalog and only then runs the statements of the migration's
-// golang-migrate up file, the same statements that users of golang-migrate
-// and goose run.
+// the current DDL, for Apply. There are three such changes so far:
+// migration 2 lets a tool execution have status 'started', migration 3
+// gives the request table the columns and statuses of the queue,
+// interrupts and retention, and migration 4 its recorded steps and status
+// 'cancelled'. A table that an older Apply (or the migrations before) set
+// up still has the status CHECK of the migration before (1 for migrations
+// 2 and 3, 3 for migration 4); upgrade finds that CHECK in the catalog and
+// only then runs the statements of the migration's golang-migrate up file,
+// the same statements that users of golang-migrate and goose run.
 
 // step is one upgrade: the migration that changes one table.
 type step struct {
@@ -28,20 +29,29 @@ type step struct {
 	table   string
 	check   string // the name of the table's status CHECK
 	what    string // what the migration does, for errors
+	// old are the values the table's status CHECK allows before the
+	// migration, sorted.
+	old []string
 }
 
 // steps are the upgrades, in order. Each one is run when its table still
-// has the status CHECK of migration 1 (migration1Statuses).
+// has the status CHECK of the migration before it (step.old).
 var steps = []step{
 	{2, "000002_tool_execution_started.up.sql", ToolExecutionTable, "rowlease_tool_execution_status_ck",
-		"to allow status " + `"` + StatusStarted + `"`},
+		"to allow status " + `"` + StatusStarted + `"`, migration1Statuses},
 	{3, "000003_request_queue.up.sql", RequestTable, "rowlease_request_status_ck",
-		"for queued and interrupted requests and retention"},
+		"for queued and interrupted requests and retention", migration1Statuses},
+	{4, "000004_request_steps.up.sql", RequestTable, "rowlease_request_status_ck",
+		"for recorded steps and cancelled requests", migration3RequestStatuses},
 }
 
 // migration1Statuses are the values the status CHECKs of migration 1
 // allow, sorted: the same on both tables.
 var migration1Statuses = []string{StatusError, StatusProcessing, StatusSuccess}
+
+// migration3RequestStatuses are the values the request table's status
+// CHECK of migration 3 allows, sorted.
+var migration3RequestStatuses = []string{StatusError, StatusExpired, StatusInterrupted, StatusProcessing, StatusQueued, StatusSuccess}
 
 // queryer reads rows. *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have
 // it; Apply upgrades older tables only through a value that has it.
@@ -90,7 +100,7 @@ ORDER BY name`
 }
 
 // upgrade runs, in order, each migration whose table still has the status
-// CHECK of migration 1. dialect is canonical ("mysql", "postgres" or
+// CHECK of the migration before it. dialect is canonical ("mysql", "postgres" or
 // "sqlite"). Through an Execer that cannot read rows it does nothing: it
 // cannot tell an older table from a current one.
 func upgrade(ctx context.Context, db Execer, dialect string) error {
@@ -107,7 +117,7 @@ func upgrade(ctx context.Context, db Execer, dialect string) error {
 }
 
 func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) error {
-	old, err := s.hasMigration1StatusCheck(ctx, q, dialect)
+	old, err := s.hasOldStatusCheck(ctx, q, dialect)
 	if err != nil {
 		return fmt.Errorf("schema: upgrade %s: read the CHECK %s: %w", dialect, s.check, err)
 	}
@@ -131,7 +141,7 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 		if err != nil && dialect == "mysql" {
 			// The other process upgraded the table while this one waited
 			// for its lock: check again before reporting an error.
-			if again, qerr := s.hasMigration1StatusCheck(ctx, q, dialect); qerr == nil && !again {
+			if again, qerr := s.hasOldStatusCheck(ctx, q, dialect); qerr == nil && !again {
 				err = nil
 			}
 		}
@@ -142,10 +152,10 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 	return nil
 }
 
-// hasMigration1StatusCheck reports whether the table has the status CHECK
-// of migration 1 exactly. A missing CHECK, the current one or one the user
-// changed otherwise all report false.
-func (s step) hasMigration1StatusCheck(ctx context.Context, q queryer, dialect string) (bool, error) {
+// hasOldStatusCheck reports whether the table has the status CHECK
+// of the migration before the step exactly. A missing CHECK, the current
+// one or one the user changed otherwise all report false.
+func (s step) hasOldStatusCheck(ctx context.Context, q queryer, dialect string) (bool, error) {
 	defs, err := queryStrings(ctx, q, s.statusCheckQuery(dialect))
 	if err != nil {
 		return false, err
@@ -157,7 +167,7 @@ func (s step) hasMigration1StatusCheck(ctx context.Context, q queryer, dialect s
 				continue
 			}
 		}
-		if isMigration1StatusCheck(def) {
+		if isStatusCheckOf(def, s.old) {
 			return true, nil
 		}
 	}
@@ -177,7 +187,12 @@ var (
 //	MySQL 8:    (`status` in (_utf8mb4\'processing\',_utf8mb4\'success\',...))
 //	PostgreSQL: CHECK (((status)::text = ANY ((ARRAY['processing'::character varying, ...
 //	SQLite:     CHECK (status IN ('processing', 'success', 'error'))
-func isMigration1StatusCheck(def string) bool {
+func isMigration1StatusCheck(def string) bool { return isStatusCheckOf(def, migration1Statuses) }
+
+// isStatusCheckOf reports whether a CHECK definition, as a server prints
+// it, tests the status column against exactly the string literals of
+// statuses (sorted), in the forms isMigration1StatusCheck accepts.
+func isStatusCheckOf(def string, statuses []string) bool {
 	def = strings.ReplaceAll(def, `\'`, `'`)
 	if !statusIdentRE.MatchString(def) {
 		return false
@@ -187,7 +202,7 @@ func isMigration1StatusCheck(def string) bool {
 		literals = append(literals, strings.ReplaceAll(m[1], "''", "'"))
 	}
 	slices.Sort(literals)
-	return slices.Equal(literals, migration1Statuses)
+	return slices.Equal(literals, statuses)
 }
 
 // constraintClause cuts "CHECK (...)" of the named table constraint out of
@@ -308,7 +323,7 @@ func (s step) rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script stri
 // that to the user). legacy_alter_table, which the rebuild switches on and
 // off around its RENAME, is put back if it was on.
 func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {
-	old, err := s.hasMigration1StatusCheck(ctx, c, "sqlite")
+	old, err := s.hasOldStatusCheck(ctx, c, "sqlite")
 	if err != nil {
 		return fmt.Errorf("read the CHECK %s again: %w", s.check, err)
 	}

@@ -39,11 +39,12 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     queue_seq         BIGINT       NULL,
     on_busy           VARCHAR(16)  NULL,
     interrupted_by    VARCHAR(191) NULL,
+    steps             LONGTEXT     NULL,
     PRIMARY KEY (id),
     UNIQUE KEY rowlease_request_session_client_uq (session_key, client_request_id),
     UNIQUE KEY rowlease_request_session_queue_uq (session_key, queue_seq),
     KEY rowlease_request_status_updated_idx (status, updated_at),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'))
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS rowlease_tool_execution (

@@ -41,10 +41,11 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     queue_seq         BIGINT       NULL,
     on_busy           VARCHAR(16)  NULL,
     interrupted_by    VARCHAR(191) NULL,
+    steps             TEXT         NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_client_uq UNIQUE (session_key, client_request_id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'))
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'))
 );
 
 CREATE INDEX IF NOT EXISTS rowlease_request_status_updated_idx

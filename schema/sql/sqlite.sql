@@ -44,9 +44,10 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     queue_seq         INTEGER NULL,
     on_busy           TEXT    NULL,
     interrupted_by    TEXT    NULL,
+    steps             TEXT    NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired')),
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired')),
     CONSTRAINT rowlease_request_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
 );
 

@@ -1,0 +1,178 @@
+package request
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// ErrCancelled: the request was cancelled by its client (Cancel) (409,
+// "cancelled"). Its committed tool calls stay; it never runs again, and
+// every resend of its id answers this. It is also the cause of the
+// cancelled run's context.
+var ErrCancelled = errors.New("request: cancelled")
+
+func (r *Runner) initCancel() {
+	d := r.cfg.Dialect
+	t := r.req.Table().Quoted(d)
+	now := d.Now()
+	// A cancelled request's interrupted_by is its own client request id:
+	// no other message can have that id in its session (the unique key),
+	// so it tells a cancel from an interrupt, and the queue, the settling
+	// of dead runs and the interrupt watch treat it as one.
+	q := &r.q
+	q.cancelQueuedQ = d.Rebind("UPDATE " + t + " SET status = 'cancelled', interrupted_by = client_request_id, updated_at = " + now +
+		" WHERE session_key = ? AND client_request_id = ? AND status = 'queued'")
+	q.cancelFailedQ = d.Rebind("UPDATE " + t + " SET status = 'cancelled', interrupted_by = client_request_id, updated_at = " + now +
+		" WHERE session_key = ? AND client_request_id = ? AND status = 'error' AND (token IS NULL OR expires_at <= " + now + ")")
+	q.cancelFlagQ = d.Rebind("UPDATE " + t + " SET interrupted_by = client_request_id" +
+		" WHERE session_key = ? AND client_request_id = ? AND status = 'processing' AND interrupted_by IS NULL")
+	q.giveUpQ = r.giveUpQuery()
+}
+
+// localRuns are the runs executing in this Runner, by request id: Cancel
+// stops one of them at once instead of within a heartbeat interval.
+type localRuns struct {
+	mu   sync.Mutex
+	runs map[string]context.CancelCauseFunc
+}
+
+func (r *Runner) addLocal(id string, stop context.CancelCauseFunc) (remove func()) {
+	r.local.mu.Lock()
+	if r.local.runs == nil {
+		r.local.runs = map[string]context.CancelCauseFunc{}
+	}
+	r.local.runs[id] = stop
+	r.local.mu.Unlock()
+	return func() {
+		r.local.mu.Lock()
+		delete(r.local.runs, id)
+		r.local.mu.Unlock()
+	}
+}
+
+func (r *Runner) stopLocal(id string, cause error) {
+	r.local.mu.Lock()
+	stop := r.local.runs[id]
+	r.local.mu.Unlock()
+	if stop != nil {
+		stop(cause)
+	}
+}
+
+// stopCause turns the stop request a run's watch found into the cause of
+// its context: an interrupt by the run's own client request id is a
+// cancel.
+func (run *Run) stopCause(cause error) error {
+	var ie *InterruptedError
+	if errors.As(cause, &ie) && ie.By == run.msg.ClientRequestID {
+		return ErrCancelled
+	}
+	return cause
+}
+
+// markCancelled marks the run's request cancelled (token-checked) and
+// frees its session.
+func (r *Runner) markCancelled(ctx context.Context, run *Run) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
+		From: []string{schema.StatusProcessing}, To: schema.StatusCancelled,
+	})
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+	if errors.Is(merr, lease.ErrLost) {
+		return fmt.Errorf("%w: %w", ErrTakenOver, merr)
+	}
+	if merr != nil {
+		return errors.Join(ErrCancelled, merr)
+	}
+	return ErrCancelled
+}
+
+// Cancel cancels the request (sessionKey, clientRequestID) and returns its
+// Status after:
+//
+//   - queued: it is marked cancelled at once and never runs;
+//   - running: it is asked to stop, as an interrupt does but without a new
+//     message: its run's context is cancelled with cause ErrCancelled (at
+//     once in this process, within a heartbeat interval in another), and
+//     the run marks it cancelled when its agent returns; a run that died
+//     is marked cancelled at once. Its committed tool calls stay. Cancel
+//     waits for the final state until ctx ends; then it returns the last
+//     Status read (processing) with an error matching ctx's cause, and the
+//     cancel still takes effect;
+//   - failed: it is marked cancelled, so no resend runs it again;
+//   - succeeded, interrupted, cancelled or expired: nothing changes.
+//
+// Every resend of a cancelled request's id gets ErrCancelled (with the
+// same fingerprint; another one still gets ErrFingerprintMismatch). An
+// unknown request gives ErrNotFound; bad input a *lease.ValidationError.
+// A request that an interrupting message asked to stop first ends
+// interrupted, not cancelled.
+func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {
+	if err := validateKeys(sessionKey, clientRequestID); err != nil {
+		return Status{}, err
+	}
+	for attempt := 0; attempt < 20; attempt++ {
+		st, err := r.Status(ctx, sessionKey, clientRequestID)
+		if err != nil {
+			return st, err
+		}
+		switch st.State {
+		case StateQueued, StateFailed:
+			q := r.q.cancelQueuedQ
+			if st.State == StateFailed {
+				q = r.q.cancelFailedQ
+			}
+			n, err := r.exec(ctx, q, sessionKey, clientRequestID)
+			if err != nil {
+				return st, fmt.Errorf("request: cancelling: %w", err)
+			}
+			if n == 0 {
+				continue // it started, or was resent, meanwhile: read it again
+			}
+			r.notify()
+			return r.Status(ctx, sessionKey, clientRequestID)
+		case StateProcessing:
+			if st.InterruptedBy == "" && !st.CancelRequested {
+				n, err := r.exec(ctx, r.q.cancelFlagQ, sessionKey, clientRequestID)
+				if err != nil {
+					return st, fmt.Errorf("request: cancelling: %w", err)
+				}
+				if n == 0 {
+					continue
+				}
+			}
+			// In this process: stop it now. A run that died: settle it now.
+			r.stopLocal(st.RequestID, ErrCancelled)
+			if !st.Live {
+				ok, err := r.settleInterrupted(ctx, sessionKey, st.RequestID)
+				if err != nil {
+					return st, fmt.Errorf("request: cancelling: %w", err)
+				}
+				if ok {
+					r.notify()
+					r.hint(sessionKey)
+					r.kick(ctx, sessionKey) // the queue behind it may go on
+				}
+			}
+			return r.Wait(ctx, sessionKey, clientRequestID)
+		default:
+			return st, nil
+		}
+	}
+	return Status{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
+}
+
+// exec runs one statement and returns the rows it affected.
+func (r *Runner) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := r.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
