@@ -52,6 +52,11 @@
 //	                 is unknown and the message fails until a retry settles it
 //	-shutdown-grace  how long in-flight requests may finish after SIGINT or
 //	                 SIGTERM before they are abandoned (default 10s)
+//	-steps           record every model round as a step, so a resumed
+//	                 message replays the model's decisions (default true)
+//	-resume-grace    after a dead run's lease expired, how long the service
+//	                 waits for the client's resend before resuming the
+//	                 message itself (default the lease TTL)
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),

@@ -140,7 +140,8 @@ func (c *common) finish() {
 // serveOptions are serve's flags.
 type serveOptions struct {
 	common
-	addr string
+	addr  string
+	steps bool
 }
 
 func serveFlags() (*flag.FlagSet, *serveOptions) {
@@ -154,6 +155,8 @@ func serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.WebhookURL, "webhook", os.Getenv(webhookEnv), "URL notified of every booked transaction, with the tool call's Idempotency-Key (default $"+webhookEnv+"; off when empty)")
 	fs.DurationVar(&o.cfg.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "bound of one webhook post; past it the outcome is unknown and the message fails until a retry settles it")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
+	fs.BoolVar(&o.steps, "steps", true, "record every model round as a step, so a resumed message replays the model's decisions instead of asking it again; -steps=false asks again (for comparison)")
+	fs.DurationVar(&o.cfg.Resume.Grace, "resume-grace", 0, "how long after a dead run's lease expired the service resumes the message by itself if its client has not resent it (default the -lease-ttl)")
 	fs.DurationVar(&o.cfg.Retention, "retention", service.DefaultRetention, "how long finished messages are kept and replayed; a resend of an older one gets 410 Gone (negative: keep forever)")
 	return fs, o
 }
@@ -165,6 +168,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, addr := &o.common, &o.addr
 	c.finish()
+	c.cfg.NoSteps = !o.steps
 	c.cfg.LLMAPIKey = os.Getenv("OPENAI_API_KEY")
 	log := c.logger(stderr, slog.LevelInfo)
 	c.cfg.Logger = log

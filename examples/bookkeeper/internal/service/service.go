@@ -74,6 +74,14 @@ type Config struct {
 	// Serve runs, turns older ones into tombstones (a resend gets 410).
 	// 0 means DefaultRetention; negative means keep them forever.
 	Retention time.Duration
+	// NoSteps turns the agent's steps off (agent.Config.NoSteps): a
+	// resumed run asks the model again instead of replaying its recorded
+	// rounds. For comparison only.
+	NoSteps bool
+	// Resume bounds how the service resumes, on its own, messages whose
+	// run died and that nobody resends (request.Config.Resume); the zero
+	// value means rowlease's defaults (a grace of one lease TTL).
+	Resume request.ResumeConfig
 	// QueueMax bounds the messages queued per session ("on_busy":
 	// "queue"); 0 means request.DefaultQueueMax.
 	QueueMax int
@@ -160,14 +168,14 @@ func build(ctx context.Context, st *store.Store, model llm.Model, maxRetryAfter 
 	if err := st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, Now: cfg.Now, Logger: cfg.Logger})
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, NoSteps: cfg.NoSteps, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	retention := request.RetentionConfig{After: max(cfg.Retention, 0)}
 	runner, err := request.New(request.Config{DB: st.DB, Dialect: st.Dialect, TTL: cfg.LeaseTTL,
 		HeartbeatInterval: cfg.Heartbeat, ReleaseTimeout: releaseTimeout, Tools: ag.Tools(), Logger: cfg.Logger,
-		Agent: ag.Handle, Queue: request.QueueConfig{Max: cfg.QueueMax}, Retention: retention})
+		Agent: ag.Handle, Queue: request.QueueConfig{Max: cfg.QueueMax}, Retention: retention, Resume: cfg.Resume})
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
@@ -233,7 +241,8 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// The Runner's dispatcher (queued messages that no running process
-	// starts) and sweeper (the retention), until the shutdown.
+	// starts, and messages whose run died and that nobody resends) and
+	// sweeper (the retention), until the shutdown.
 	rctx, stopRunner := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRunner()
 	if err := s.Runner.Start(rctx); err != nil {
