@@ -392,6 +392,9 @@ func runStepKills(t *testing.T, d lease.Dialect, kills int) {
 		label, _ := k.live(c, stepPlan(k.rng.IntN(int(numStepPlans))))
 		k.finish(c)
 		k.landings[label]++
+		if life%20 == 0 {
+			t.Logf("chaos progress steps %s: %d/%d kills, %d messages", d, life, kills, len(k.msgs))
+		}
 	}
 	// A last life without kills: every message left alone is resumed by
 	// the service, every other one sent until answered.
