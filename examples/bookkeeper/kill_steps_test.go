@@ -99,6 +99,7 @@ type stepMsg struct {
 	resumes     int  // lives in which nobody sent it and the service had to resume it
 	kills       int  // kills that landed while it was running
 	leftAlone   bool // after the last kill it was not sent again
+	byService   bool // it finished without a client's resend after its last kill
 }
 
 // stepPlan is where a life's kill is aimed.
@@ -220,7 +221,7 @@ func (k *stepKillTest) drive(c *killChild, m *stepMsg, done chan struct{}) {
 		for {
 			switch k.db.status(k.sid, m.id) {
 			case schema.StatusSuccess:
-				m.finished = true
+				m.finished, m.byService = true, true
 				close(done)
 				return
 			case schema.StatusError:
@@ -248,7 +249,7 @@ func (k *stepKillTest) drive(c *killChild, m *stepMsg, done chan struct{}) {
 		}
 		if a.status == http.StatusOK {
 			k.count("200")
-			m.finished = true
+			m.finished, m.byService = true, false
 			close(done)
 			return
 		}
@@ -436,7 +437,8 @@ func (k *stepKillTest) check(c *killChild, kills int, took time.Duration) {
 		perTx[e.Notification.TransactionID]++
 	}
 	var duplicates, ledgerDup, effectDup, resumedAlone, unfinished int
-	callsHist := map[string]int{}
+	var totalAsks, totalSteps, extraAsks, killsIn int
+	asksHist := map[int]int{}
 	for _, m := range k.msgs {
 		st := getStatus(t, c.url, k.sid, m.id)
 		if !assert.Equal(t, "succeeded", st.Status, "%s finished", m.id) {
@@ -455,12 +457,14 @@ func (k *stepKillTest) check(c *killChild, kills int, took time.Duration) {
 		steps := k.db.steps(k.sid, m.id)
 		asked := k.asks[m.id]
 		assert.LessOrEqual(t, asked, steps+m.kills, "%s: model asked %d times, %d steps recorded, %d kills", m.id, asked, steps, m.kills)
-		callsHist[fmt.Sprintf("%d asks / %d steps / %d kills", asked, steps, m.kills)]++
-		if m.resumes > 0 {
+		asksHist[asked]++
+		totalAsks, totalSteps, killsIn = totalAsks+asked, totalSteps+steps, killsIn+m.kills
+		extraAsks += max(asked-steps, 0)
+		if m.byService {
 			resumedAlone++
 		}
 	}
-	var landings, statuses, hist []string
+	var landings, statuses []string
 	for l, n := range k.landings {
 		landings = append(landings, fmt.Sprintf("    %3d  %s", n, l))
 	}
@@ -469,16 +473,22 @@ func (k *stepKillTest) check(c *killChild, kills int, took time.Duration) {
 		statuses = append(statuses, fmt.Sprintf("%s: %d", s, n))
 	}
 	sort.Strings(statuses)
-	for h, n := range callsHist {
-		hist = append(hist, fmt.Sprintf("%d× (%s)", n, h))
+	var asks []int
+	for a := range asksHist {
+		asks = append(asks, a)
 	}
-	sort.Strings(hist)
+	sort.Ints(asks)
+	hist := make([]string, 0, len(asks))
+	for _, a := range asks {
+		hist = append(hist, fmt.Sprintf("%d asked %d×", asksHist[a], a))
+	}
 	t.Logf("where the kills landed:\n%s", strings.Join(landings, "\n"))
 	t.Logf("answers the clients got: %s", strings.Join(statuses, ", "))
-	t.Logf("model calls per message: %s", strings.Join(hist, ", "))
-	t.Logf("chaos summary steps %s: %d kills (SIGKILL) in %s; %d messages, %d finished by the service alone; "+
-		"duplicates: %d create_transaction calls, %d ledger rows, %d webhook effects; unfinished %d",
-		k.d, kills, took.Round(100*time.Millisecond), len(k.msgs), resumedAlone, duplicates, ledgerDup, effectDup, unfinished)
+	t.Logf("chaos summary steps %s: %d kills (SIGKILL) in %s; %d messages, %d of them finished by the service without a resend after their last kill; "+
+		"duplicates: %d create_transaction calls, %d ledger rows, %d webhook effects; unfinished %d; "+
+		"model calls per message (messages: times asked): %s; %d calls for %d recorded steps, %d beyond them for the %d kills that landed in a message",
+		k.d, kills, took.Round(100*time.Millisecond), len(k.msgs), resumedAlone, duplicates, ledgerDup, effectDup, unfinished,
+		strings.Join(hist, ", "), totalAsks, totalSteps, extraAsks, killsIn)
 }
 
 // runWithoutSteps kills at one fixed point — create_transaction
