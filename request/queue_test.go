@@ -222,8 +222,9 @@ func TestQueuedMessagesRunInOrder(t *testing.T) {
 
 // TestQueueDrainsAfterACrash: the process that holds the session crashes
 // while messages are queued behind it, and so does every other process;
-// a process started afterwards drains the queue, in order, once the
-// session's lease has expired.
+// a process started afterwards resumes the crashed message (accepted at
+// once, its content stored) once its lease has expired and its grace
+// passed, and then drains the queue, in order.
 func TestQueueDrainsAfterACrash(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db, 600*time.Millisecond)
@@ -264,7 +265,7 @@ func TestQueueDrainsAfterACrash(t *testing.T) {
 		st, err := b.Wait(ctx, "s", want[len(want)-1])
 		require.NoError(t, err)
 		require.Equal(t, StateSucceeded, st.State)
-		assert.Equal(t, want, rcB.ordered(), "arrival order, all in the new process")
+		assert.Equal(t, append([]string{"crash"}, want...), rcB.ordered(), "the crashed one first, then arrival order, all in the new process")
 		assert.Equal(t, int64(1), rcB.maxSeen.Load())
 		assert.Equal(t, []string{"crash"}, rcA.ordered(), "nothing ran in the crashed process")
 		for _, id := range want {
@@ -273,11 +274,12 @@ func TestQueueDrainsAfterACrash(t *testing.T) {
 			assert.Equal(t, StateSucceeded, st.State, id)
 			assert.Equal(t, "ok "+id, st.Reply)
 		}
-		// The crashed message itself waits for its client's resend.
+		// The crashed message itself was resumed by the service.
 		st, err = b.Status(ctx, "s", "crash")
 		require.NoError(t, err)
-		assert.Equal(t, StateProcessing, st.State)
-		assert.False(t, st.Live)
+		assert.Equal(t, StateSucceeded, st.State)
+		assert.Equal(t, "ok x", st.Reply)
+		assert.Equal(t, int64(2), st.Attempt)
 	})
 }
 

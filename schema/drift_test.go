@@ -222,7 +222,7 @@ func checkDrift(m migrationTexts) error {
 }
 
 // TestMigrationsMatchDDL is the drift test. On each real database it sets
-// up one database with Apply (the DDL) and others with migrations 1 to 3
+// up one database with Apply (the DDL) and others with migrations 1 to 4
 // of golang-migrate and of goose, run as those tools run them, and requires
 // the same schema: tables, columns with types, nullability and defaults,
 // constraints with their definitions, indexes (dumpSchema). Without a
@@ -246,48 +246,99 @@ func TestMigrationsMatchDDL(t *testing.T) {
 	})
 }
 
-// TestMigrationsDownUp runs migrations 3 and 2 down and up again on a
+// TestMigrationsDownUp runs migrations 4, 3 and 2 down and up again on a
 // database with rows, with each tool: down gives back the schema of the
 // version before, up the schema of the version, and the rows survive
 // both. Down refuses, and changes nothing, while a row has a status only
 // the newer version allows. Migration 2 runs again harmlessly on a
-// database that already has it; migration 3 does on PostgreSQL, and
-// elsewhere refuses loudly, changing nothing (a database that Apply
+// database that already has it; migrations 3 and 4 do on PostgreSQL, and
+// elsewhere refuse loudly, changing nothing (a database that Apply
 // upgraded before the user copied the migrations).
 func TestMigrationsDownUp(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		ctx := t.Context()
-		v3 := freshDump(t, d, applyDDL(t, d))
+		v4 := freshDump(t, d, applyDDL(t, d))
 		for _, tool := range migrationTools {
 			v1 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 1) })
 			v2 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 2) })
+			v3 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 3) })
 			require.NotEqual(t, v1, v2, "migration 1 alone must differ from 1+2")
-			require.NotEqual(t, v2, v3, "migrations 1+2 must differ from the DDL")
+			require.NotEqual(t, v2, v3, "migrations 1+2 must differ from 1-3")
+			require.NotEqual(t, v3, v4, "migrations 1-3 must differ from the DDL")
 
 			db := testdb.Open(t, d)
-			migrateUp(t, db, d, tool, 3)
+			migrateUp(t, db, d, tool, 4)
 			seedRows(t, db, d)
+			// The columns of migration 3 survive the rebuilds of migration 4.
+			_, err := db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+
+				" SET content = ?, queue_seq = ?, on_busy = ?, interrupted_by = ?, steps = ? WHERE id = ?"),
+				"lunch 35", int64(4), "queue", "c-9", `[{"name":"a","output":1}]`, "seed-0")
+			require.NoError(t, err)
+			queueCols := "SELECT id, content, queue_seq, on_busy, interrupted_by FROM " + RequestTable + " ORDER BY id"
+			queued := queryRows(t, db, queueCols)
 			rows := tableRows(t, db)
 
-			// Migration 3.
+			// Migration 4.
+			require.NoError(t, runMigration(t, db, d, tool, 4, false), "%s down 4", tool)
+			requireSameSchema(t, tool+" migrations 1-3", v3, tool+" 1-4, then 4 down", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s down 4 changed the rows", tool)
+			require.Equal(t, queued, queryRows(t, db, queueCols), "%s down 4 changed the queue columns", tool)
+			requireCheckViolation(t, insertRequest(ctx, db, "after-down-4", StatusCancelled), requestStatusCheck)
+
+			require.NoError(t, runMigration(t, db, d, tool, 4, true), "%s up 4 after down", tool)
+			requireSameSchema(t, "the DDL", v4, tool+" 4 down, then up", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s up 4 changed the rows", tool)
+			require.Equal(t, queued, queryRows(t, db, queueCols), "%s up 4 changed the queue columns", tool)
+			_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET steps = ? WHERE id = ?"), `[]`, "seed-0")
+			require.NoError(t, err)
+			steps := queryRows(t, db, "SELECT id, steps FROM "+RequestTable+" ORDER BY id")
+
+			err = runMigration(t, db, d, tool, 4, true)
+			if d == lease.Postgres {
+				require.NoError(t, err, "%s up 4 a second time", tool)
+			} else {
+				require.Error(t, err, "%s up 4 a second time must refuse", tool)
+				assert.Contains(t, strings.ToLower(err.Error()), "duplicate column")
+			}
+			requireSameSchema(t, "the DDL", v4, tool+" up 4 twice", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s up 4 twice changed the rows", tool)
+			require.Equal(t, steps, queryRows(t, db, "SELECT id, steps FROM "+RequestTable+" ORDER BY id"), "%s up 4 twice changed the steps", tool)
+
+			// A 'cancelled' request blocks down 4, loudly, and down changes
+			// nothing.
+			require.NoError(t, insertRequest(ctx, db, "blocks-cancelled", StatusCancelled))
+			rows = tableRows(t, db)
+			err = runMigration(t, db, d, tool, 4, false)
+			requireCheckViolation(t, err, requestStatusCheck)
+			requireSameSchema(t, "the DDL", v4, tool+" after a refused down 4", dumpSchema(t, db, d))
+			require.Equal(t, rows, tableRows(t, db), "%s refused down 4 changed the rows", tool)
+			_, err = db.ExecContext(ctx, db.Rebind("DELETE FROM "+RequestTable+" WHERE id = ?"), "blocks-cancelled")
+			require.NoError(t, err)
+			rows = tableRows(t, db)
+			require.NoError(t, runMigration(t, db, d, tool, 4, false), "%s down 4", tool)
+			_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+
+				" SET content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL WHERE id = ?"), "seed-0")
+			require.NoError(t, err)
+
+			// Migration 3, on the tables of 1-3.
 			require.NoError(t, runMigration(t, db, d, tool, 3, false), "%s down 3", tool)
 			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" 1-3, then 3 down", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s down 3 changed the rows", tool)
 			requireCheckViolation(t, insertRequest(ctx, db, "after-down-3", StatusQueued), requestStatusCheck)
 
 			require.NoError(t, runMigration(t, db, d, tool, 3, true), "%s up 3 after down", tool)
-			requireSameSchema(t, "the DDL", v3, tool+" 3 down, then up", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1-3", v3, tool+" 3 down, then up", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s up 3 changed the rows", tool)
 
-			err := runMigration(t, db, d, tool, 3, true)
+			err = runMigration(t, db, d, tool, 3, true)
 			if d == lease.Postgres {
 				require.NoError(t, err, "%s up 3 a second time", tool)
 			} else {
 				require.Error(t, err, "%s up 3 a second time must refuse", tool)
 				assert.Contains(t, strings.ToLower(err.Error()), "duplicate column")
 			}
-			requireSameSchema(t, "the DDL", v3, tool+" up 3 twice", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1-3", v3, tool+" up 3 twice", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s up 3 twice changed the rows", tool)
 
 			// A 'queued' request blocks down 3, loudly, and down changes
@@ -297,7 +348,7 @@ func TestMigrationsDownUp(t *testing.T) {
 				rows = tableRows(t, db)
 				err = runMigration(t, db, d, tool, 3, false)
 				requireCheckViolation(t, err, requestStatusCheck)
-				requireSameSchema(t, "the DDL", v3, tool+" after a refused down 3", dumpSchema(t, db, d))
+				requireSameSchema(t, tool+" migrations 1-3", v3, tool+" after a refused down 3", dumpSchema(t, db, d))
 				require.Equal(t, rows, tableRows(t, db), "%s refused down 3 changed the rows", tool)
 				_, err = db.ExecContext(ctx, db.Rebind("DELETE FROM "+RequestTable+" WHERE id = ?"), "blocks-"+st)
 				require.NoError(t, err)
@@ -412,6 +463,16 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 			mustDrift("CHECK changed in golang-migrate 2 down only", mm)
 
 			mm = m.clone()
+			mm.goose[4] = edit(m.goose[4], "'interrupted', 'cancelled', 'expired'", "'interrupted', 'expired'")
+			mustDrift("CHECK changed in goose 4 Up only", mm)
+
+			mm = m.clone()
+			delete(mm.goose, 4)
+			delete(mm.up, 4)
+			delete(mm.down, 4)
+			mustDrift("migration 4 missing", mm)
+
+			mm = m.clone()
 			delete(mm.goose, 2)
 			delete(mm.up, 2)
 			delete(mm.down, 2)
@@ -435,7 +496,7 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 	// the other is reported, with the object that differs.
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		m := readMigrationTexts(t, d)
-		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 3) })
+		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 4) })
 		edit := func(src, old, repl string) string {
 			t.Helper()
 			out := strings.Replace(src, old, repl, 1)
@@ -444,18 +505,18 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		}
 		mustDrift := func(name, mentions string, got []string) {
 			t.Helper()
-			diff := schemaDiff("migrations 1-3", migrated, name, got)
+			diff := schemaDiff("migrations 1-4", migrated, name, got)
 			assert.NotEmpty(t, diff, "%s: drift not detected: %s", d, name)
 			assert.Contains(t, diff, mentions, "%s: %s: the difference must name %s", d, name, mentions)
 		}
 		ddlWith := func(ddl string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) { require.NoError(t, ApplyScript(t.Context(), db, ddl)) }
 		}
-		// migrationsWith runs migrations 1-3 with the given text as the
+		// migrationsWith runs migrations 1-4 with the given text as the
 		// up file of one version.
 		migrationsWith := func(version int, text string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) {
-				for v := 1; v <= 3; v++ {
+				for v := 1; v <= 4; v++ {
 					if v == version {
 						require.NoError(t, runScriptAs(t, db, d, "golang-migrate", text))
 						continue
@@ -475,16 +536,28 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		mustDrift("migration 2 that allows one more status", toolStatusCheck, freshDump(t, d, migrationsWith2(
 			edit(m.up[2], "'started', ", "'started', 'cancelled', "))))
 		mustDrift("DDL with the request CHECK of migration 1", requestStatusCheck, freshDump(t, d, ddlWith(
-			edit(m.ddl, "'queued', 'processing', 'success', 'error', 'interrupted', 'expired'", "'processing', 'success', 'error'"))))
-		mustDrift("migration 3 that forgets a status", requestStatusCheck, freshDump(t, d, migrationsWith(3,
-			edit(m.up[3], ", 'expired')", ")"))))
+			edit(m.ddl, "'queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'", "'processing', 'success', 'error'"))))
+		mustDrift("DDL with the request CHECK of migration 3", requestStatusCheck, freshDump(t, d, ddlWith(
+			edit(m.ddl, "'interrupted', 'cancelled', 'expired'", "'interrupted', 'expired'"))))
+		mustDrift("DDL without the steps column", ColSteps, freshDump(t, d, ddlWith(
+			regexp.MustCompile(`(?m)^\s*steps\s.*\n`).ReplaceAllString(m.ddl, ""))))
+		mustDrift("migration 4 that forgets a status", requestStatusCheck, freshDump(t, d, migrationsWith(4,
+			edit(m.up[4], "'cancelled', ", ""))))
+		// Migration 4 rebuilds the table on SQLite, with its indexes: there
+		// the index is forgotten in migration 4.
 		var noIndex string
-		if d == lease.MySQL {
+		noIndexIn := 3
+		switch d {
+		case lease.MySQL:
 			noIndex = edit(m.up[3], "    ADD KEY "+RequestStatusUpdatedIndex+" (status, updated_at),\n", "")
-		} else {
+		case lease.SQLite:
+			noIndexIn = 4
+			noIndex = m.up[4][:strings.LastIndex(m.up[4], "CREATE INDEX")]
+		default:
 			noIndex = m.up[3][:strings.LastIndex(m.up[3], "CREATE INDEX")]
 		}
-		mustDrift("migration 3 that forgets the status index", RequestStatusUpdatedIndex, freshDump(t, d, migrationsWith(3, noIndex)))
+		mustDrift(fmt.Sprintf("migration %d that forgets the status index", noIndexIn), RequestStatusUpdatedIndex,
+			freshDump(t, d, migrationsWith(noIndexIn, noIndex)))
 		if d == lease.SQLite {
 			up2 := m.up[2][:strings.LastIndex(m.up[2], "CREATE INDEX")]
 			mustDrift("migration 2 that forgets an index", ToolExecutionSessionRequestIndex, freshDump(t, d, migrationsWith2(up2)))

@@ -291,7 +291,7 @@ var wantColumns = map[string][]string{
 	SessionTable: {ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt},
 	RequestTable: {ColID, ColSessionKey, ColClientRequestID, ColFingerprint, ColStatus, ColHolder, ColToken,
 		ColExpiresAt, ColGeneration, ColReply, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
-		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy},
+		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColSteps},
 	ToolExecutionTable: {ColID, ColSessionKey, ColRequestID, ColToolName, ColArgumentsHash, ColIdempotencyKey,
 		ColStatus, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColResult, ColError, ColCreatedAt, ColUpdatedAt},
 }

@@ -92,12 +92,12 @@ func TestStatementsShape(t *testing.T) {
 			RequestSessionQueueUnique, RequestStatusUpdatedIndex,
 			ColID, ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt,
 			ColClientRequestID, ColFingerprint, ColStatus, ColReply, ColResult, ColError, ColRequestID,
-			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy,
+			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColSteps,
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
 		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StatusQueued+"', '"+
-			StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"', '"+StatusInterrupted+"', '"+StatusExpired+"'))", d)
+			StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"', '"+StatusInterrupted+"', '"+StatusCancelled+"', '"+StatusExpired+"'))", d)
 		assert.Contains(t, ddl, toolStatusCheck+" CHECK (status IN ('"+
 			StatusProcessing+"', '"+StatusStarted+"', '"+StatusSuccess+"', '"+StatusError+"'))", d)
 	}
@@ -189,8 +189,9 @@ func TestMigrationsFS(t *testing.T) {
 	want := map[string][]string{
 		"migrate": {"000001_create_lock_tables.down.sql", "000001_create_lock_tables.up.sql",
 			"000002_tool_execution_started.down.sql", "000002_tool_execution_started.up.sql",
-			"000003_request_queue.down.sql", "000003_request_queue.up.sql"},
-		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql"},
+			"000003_request_queue.down.sql", "000003_request_queue.up.sql",
+			"000004_request_steps.down.sql", "000004_request_steps.up.sql"},
+		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql", "00004_request_steps.sql"},
 	}
 	tools := map[string]string{"golang-migrate": "migrate", "migrate": "migrate", "Golang-Migrate": "migrate", "goose": "goose", "GOOSE": "goose"}
 	for _, d := range dialects {

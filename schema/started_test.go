@@ -56,26 +56,27 @@ func TestStartedStatus(t *testing.T) {
 
 // requireQueueStatusesAllowed checks the request status CHECK of a
 // database at the current schema: a request may be 'queued',
-// 'interrupted' or 'expired', its queue position is unique per session,
-// and a bogus status is refused.
+// 'interrupted', 'cancelled' or 'expired', has recorded steps, its queue
+// position is unique per session, and a bogus status is refused.
 func requireQueueStatusesAllowed(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	ctx := t.Context()
-	for _, s := range []string{StatusQueued, StatusProcessing, StatusSuccess, StatusError, StatusInterrupted, StatusExpired} {
+	for _, s := range []string{StatusQueued, StatusProcessing, StatusSuccess, StatusError, StatusInterrupted, StatusCancelled, StatusExpired} {
 		require.NoError(t, insertRequest(ctx, db, "req-"+s, s), "a request may be %q", s)
 	}
-	requireCheckViolation(t, insertRequest(ctx, db, "req-bogus", "cancelled"), requestStatusCheck)
+	requireCheckViolation(t, insertRequest(ctx, db, "req-bogus", "aborted"), requestStatusCheck)
 	_, err := db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET "+ColSessionKey+" = ?, "+ColQueueSeq+" = ?, "+
-		ColContent+" = ?, "+ColOnBusy+" = ?, "+ColInterruptedBy+" = ? WHERE id = ?"), "s-q", int64(1), "hello", "queue", "c-x", "req-queued")
+		ColContent+" = ?, "+ColOnBusy+" = ?, "+ColInterruptedBy+" = ?, "+ColSteps+" = ? WHERE id = ?"),
+		"s-q", int64(1), "hello", "queue", "c-x", `[{"name":"model","output":{"tool":"write"}}]`, "req-queued")
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET "+ColSessionKey+" = ?, "+ColQueueSeq+" = ? WHERE id = ?"),
 		"s-q", int64(1), "req-error")
 	require.Error(t, err, "(session_key, queue_seq) is unique")
 }
 
-// TestQueueStatuses: a request may be 'queued', 'interrupted' or
-// 'expired', and has the columns of migration 3, however the database got
-// its tables.
+// TestQueueStatuses: a request may be 'queued', 'interrupted', 'cancelled'
+// or 'expired', and has the columns of migrations 3 and 4, however the
+// database got its tables.
 func TestQueueStatuses(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
@@ -85,8 +86,8 @@ func TestQueueStatuses(t *testing.T) {
 			setup func(db *sqlx.DB)
 		}{
 			{"Apply on an empty database", applyDDL(t, d)},
-			{"golang-migrate 1-3", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 3) }},
-			{"goose 1-3", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 3) }},
+			{"golang-migrate 1-4", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 4) }},
+			{"goose 1-4", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 4) }},
 			{"Apply on the tables of the Apply of migration 2", func(db *sqlx.DB) {
 				applyOf(t, d, 2)(db)
 				requireCheckViolation(t, insertRequest(ctx, db, "before", StatusQueued), requestStatusCheck)

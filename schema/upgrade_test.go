@@ -31,14 +31,14 @@ func applyOf(t *testing.T, d lease.Dialect, version int) func(db *sqlx.DB) {
 }
 
 // TestApplyUpgradesOlderTables: Apply, called by several sessions at once
-// on the tables of an older Apply (of migration 1, and of migration 2)
+// on the tables of an older Apply (of migration 1, 2 and 3)
 // with rows in them, upgrades them to exactly the schema of a fresh Apply,
 // keeps every row, and afterwards runs nothing but the DDL's CREATE … IF
 // NOT EXISTS statements.
 func TestApplyUpgradesOlderTables(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
-		for _, version := range []int{1, 2} {
+		for _, version := range []int{1, 2, 3} {
 			t.Run(fmt.Sprintf("from version %d", version), func(t *testing.T) {
 				testApplyUpgradesFrom(t, d, version)
 			})
@@ -74,7 +74,7 @@ func testApplyUpgradesFrom(t *testing.T, d lease.Dialect, version int) {
 		stmts, err := Statements(d)
 		require.NoError(t, err)
 		assert.Equal(t, stmts, rec.execs, "Apply on upgraded tables must run the DDL only")
-		assert.Len(t, rec.queries, 2, "one catalog query per upgraded table")
+		assert.Len(t, rec.queries, len(steps), "one catalog query per upgrade step")
 		requireStartedAllowed(t, db)
 		requireQueueStatusesAllowed(t, db)
 	}
@@ -322,6 +322,15 @@ func TestIsMigration1StatusCheck(t *testing.T) {
 	}
 	for _, c := range cases {
 		assert.Equal(t, c.want, isMigration1StatusCheck(c.def), c.def)
+	}
+	// The request CHECK of migration 3, which migration 4 replaces.
+	for def, want := range map[string]bool{
+		"`status` in ('queued','processing','success','error','interrupted','expired')":                                  true,
+		"CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'))":                       true,
+		"CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'))":          false,
+		"CHECK (((status)::text = ANY ((ARRAY['queued'::character varying, 'processing'::character varying])::text[])))": false,
+	} {
+		assert.Equal(t, want, isStatusCheckOf(def, migration3RequestStatuses), def)
 	}
 }
 
