@@ -70,10 +70,11 @@
 // A message that request.Runner.Handle queued (Message.OnBusy:
 // request.Queue) comes back with a nil error and Outcome.Queued: it is
 // not a problem, and answering it (202 Accepted, with a Location to poll)
-// is the handler's job. Rows 4 to 6 are the answers of the queue,
-// interrupts and retention: a resend of an id the sweeper expired (410),
-// a full queue (429), and a message that a later one interrupted (409,
-// without Retry-After: it is final).
+// is the handler's job. Rows 4 to 7 are the answers of the queue,
+// interrupts, cancels and retention: a resend of an id the sweeper
+// expired (410), a full queue (429), a message that a later one
+// interrupted, and a message its client cancelled (409, without
+// Retry-After: both are final).
 //
 // # A database that cannot be reached
 //
@@ -105,7 +106,8 @@
 //   - Every 409 that a retry can resolve (session-busy, request-in-flight,
 //     tool-in-flight, taken-over, lease-held, lease-lost), every 503 and
 //     the 429 carry RetryAfter, which Write sends as Retry-After. The 409
-//     interrupted and the 410 expired do not: a retry answers the same.
+//     interrupted, the 409 cancelled and the 410 expired do not: a retry
+//     answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
 //     token. The one error text shown is a *lease.ValidationError's, for a
 //     400, and it never contains a token.

@@ -11,14 +11,17 @@
 //	out, err := runner.Handle(ctx, request.Message{
 //		SessionKey: sessionID, ClientRequestID: clientID, Content: text,
 //	}, func(ctx context.Context, run *request.Run) (request.Answer, error) {
-//		// model rounds; run.CallTool(ctx, "create_transaction", args)
+//		// each model round a step: recorded once, replayed on a resume
+//		call, err := request.Step(ctx, run, "model-1", askModel)
+//		// ...; run.CallTool(ctx, "create_transaction", call.Args)
 //		return request.Answer{Reply: reply}, nil
 //	})
 //	switch {
 //	case err == nil && out.Queued:
 //		// 202: queued at out.Position (Message.OnBusy: request.Queue)
 //	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, request.ErrInFlight),
-//		errors.Is(err, request.ErrTakenOver), errors.Is(err, request.ErrInterrupted):
+//		errors.Is(err, request.ErrTakenOver), errors.Is(err, request.ErrInterrupted),
+//		errors.Is(err, request.ErrCancelled):
 //		// 409
 //	case errors.Is(err, request.ErrFingerprintMismatch):
 //		// 422
@@ -39,23 +42,31 @@
 //	  │ with the session, in one transaction)       │ session and the request (queued → processing),
 //	  ▼                                             ▼ in one transaction
 //	processing ◀─────────────────────────────────────┘
-//	 │  │  ▲  ▲
-//	 │  │  │  └── lease expired or given back: taken over (by a resend, or for a
-//	 │  │  │      message that came through the queue, by a dispatcher), with the
-//	 │  │  │      session, in one transaction
+//	 │  │  ▲  ▲ ╰─ Step: each recorded output written (token-checked, lease kept),
+//	 │  │  │  │    replayed by every later run of the request
+//	 │  │  │  └── lease expired or given back: taken over (by a resend, or by a
+//	 │  │  │      dispatcher: after the grace and back-off, see "Resume"), with
+//	 │  │  │      the session, in one transaction
 //	 │  │  └───── failed: retried by a resend (with the session, in one transaction)
-//	 │  ▼ agent failed (token-checked)
-//	 │ error
-//	 ├─ asked to stop (interrupted_by set) and it stopped (token-checked), or its run
-//	 │  is gone (marked by the next claim of the session, or by a resend) ──▶ interrupted
+//	 │  ▼ agent failed (token-checked), or a dispatcher gave up after
+//	 │ error   ResumeConfig.MaxAttempts runs that died
+//	 │  │
+//	 │  └─ Cancel (no lease held) ──────────────────────────────────────────▶ cancelled
+//	 ├─ asked to stop by another message (interrupted_by set) and it stopped
+//	 │  (token-checked), or its run is gone (marked by the next claim of the
+//	 │  session, or by a resend) ──▶ interrupted
+//	 ├─ cancelled by its client (interrupted_by = its own client request id):
+//	 │  as an interrupt, but it ends ──▶ cancelled
 //	 └─ mark success (token-checked, reply stored) ──▶ success ─▶ replayed, no lock taken
 //
-//	success, error, interrupted ── older than the retention (Sweep) ──▶ expired
-//	                                  (a tombstone: reply, result, tool calls deleted)
+//	queued ── Cancel ──▶ cancelled
+//
+//	success, error, interrupted, cancelled ── older than the retention (Sweep) ──▶ expired
+//	                       (a tombstone: reply, result, steps, tool calls deleted)
 //
 // A resend of a queued message answers its position; of an interrupted
-// one, ErrInterrupted; of an expired one, ErrExpired. None of them runs
-// anything.
+// one, ErrInterrupted; of a cancelled one, ErrCancelled; of an expired
+// one, ErrExpired. None of them runs anything.
 //
 // # The flow
 //
@@ -106,12 +117,15 @@
 //   - A loser changes nothing: a duplicate gets its conflict and leaves the
 //     owner's session, request and tool rows as they were. No path releases,
 //     marks or restores a lock it does not hold: every write is
-//     token-checked. Three writes touch rows nobody holds a live lease on,
+//     token-checked. A few writes touch rows nobody holds a live lease on,
 //     each conditional on that: the claim that marks a dead run interrupted
-//     (its lease free or expired, as for a takeover), the sweeper (finished
-//     rows, no lease), and the one write to a row another run holds: an
-//     interrupting message sets interrupted_by on the session's processing
-//     requests, which only asks them to stop (no lease column, no status).
+//     or cancelled (its lease free or expired, as for a takeover), the
+//     dispatcher's mark of a run that died MaxAttempts times (the same, and
+//     its generation unchanged), Cancel of a queued or failed request (its
+//     status unchanged, no lease), the sweeper (finished rows, no lease);
+//     and one kind of write to a row another run holds: an interrupting
+//     message, or Cancel, sets interrupted_by on processing requests, which
+//     only asks them to stop (no lease column, no status).
 //   - A failed request frees its session at once, not after the TTL.
 //   - Loss stops the work: the agent's context is cancelled with a cause
 //     that matches lease.ErrLost within one heartbeat interval — also while
@@ -122,6 +136,85 @@
 //     commits if nobody took the run over, and never after a takeover
 //     (tested with five TTLs of work). Effects outside the database go
 //     through CallTool too, with a stable effect key (toolexec.RunExternal).
+//
+// # Steps: a resumed run does not decide twice
+//
+// A tool call is exactly-once per (request, tool, canonical arguments):
+// that holds for the conversation only if a resumed run asks for the same
+// calls, and a model asked again does not promise it (other words, another
+// note, a category chosen otherwise: another call, and the money written
+// twice). Run.Step(ctx, name, fn) — and the typed Step[T] — records what a
+// run decided:
+//
+//   - fn runs once per position of the request's run, and its output
+//     (JSON) is written to the request row's steps column (a JSON array of
+//     {name, output}) by one UPDATE that checks the run's token and keeps
+//     its lease: one statement per recorded step, no transaction, and a
+//     write of the lease row, which a multi-primary cluster certifies
+//     against a takeover (TestStepStatements, BenchmarkStep). A stale run
+//     records nothing: its Step fails with ErrTakenOver (and
+//     lease.ErrLost).
+//   - A run that takes the request over (a resend after a crash or a
+//     failure, a dispatcher's resume) reads the recorded steps in the
+//     takeover's transaction and gets their outputs back, in order,
+//     without calling fn: 0 statements per replayed step. The tool calls
+//     it makes from them are the same calls, so CallTool returns their
+//     stored results.
+//   - Steps are at-least-once, effects exactly-once: a step whose output
+//     was not recorded before its run died (the model answered, the
+//     process died before the UPDATE) runs again. The model is asked at
+//     most once per recorded step, plus once per death inside a step.
+//   - A replay is checked: a step asked for at a recorded position under
+//     another name is a *StepDivergedError (ErrStepDiverged), never the
+//     output of another step; the run fails with it, even if the agent
+//     goes on, the request is marked error with its steps cleared, and a
+//     resend starts the steps afresh (its tool calls still count).
+//
+// What the agent must keep deterministic between steps: the code between
+// two steps may depend only on the message (Run.Content), the outputs of
+// the steps before it, and the results of the tool calls it made (which a
+// resumed run gets back from CallTool). Anything else that can change
+// between runs — the clock, random numbers, a read of data another
+// request may change, the model itself — goes inside a step. Take steps
+// one after the other (Step serializes them), with names that say what
+// they are ("model-1", "classify"), and record a step before acting on it.
+//
+// # Resume: no accepted message is left behind
+//
+// Every accepted message stores its content with its request (in the
+// INSERT the flow already makes). A Started Runner with an Agent resumes,
+// through the same takeover (steps replayed, tool calls reused), every
+// processing request whose run died — one that came through the queue, and
+// one accepted at once (Reject, or started at once) whose client never
+// came back:
+//
+//   - after its lease expired (or was given back) plus ResumeConfig.Grace
+//     (0: the TTL; the time its client has to resend it itself; a message
+//     of the queue has no grace), plus (n−1)·Backoff after its n-th run
+//     died;
+//   - ahead of the session's queue: no queued message starts while a dead
+//     run of the session waits for its grace, and Queue and Interrupt
+//     messages queue behind it;
+//   - at most ResumeConfig.MaxConcurrent resumed runs at once per Runner;
+//   - after ResumeConfig.MaxAttempts runs (its generation) it is no longer
+//     resumed: one conditional UPDATE marks it error, with the cause in
+//     its error text; a resend of the message still retries it.
+//
+// Status and Wait show the outcome. ResumeConfig.Disabled leaves a run
+// accepted at once to its client's resend, as before, without holding up
+// the queue behind it.
+//
+// # Cancel
+//
+// Runner.Cancel(ctx, session, client request id) cancels a queued message
+// (at once: it never runs), a running one (as an interrupt without a new
+// message: interrupted_by is set to the request's own client request id,
+// which no other message of the session can have; its run's context is
+// cancelled with cause ErrCancelled at once in this process and within a
+// heartbeat interval elsewhere, and the run marks itself cancelled,
+// token-checked, and frees the session), one whose run died (at once), or
+// a failed one. The tool calls it committed stay; cancelled is final, and
+// every resend of its id gets ErrCancelled (409 "cancelled" in httpapi).
 //
 // # When the session is busy: Message.OnBusy
 //
@@ -217,9 +310,9 @@
 // no lock.
 //
 // Sweep (and the sweeper Start runs when Retention.After is set) turns
-// finished requests (success, error, interrupted) older than the retention
-// into tombstones (status expired, reply, result, error and content
-// emptied) and deletes their tool executions (but not an external effect
+// finished requests (success, error, interrupted, cancelled) older than
+// the retention into tombstones (status expired, reply, result, error,
+// content and steps emptied) and deletes their tool executions (but not an external effect
 // left started, whose outcome is unknown), in batches of
 // Retention.Batch, one short transaction each; it never touches a queued
 // or processing request. A resend of a swept id gets ErrExpired (410) and
@@ -228,16 +321,19 @@
 //
 // # What it does not do
 //
-// It cannot stop an agent that ignores its context (an interrupted run
-// then ends only when its agent returns; its writes are refused). A model
-// call is not a side effect and may run again after a takeover; only tool
-// calls are exactly-once. The queue is per session; a message of a Reject
-// client may run before queued ones. The dispatcher is polled, not pushed:
-// a queue that only it can start waits up to DispatchInterval (and, after
-// a crash, the TTL). Waits are polled too (no LISTEN/NOTIFY). A processing
-// request whose run died and that came straight from a client (not
-// through the queue) is left for that client's resend, as before: the
-// dispatcher does not resume it, and the sweeper does not remove it.
+// It cannot stop an agent that ignores its context (an interrupted or
+// cancelled run then ends only when its agent returns; its writes are
+// refused). A model call outside a step may run again after a takeover,
+// and one inside a step whose output was not recorded before the crash;
+// only tool calls are exactly-once. It cannot make an agent deterministic
+// between steps: a divergence is detected, not repaired. The queue is per
+// session; a message of a Reject client may run before queued ones. The
+// dispatcher is polled, not pushed: a queue that only it can start waits
+// up to DispatchInterval (and, after a crash, the TTL plus the grace).
+// Waits are polled too (no LISTEN/NOTIFY). Without a Started Runner with
+// an Agent, a dead run accepted at once waits for its client's resend.
+// Requests stored before their content was (an older version) are not
+// resumed by the service.
 //
 // # Failure handling
 //
@@ -263,7 +359,8 @@
 //     cancellation, and Handle returns it with a nil error: a retry
 //     replays it instead of running the model rounds again.
 //   - Run.Abandon: nothing is written; the leases expire after the TTL (a
-//     crash, simulated). No queued message is started by it.
+//     crash, simulated). No queued message is started by it; a Started
+//     Runner resumes the request after the grace (see "Resume").
 //   - Outcome.Queued (nil error): the message is queued, not answered; its
 //     outcome comes later (Wait, Status). A resend answers the same.
 //   - ErrQueueFull (*QueueFullError): the session's queue is full; nothing
@@ -271,6 +368,20 @@
 //   - ErrInterrupted (*InterruptedError, naming the interrupting message):
 //     the request stopped because another message asked it to; final: a
 //     resend answers the same (409).
+//   - ErrCancelled: the request was cancelled by its client (Cancel);
+//     final: a resend answers the same (409). It is also the cause of the
+//     cancelled run's context.
+//   - *StepDivergedError (ErrStepDiverged, inside ErrAgentFailed): a
+//     resumed run asked for a recorded step under another name; the
+//     request is marked error with its steps cleared; a resend runs it
+//     afresh.
+//   - A step that cannot be recorded: ErrTakenOver (and lease.ErrLost)
+//     when the run lost its request; a database error after bounded
+//     retries of transient ones otherwise. The step's output is then not
+//     recorded, and a resumed run asks for it again.
+//   - A request whose runs keep dying: resumed by the service with a
+//     back-off, then marked error after ResumeConfig.MaxAttempts runs
+//     (Status.Error says so); a resend retries it.
 //   - ErrExpired: the request finished before the retention and was swept;
 //     final (410).
 //   - ErrNotFound (Status, Wait): no such request (404).
@@ -279,5 +390,6 @@
 //     matches ctx's cause (or ErrInFlight, if it is running elsewhere).
 //   - Stop: runs started from the queue are let finish until Stop's ctx
 //     ends, then cancelled (cause ErrStopped): their requests stay
-//     processing and free, and a dispatcher of any process resumes them.
+//     processing and free, and a dispatcher of any process resumes them
+//     (a resumed one, or one accepted at once, after the grace).
 package request

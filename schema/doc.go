@@ -42,22 +42,26 @@
 //	client_request_id  VARCHAR(191)  NOT NULL
 //	fingerprint        VARCHAR(64)   NOT NULL; hash of the request payload
 //	status             VARCHAR(16)   NOT NULL; 'queued', 'processing', 'success',
-//	                                 'error', 'interrupted' or 'expired'
+//	                                 'error', 'interrupted', 'cancelled' or 'expired'
 //	holder, token, expires_at, generation   as in rowlease_session
 //	reply              large text    NULL
 //	result             large text    NULL; JSON
 //	error              text          NULL
 //	created_at, updated_at                  as in rowlease_session
-//	content            large text    NULL; the message, kept for a queued request
+//	content            large text    NULL; the message (stored with every request
+//	                                 since migration 4's version of the library)
 //	queue_seq          BIGINT        NULL; arrival order of a queued request
 //	on_busy            VARCHAR(16)   NULL; 'queue' or 'interrupt' for a queued request
-//	interrupted_by     VARCHAR(191)  NULL; who asked the request to stop
+//	interrupted_by     VARCHAR(191)  NULL; who asked the request to stop (its own
+//	                                 client request id: it was cancelled)
+//	steps              large text    NULL; JSON array of the recorded steps
 //	UNIQUE (session_key, client_request_id)   rowlease_request_session_client_uq
 //	UNIQUE (session_key, queue_seq)           rowlease_request_session_queue_uq
 //	INDEX (status, updated_at)                rowlease_request_status_updated_idx
 //
-// The last four columns, the last two keys and the statuses 'queued',
-// 'interrupted' and 'expired' came with migration 3; package request says
+// content, queue_seq, on_busy, interrupted_by, the last two keys and the
+// statuses 'queued', 'interrupted' and 'expired' came with migration 3;
+// steps and the status 'cancelled' with migration 4; package request says
 // what they mean. On PostgreSQL and SQLite the queue key is a table
 // constraint (on SQLite its index is named sqlite_autoindex_…), because
 // the DDL cannot create an index on queue_seq before Apply has upgraded a
@@ -149,7 +153,7 @@
 //
 // # Upgrading
 //
-// The DDL has changed twice. Since migration 2 the status CHECK of
+// The DDL has changed three times. Since migration 2 the status CHECK of
 // rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
 // 'started' (StatusStarted: the intent of an effect outside the database is
 // recorded, its result not yet). Since migration 3 rowlease_request has the
@@ -157,17 +161,20 @@
 // rowlease_request_session_queue_uq, the index
 // rowlease_request_status_updated_idx, and a status CHECK
 // (rowlease_request_status_ck) that also allows 'queued', 'interrupted' and
-// 'expired'. Tables that an earlier Apply created, like tables of the
-// earlier migrations alone, lack them.
+// 'expired'. Since migration 4 rowlease_request has the column steps and
+// its status CHECK also allows 'cancelled'. Tables that an earlier Apply
+// created, like tables of the earlier migrations alone, lack them.
 //
 // Apply upgrades them. Before its CREATE statements it reads, for each of
 // the two tables, the definition of its status CHECK from the catalog
 // (PostgreSQL pg_get_constraintdef, MySQL and MariaDB
 // information_schema.CHECK_CONSTRAINTS, SQLite the CREATE TABLE text in
-// sqlite_master) and, only if it is exactly the CHECK of migration 1, runs
-// the statements of that table's migration (2 for the tool-execution table,
-// then 3 for the request table). A missing CHECK, or one you have changed
-// yourself, is left alone. What the upgrade does:
+// sqlite_master) and, only if it is exactly the CHECK of the migration
+// before, runs the statements of that table's migration (2 for the
+// tool-execution table; 3 for the request table with the CHECK of
+// migration 1, then 4 for the request table with the CHECK of migration
+// 3). A missing CHECK, or one you have changed yourself, is left alone.
+// What the upgrade does:
 //
 //   - PostgreSQL, MySQL and MariaDB: one ALTER TABLE per table, atomic (on
 //     PostgreSQL migration 3 then creates its index). PostgreSQL holds an
@@ -211,7 +218,7 @@
 // violation of the status CHECK.
 //
 // If you manage the tables with golang-migrate or goose instead, copy
-// migrations 2 and 3 into your migration directory (or use Migrations,
+// migrations 2, 3 and 4 into your migration directory (or use Migrations,
 // which has them) and run them: Apply's upgrade does not write your tool's
 // version table.
 //
@@ -244,14 +251,23 @@
 //     1060, duplicate column) and on SQLite ("duplicate column name"),
 //     changing nothing — record version 3 as applied instead — and on
 //     PostgreSQL it changes nothing.
+//   - 4, request_steps: the request table's steps column and the status
+//     'cancelled' (the upgrade above); on SQLite a rebuild as in migration
+//     2, with the same notes. Down restores the request table of migration
+//     3, losing the recorded steps (a run resumed after that asks its model
+//     again), and fails, changing nothing, while a request is 'cancelled'.
+//     Up runs once, as migration 3's: on a table that already has the
+//     column it fails on MySQL, MariaDB and SQLite, changing nothing
+//     (record version 4 as applied instead), and on PostgreSQL it changes
+//     nothing.
 //
-// Migrations 1, 2 and 3 together build exactly what the DDL builds: a test
+// Migrations 1 to 4 together build exactly what the DDL builds: a test
 // applies them to real databases of each dialect and compares tables,
 // columns, constraints and indexes. A database set up by any version of
 // Apply can adopt the migrations: migration 1 creates nothing that exists,
 // and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once
-// more); for migration 3, see above.
+// more); for migrations 3 and 4, see above.
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
