@@ -53,8 +53,11 @@ lint:
 # The long fault-injection run (internal/chaos): lease histories checked for
 # linearizability under cut connections, latency, partitions and server
 # restarts; killed and paused holders of the whole request flow. Starts its
-# own servers like make test. Size it with CHAOS_OPS and CHAOS_KILLS.
+# own servers like make test. Size it with CHAOS_OPS and CHAOS_KILLS. Then
+# the bookkeeper killed at random points of its flow with a model that
+# answers otherwise each time: CHAOS_STEP_KILLS kills per dialect.
 CHAOS_OPS ?= 1000000
 CHAOS_KILLS ?= 1000
+CHAOS_STEP_KILLS ?= 100
 chaos:
-	ROWLEASE_CHAOS=1 ROWLEASE_CHAOS_OPS=$(CHAOS_OPS) ROWLEASE_CHAOS_KILLS=$(CHAOS_KILLS) bash scripts/test.sh
+	ROWLEASE_CHAOS=1 ROWLEASE_CHAOS_OPS=$(CHAOS_OPS) ROWLEASE_CHAOS_KILLS=$(CHAOS_KILLS) ROWLEASE_CHAOS_STEP_KILLS=$(CHAOS_STEP_KILLS) bash scripts/test.sh

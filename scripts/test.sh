@@ -23,7 +23,9 @@
 #   restart would break the tests of every other package running meanwhile).
 # - ROWLEASE_CHAOS=1 runs the long fault-injection run of internal/chaos
 #   instead of the suite (make chaos) and prints one summary line per
-#   dialect; ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS size it.
+#   dialect; ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS size it. Then the
+#   bookkeeper's kill test with a varying model (TestKill9NondeterministicModel),
+#   sized by ROWLEASE_CHAOS_STEP_KILLS (kills per dialect).
 # The exit code is that of `go vet` / `go test`.
 set -euo pipefail
 
@@ -315,6 +317,13 @@ elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
     ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -parallel 3 -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./internal/chaos 2>&1 \
         | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress|kills)'
     rc=${PIPESTATUS[0]}
+    # The bookkeeper killed at random points of its flow, with a model that
+    # answers otherwise each time (ROWLEASE_CHAOS_STEP_KILLS per dialect).
+    # shellcheck disable=SC2086
+    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 2h -parallel 3 -v -run '^TestKill9NondeterministicModel$' ${GOTEST_FLAGS:-} ./examples/bookkeeper 2>&1 \
+        | tee -a "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress|kills)'
+    rc2=${PIPESTATUS[0]}
+    ((rc == 0)) && rc=$rc2
     set -e
     if ((rc != 0)); then
         grep -vE 'round [0-9]+:' "$log_file" | tail -n 60

@@ -39,6 +39,8 @@
 //	-llm             rule (offline, default) | openai
 //	-llm-latency     delay of each rule-model round (default 1s), to make
 //	                 concurrency visible
+//	-llm-vary        the rule model words each answer differently every time
+//	                 it is asked (default on when BOOKKEEPER_MODEL_VARY=1)
 //	-llm-base-url    OpenAI-compatible API root (default https://api.openai.com/v1)
 //	-llm-model       model name for -llm openai (default gpt-4o-mini); the key
 //	                 is read from OPENAI_API_KEY
@@ -50,6 +52,11 @@
 //	                 is unknown and the message fails until a retry settles it
 //	-shutdown-grace  how long in-flight requests may finish after SIGINT or
 //	                 SIGTERM before they are abandoned (default 10s)
+//	-steps           record every model round as a step, so a resumed
+//	                 message replays the model's decisions (default true)
+//	-resume-grace    after a dead run's lease expired, how long the service
+//	                 waits for the client's resend before resuming the
+//	                 message itself (default the lease TTL)
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),

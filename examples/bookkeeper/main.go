@@ -105,6 +105,10 @@ func parse(fs *flag.FlagSet, synopsis string, args []string, stdout, stderr io.W
 	return 0, true
 }
 
+// varyEnv names the environment variable that turns -llm-vary on by
+// default.
+const varyEnv = "BOOKKEEPER_MODEL_VARY"
+
 // common are the flags serve and demo share.
 type common struct {
 	cfg     service.Config
@@ -114,6 +118,7 @@ type common struct {
 func (c *common) register(fs *flag.FlagSet, dbDefault string, latency time.Duration) {
 	fs.StringVar(&c.cfg.DB, "db", dbDefault, "database: sqlite:PATH, mysql://user:pass@host:port/db or postgres://user:pass@host:port/db")
 	fs.DurationVar(&c.cfg.LLMLatency, "llm-latency", latency, "delay of each rule-model round (makes concurrency visible); 0 for none")
+	fs.BoolVar(&c.cfg.LLMVary, "llm-vary", os.Getenv(varyEnv) == "1", "the rule model words each answer differently every time it is asked (a random note, the category named otherwise), as a sampled model does (default $"+varyEnv+"=1)")
 	fs.DurationVar(&c.cfg.LeaseTTL, "lease-ttl", service.DefaultLeaseTTL, "TTL of every lease (session, request, tool execution)")
 	fs.DurationVar(&c.cfg.Heartbeat, "heartbeat", 0, "lease renewal interval (default a third of -lease-ttl)")
 	fs.BoolVar(&c.verbose, "v", false, "debug logging")
@@ -135,7 +140,8 @@ func (c *common) finish() {
 // serveOptions are serve's flags.
 type serveOptions struct {
 	common
-	addr string
+	addr  string
+	steps bool
 }
 
 func serveFlags() (*flag.FlagSet, *serveOptions) {
@@ -149,6 +155,8 @@ func serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.StringVar(&o.cfg.WebhookURL, "webhook", os.Getenv(webhookEnv), "URL notified of every booked transaction, with the tool call's Idempotency-Key (default $"+webhookEnv+"; off when empty)")
 	fs.DurationVar(&o.cfg.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "bound of one webhook post; past it the outcome is unknown and the message fails until a retry settles it")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
+	fs.BoolVar(&o.steps, "steps", true, "record every model round as a step, so a resumed message replays the model's decisions instead of asking it again; -steps=false asks again (for comparison)")
+	fs.DurationVar(&o.cfg.Resume.Grace, "resume-grace", 0, "how long after a dead run's lease expired the service resumes the message by itself if its client has not resent it (default the -lease-ttl)")
 	fs.DurationVar(&o.cfg.Retention, "retention", service.DefaultRetention, "how long finished messages are kept and replayed; a resend of an older one gets 410 Gone (negative: keep forever)")
 	return fs, o
 }
@@ -160,6 +168,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	c, addr := &o.common, &o.addr
 	c.finish()
+	c.cfg.NoSteps = !o.steps
 	c.cfg.LLMAPIKey = os.Getenv("OPENAI_API_KEY")
 	log := c.logger(stderr, slog.LevelInfo)
 	c.cfg.Logger = log

@@ -362,7 +362,7 @@ func TestCommandLine(t *testing.T) {
 // bookkeeper -h (and --help, help) shows both commands and the flags of
 // each, on stdout; serve -h and demo -h show their own.
 func TestHelp(t *testing.T) {
-	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-retention", "-v"}
+	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-llm-vary", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-retention", "-steps", "-resume-grace", "-v"}
 	demoFlags := []string{"-sessions", "-max-attempts"}
 	for _, tc := range []struct {
 		args      []string

@@ -48,6 +48,12 @@ type Config struct {
 	// Webhook, when set, is notified of every booked transaction (the
 	// external tool ToolNotify); nil means no notifications.
 	Webhook *webhook.Sender
+	// NoSteps turns the steps off: the model rounds are not recorded, so a
+	// run that resumes a crashed one asks the model again, shown only what
+	// committed (Run.Prior). A model that answers otherwise when asked
+	// again then makes other tool calls. For comparison; the default
+	// records every round.
+	NoSteps bool
 	// Now gives "today" for transactions without a date; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -158,12 +164,19 @@ func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, e
 		msgs = append(msgs, llm.Message{Role: llm.Role(m.Role), Content: m.Content})
 	}
 	msgs = append(msgs, llm.Message{Role: llm.RoleUser, Content: run.Content()})
-	msgs = append(msgs, priorMessages(run.Prior())...)
+	if a.cfg.NoSteps {
+		// Without steps, the best a resumed run can do is tell the model
+		// what committed, and hope it does not ask otherwise. With steps
+		// the replayed rounds make the same calls, which return their
+		// stored results: nothing to add.
+		msgs = append(msgs, priorMessages(run.Prior())...)
+	}
 
 	reply, err := a.converse(ctx, run, msgs, zh)
 	if err != nil {
 		return request.Answer{}, err
 	}
+	resumed = resumed || run.StepsReplayed() > 0
 	// The webhook, before the reply is stored: a stored reply means the
 	// notification is settled (see notify).
 	if note, err := a.notify(ctx, run, zh); err != nil {
@@ -203,14 +216,10 @@ func (a *Agent) answer(ctx context.Context, run *request.Run, reply string, resu
 func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Message, zh bool) (string, error) {
 	tools := llm.BookkeeperTools()
 	for round := 1; round <= a.cfg.MaxRounds; round++ {
-		resp, err := a.cfg.Model.Complete(ctx, llm.Request{Messages: msgs, Tools: tools})
+		m, err := a.modelRound(ctx, run, round, llm.Request{Messages: msgs, Tools: tools})
 		if err != nil {
-			if ctx.Err() != nil {
-				return "", context.Cause(ctx)
-			}
-			return "", fmt.Errorf("%w: round %d: %w", ErrModel, round, err)
+			return "", err
 		}
-		m := resp.Message
 		if len(m.ToolCalls) == 0 {
 			if reply := strings.TrimSpace(m.Content); reply != "" {
 				return reply, nil
@@ -241,6 +250,38 @@ func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Messa
 		}
 	}
 	return a.fallbackReply(ctx, run, zh)
+}
+
+// StepName is the name of the step that records model round n (from 1).
+func StepName(round int) string { return fmt.Sprintf("model-round-%d", round) }
+
+// modelRound asks the model for round n, as a step: the first run to get
+// there asks the model and records its answer before anything acts on it;
+// a run that resumes the request gets the recorded answer back without
+// asking, so the tool calls that follow are the same calls (the same
+// idempotency keys) and their stored results are reused. Everything the
+// agent does between two rounds is deterministic given the recorded
+// answers and the tools' stored results: the conversation is the same
+// prefix (the history and the prompt only feed round 1's model call, which
+// a replay does not make), the calls are run in the recorded order, and
+// the ids given to calls without one depend only on the round and the
+// position.
+func (a *Agent) modelRound(ctx context.Context, run *request.Run, n int, req llm.Request) (llm.Message, error) {
+	ask := func(ctx context.Context) (llm.Message, error) {
+		a.log.Debug("agent: model asked", "request", run.RequestID(), "client_request_id", run.ClientRequestID(), "round", n)
+		resp, err := a.cfg.Model.Complete(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return llm.Message{}, context.Cause(ctx)
+			}
+			return llm.Message{}, fmt.Errorf("%w: round %d: %w", ErrModel, n, err)
+		}
+		return resp.Message, nil
+	}
+	if a.cfg.NoSteps {
+		return ask(ctx)
+	}
+	return request.Step(ctx, run, StepName(n), ask)
 }
 
 // callTool runs one tool call and returns the tool message's content. The

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/schema"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -259,8 +261,9 @@ func TestListTools(t *testing.T) {
 }
 
 // A run that dies after create_transaction committed: the next run (after
-// the TTL) sees the committed call as done, answers without calling the
-// tool again, and the user message is stored once.
+// the TTL) replays the recorded first round, so the call is the committed
+// one and its result is reused; the model is asked only the round that
+// was not recorded, and the user message is stored once.
 func TestResumeAfterCrash(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		ttl := 500 * time.Millisecond
@@ -308,7 +311,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		assert.True(t, res.Resumed)
 		require.NotNil(t, res.TransactionID)
 		assert.Contains(t, out.Reply, "已记账：支出 35.00 元（餐饮）")
-		assert.Equal(t, 1, rule.calls(), "the committed tool call was handed to the model, which only had to answer")
+		assert.Equal(t, 1, rule.calls(), "round 1 was replayed: the model only had to answer")
 		var sawPrior bool
 		for _, m := range rule.request(1).Messages {
 			if m.Role == llm.RoleTool && strings.Contains(m.Content, *res.TransactionID) {
@@ -322,5 +325,78 @@ func TestResumeAfterCrash(t *testing.T) {
 		require.Len(t, ms, 2)
 		assert.Equal(t, store.RoleUser, ms[0].Role)
 		assert.Equal(t, out.Reply, ms[1].Content)
+	})
+}
+
+// A model that words its answer otherwise each time it is asked
+// (RuleOptions.Vary), and a run that dies in round 2, after
+// create_transaction committed. With steps the resumed run replays round
+// 1: the same call, reused, and the model is asked round 2 only. Without
+// them (Config.NoSteps) the model is asked again and makes another call,
+// under another key — a second write, which only this ledger's "one
+// transaction per message" rule refuses.
+func TestResumeWithAVaryingModel(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		for _, noSteps := range []bool{false, true} {
+			ttl := 500 * time.Millisecond
+			vary := llm.NewRuleModel(llm.RuleOptions{Vary: true})
+			var crashing *request.Run
+			var asked int
+			m := &scripted{next: func(n int, req llm.Request) (llm.Message, error) {
+				asked++
+				if n == 2 {
+					crashing.Abandon() // the process dies in the second round
+					return llm.Message{}, errors.New("crashed")
+				}
+				r, err := vary.Complete(context.Background(), req)
+				return r.Message, err
+			}}
+			e := newEnv(t, db, m, ttl)
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			var err error
+			e.ag, err = agent.New(agent.Config{Store: e.st, Model: m, Logger: log, NoSteps: noSteps})
+			require.NoError(t, err)
+			e.runner, err = request.New(request.Config{DB: e.st.DB, TTL: ttl, Tools: e.ag.Tools(), Logger: log})
+			require.NoError(t, err)
+			client := fmt.Sprintf("c-nosteps-%v", noSteps) // mustRequestID looks in every session
+			msg := request.Message{SessionKey: e.sid, ClientRequestID: client, Content: "lunch 35"}
+			_, err = e.runner.Handle(context.Background(), msg, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+				crashing = run
+				return e.ag.Handle(ctx, run)
+			})
+			require.ErrorIs(t, err, context.Canceled)
+			rows := func() (n int) {
+				require.NoError(t, db.Get(&n, db.Rebind("SELECT COUNT(*) FROM ledger_transaction WHERE request_id = ?"), mustRequestID(t, e, client)))
+				return n
+			}
+			require.Equal(t, 1, rows(), "create_transaction committed before the crash")
+
+			var out request.Outcome
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				out, err = e.runner.Handle(context.Background(), msg, e.ag.Handle)
+				if !errors.Is(err, request.ErrInFlight) && !errors.Is(err, request.ErrSessionBusy) {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the dead run's leases never expired")
+				time.Sleep(50 * time.Millisecond)
+			}
+			require.NoError(t, err)
+			res, err := agent.ParseResult(out.Result)
+			require.NoError(t, err)
+			assert.True(t, res.Resumed)
+			require.NotNil(t, res.TransactionID)
+			assert.Equal(t, 1, rows(), "one ledger row either way")
+			var createCalls int
+			require.NoError(t, db.Get(&createCalls, db.Rebind("SELECT COUNT(*) FROM "+schema.ToolExecutionTable+" WHERE request_id = ? AND tool_name = ?"),
+				mustRequestID(t, e, client), llm.ToolCreateTransaction))
+			if noSteps {
+				assert.Equal(t, 2, createCalls, "without steps: asked again, the model made another call")
+				assert.Equal(t, 4, asked, "round 1, round 2 (died), then rounds 1 and 2 again")
+			} else {
+				assert.Equal(t, 1, createCalls, "with steps: the replayed round made the same call")
+				assert.Equal(t, 3, asked, "round 1, round 2 (died), then round 2 only")
+			}
+		}
 	})
 }

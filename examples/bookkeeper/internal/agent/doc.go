@@ -10,11 +10,21 @@
 //  2. appends the user message to the conversation, in a transaction fenced
 //     by the session and request leases (Run.Fences), deduplicated by
 //     (session, client request id, role);
-//  3. calls the model at most MaxRounds (3) times. The conversation holds
-//     the system prompt, the session's recent messages, the user message
-//     and — when this run took over a crashed one — the results of the
-//     tool calls that already committed (Run.Prior), so the model does not
-//     ask for them again;
+//  3. calls the model at most MaxRounds (3) times, each round a step
+//     (request.Step, named "model-round-N"): the model's answer is recorded
+//     on the request, fenced by its lease, before any tool call it asks
+//     for runs. The conversation holds the system prompt, the session's
+//     recent messages and the user message. A run that takes over a
+//     crashed, failed or abandoned one — a resend, or the service resuming
+//     it on its own — gets the recorded answers back without asking the
+//     model, so it makes the same tool calls, whose stored results are
+//     reused: a model that would answer otherwise when asked again (a new
+//     note, the category named otherwise) is not asked again. Only the
+//     round that was not recorded before the crash is asked again (steps
+//     at-least-once, effects exactly-once). With Config.NoSteps, instead,
+//     the model is asked again and shown the tool calls that already
+//     committed (Run.Prior), which makes a different call less likely,
+//     never impossible;
 //  4. runs every tool call through Run.CallTool (toolexec): a side effect
 //     commits in the tool's own transaction (Exec.Tx) together with the
 //     fences and the tool's success mark, and a repeated call returns the
@@ -26,6 +36,21 @@
 //     notifies it (ToolNotify, below);
 //  6. appends the reply, fenced like the user message, and answers with
 //     Result {"transaction_id": id or null}, read from the ledger.
+//
+// # Determinism between steps
+//
+// A replay is only the same run if the agent's code between two rounds
+// does the same thing given the same recorded answers. Handle keeps to
+// that: the calls of a round run in the order the model gave them, the
+// ids given to calls without one depend only on the round and the
+// position, the tools' results come from toolexec (the stored result of
+// a committed call, whichever run made it), and nothing between rounds
+// reads the clock, a random number or the ledger to decide what to ask.
+// What may differ — the history, the prompt's date — only feeds a model
+// call, which a replay does not make. A replay that asks for another step
+// than recorded (code changed in between) fails with
+// request.ErrStepDiverged instead of reusing an answer for the wrong
+// question.
 //
 // # Tools
 //

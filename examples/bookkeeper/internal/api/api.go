@@ -116,7 +116,7 @@ func New(cfg Config) (*Server, error) {
 		{"/api/sessions", map[string]http.HandlerFunc{http.MethodPost: s.createSession}},
 		{"/api/sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getSession}},
 		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.postMessage, http.MethodGet: s.listMessages}},
-		{"/api/sessions/{id}/messages/{client_request_id}", map[string]http.HandlerFunc{http.MethodGet: s.getMessage}},
+		{"/api/sessions/{id}/messages/{client_request_id}", map[string]http.HandlerFunc{http.MethodGet: s.getMessage, http.MethodDelete: s.cancelMessage}},
 		{"/api/sessions/{id}/transactions", map[string]http.HandlerFunc{http.MethodGet: s.listTransactions}},
 		{"/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz}},
 		{"/{$}", map[string]http.HandlerFunc{http.MethodGet: page}},           // the chat page (package web)
@@ -482,6 +482,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 			"the agent took too long; retry with the same client_request_id to resume it")
 	case errors.Is(err, store.ErrNotFound):
 		p = httpapi.ProblemFor(session.ErrNotFound)
+	case errors.As(err, new(*alreadyFinal)):
+		p = httpapi.NewProblem(http.StatusConflict, ProblemAlreadyFinal, "Already finished", err.Error())
 	case errors.Is(err, request.ErrNotFound):
 		p = httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "this session has no message with this client_request_id")
 	case p.Type == ProblemBase+ProblemAgentFailed && errors.Is(err, agent.ErrModel):

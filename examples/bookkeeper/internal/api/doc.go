@@ -8,6 +8,9 @@
 //	GET  /api/sessions/{id}/messages        200 {"messages": [...]}
 //	GET  /api/sessions/{id}/messages/{client_request_id}
 //	                                        200 {"client_request_id", "status", "position", "reply", "transaction_id"}
+//	DELETE /api/sessions/{id}/messages/{client_request_id}
+//	                                        200 {"client_request_id", "status": "cancelled"}
+//	                                        202 {"client_request_id", "status": "processing"} (still stopping)
 //	GET  /api/sessions/{id}/transactions    200 {"transactions": [...], "total_income", "total_expense"}
 //	GET  /healthz                           200 {"status": "ok"}
 //	GET  /                                  200 the chat page (package web)
@@ -44,8 +47,24 @@
 //
 // GET …/messages/{client_request_id} reads a message without any lock:
 // status is "queued" (with "position"), "processing", "succeeded" (with
-// "reply" and "transaction_id"), "failed" or "interrupted"; an unknown id
-// is 404 not-found. Messages finished longer ago than the retention
+// "reply" and "transaction_id"), "failed", "interrupted" or "cancelled";
+// an unknown id is 404 not-found.
+//
+// DELETE …/messages/{client_request_id} cancels a queued, running or
+// failed message (request.Runner.Cancel): a queued one never runs, a
+// running one is stopped like an interrupted one (but no other message
+// takes its place), a failed one is not run again by a resend. It ends
+// "cancelled", a final state: the tool calls it committed stay (a
+// transaction it booked is not undone), its own pending call answers 409
+// cancelled, and so does every resend of its id, for ever (no
+// Retry-After). The DELETE answers 200 {"client_request_id", "status":
+// "cancelled"} once it is — again 200 for a message already cancelled, so
+// a retried DELETE is safe; 202 {"status": "processing"} with Location
+// when a running message did not stop within 10 s (the cancel still takes
+// effect: read its status there); 404 not-found for an unknown id; 409
+// already-final when the message had finished otherwise (succeeded or
+// interrupted): a cancel never changes a finished message; and 410
+// expired for a message swept by the retention. Messages finished longer ago than the retention
 // (service Config.Retention, the -retention flag, 720h by default) are
 // swept; a resend of such an id, or its status, is 410 expired: it never
 // runs again.
@@ -54,7 +73,7 @@
 // URI under https://rowlease.dev/problems/, written by package httpapi,
 // which also decides the status and type of rowlease's errors
 // (httpapi.ProblemFor); the example adds method-not-allowed, model-failed,
-// shutting-down and timeout:
+// shutting-down, timeout and already-final:
 //
 //	400 invalid-request          bad JSON, unknown or missing fields, too long, body over 64 KiB, bad on_busy
 //	404 session-not-found, not-found
@@ -62,6 +81,8 @@
 //	409 session-busy             the session is answering another message
 //	409 request-in-flight        this client request id is running elsewhere
 //	409 interrupted              a later message interrupted this one (final; no Retry-After)
+//	409 cancelled                the message was cancelled (DELETE); final, no Retry-After
+//	409 already-final            DELETE of a message that had succeeded or was interrupted; nothing changed
 //	410 expired                  the message finished before the retention; it never runs again
 //	429 queue-full               the session's queue is full; nothing stored
 //	409 taken-over               this run lost its lease to another run
@@ -73,7 +94,7 @@
 //	503 unavailable              the database cannot be reached (httpapi.IsUnavailable)
 //	504 timeout                  the run took longer than RunTimeout; retry resumes it
 //
-// Every 409 but interrupted, the 429 and every 503 carry Retry-After in
+// Every 409 but interrupted, cancelled and already-final, the 429 and every 503 carry Retry-After in
 // whole seconds, at least 1: the lease's remaining time (or 1 s), capped
 // by Config.MaxRetryAfter (a live holder usually finishes long before its
 // lease would expire).

@@ -340,8 +340,8 @@ func TestQueueFullIs429(t *testing.T) {
 	})
 }
 
-// A resend of a message whose retention passed is 410 expired, and so is
-// its status; an unknown on_busy is 400.
+// A resend of a message whose retention passed is 410 expired, and so are
+// its status and a cancel; an unknown on_busy is 400.
 func TestExpiredIs410AndBadOnBusyIs400(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db)
@@ -364,9 +364,13 @@ func TestExpiredIs410AndBadOnBusyIs400(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, r.status, body)
 			assert.Equal(t, problemType(api.ProblemInvalidRequest), r.problem(t).Type)
 		}
+		// A cancel of it too: it is gone.
 		r = e.doH(http.MethodDelete, "/api/sessions/"+sid+"/messages/old", nil)
+		require.Equal(t, http.StatusGone, r.status, string(r.raw))
+		assert.Equal(t, problemType(api.ProblemExpired), r.problem(t).Type)
+		r = e.doH(http.MethodPut, "/api/sessions/"+sid+"/messages/old", nil)
 		assert.Equal(t, http.StatusMethodNotAllowed, r.status)
-		assert.Equal(t, "GET, HEAD", r.header.Get("Allow"))
+		assert.Equal(t, "DELETE, GET, HEAD", r.header.Get("Allow"))
 	})
 }
 

@@ -31,6 +31,8 @@ const (
 	ProblemExpired          = httpapi.TypeExpired
 	ProblemQueueFull        = httpapi.TypeQueueFull
 	ProblemInterrupted      = httpapi.TypeInterrupted
+	ProblemCancelled        = httpapi.TypeCancelled
+	ProblemAlreadyFinal     = "already-final"
 )
 
 // Problem is an RFC 9457 problem details object (httpapi.Problem).

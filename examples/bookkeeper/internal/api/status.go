@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 	"unicode/utf8"
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
@@ -27,8 +29,8 @@ type QueuedResponse struct {
 type MessageStatus struct {
 	// ClientRequestID is the message's id.
 	ClientRequestID string `json:"client_request_id"`
-	// Status is "queued", "processing", "succeeded", "failed" or
-	// "interrupted".
+	// Status is "queued", "processing", "succeeded", "failed",
+	// "interrupted" or "cancelled".
 	Status string `json:"status"`
 	// Position is, for a queued message only, the number of queued
 	// messages that run before it.
@@ -76,6 +78,59 @@ func (s *Server) waitIfAsked(w http.ResponseWriter, r *http.Request, sessionID, 
 		return st.Outcome() // still queued (202, the position of now), or now running (409)
 	}
 	return out, werr
+}
+
+// cancelWait bounds how long DELETE …/messages/{id} waits for a running
+// message to stop.
+const cancelWait = 10 * time.Second
+
+// cancelMessage cancels a queued, running or failed message
+// (Runner.Cancel): 200 with its status ("cancelled"), also when it was
+// cancelled before; 202 when a running one has not stopped within
+// cancelWait (it will); 404 for an unknown id; 409 already-final when it
+// finished otherwise (succeeded, interrupted), which a cancel does not
+// change.
+func (s *Server) cancelMessage(w http.ResponseWriter, r *http.Request) {
+	sess, ok := s.session(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("client_request_id")
+	if id == "" || len(id) > schema.MaxClientRequestIDLen || !utf8.ValidString(id) {
+		s.fail(w, r, request.ErrNotFound)
+		return
+	}
+	ctx, cancel := context.WithTimeoutCause(r.Context(), cancelWait, errCancelWait)
+	st, err := s.cfg.Runner.Cancel(ctx, sess.ID, id)
+	cancel()
+	if err != nil && errors.Is(err, errCancelWait) && st.State == request.StateProcessing {
+		w.Header().Set("Location", messageLocation(sess.ID, id))
+		writeJSON(w, http.StatusAccepted, MessageStatus{ClientRequestID: id, Status: string(st.State)})
+		return
+	}
+	if err == nil && st.State == request.StateExpired {
+		err = request.ErrExpired
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if st.State != request.StateCancelled {
+		s.fail(w, r, &alreadyFinal{state: st.State})
+		return
+	}
+	writeJSON(w, http.StatusOK, MessageStatus{ClientRequestID: id, Status: string(st.State)})
+}
+
+// errCancelWait is the cause of a cancel that waited cancelWait.
+var errCancelWait = errors.New("api: the message is still stopping")
+
+// alreadyFinal: a cancel of a message that finished in another state.
+type alreadyFinal struct{ state request.State }
+
+// Error says in which state.
+func (e *alreadyFinal) Error() string {
+	return fmt.Sprintf("the message already finished (%s); a cancel changes nothing", e.state)
 }
 
 // getMessage answers the status of one message; "Prefer: wait=N" waits up

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -19,6 +22,23 @@ type RuleOptions struct {
 	// "zh" always sends Chinese names (餐饮), "en" always English (Food),
 	// and "" (the default) follows the language of the user's message.
 	CategoryLanguage string
+	// Vary makes the model answer otherwise every time it is asked, as a
+	// sampled language model does: the note of a create_transaction call
+	// gets a random wording, and the category is named one way or another
+	// (Chinese, English, upper or lower case). The tool accepts every
+	// wording, but the arguments canonicalize differently, so the same
+	// message asked twice yields two different tool calls (two
+	// idempotency keys). A varying model also does not take the hint of
+	// results it did not ask for: tool results answering calls whose ids
+	// it did not issue in this conversation (an agent's account of what an
+	// earlier, crashed run committed) are disregarded, and the message is
+	// answered as if nothing had been done yet. Off (the default), the
+	// model is deterministic.
+	Vary bool
+	// Asked, when set, is called at the start of every Complete with the
+	// latest user message (before the latency), so a test can count how
+	// often the model is asked per message.
+	Asked func(userText string)
 }
 
 // RuleModel is a deterministic, offline Model that understands everyday
@@ -45,9 +65,15 @@ type RuleOptions struct {
 // out. Tool call IDs are "call_N", N counting the tool calls in the
 // conversation, so replies are reproducible.
 //
+// With RuleOptions.Vary the model is no longer deterministic: each
+// create_transaction call is worded anew (see Vary).
+//
 // A RuleModel is safe for concurrent use. It ignores Request.Tools.
 type RuleModel struct {
 	opts RuleOptions
+
+	mu  sync.Mutex // guards rng
+	rng *rand.Rand // for Vary
 }
 
 var _ Model = (*RuleModel)(nil)
@@ -57,7 +83,7 @@ func NewRuleModel(opts RuleOptions) *RuleModel {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &RuleModel{opts: opts}
+	return &RuleModel{opts: opts, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
 }
 
 // Complete waits for the configured latency and returns the next assistant
@@ -65,6 +91,9 @@ func NewRuleModel(opts RuleOptions) *RuleModel {
 func (m *RuleModel) Complete(ctx context.Context, req Request) (Response, error) {
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
+	}
+	if m.opts.Asked != nil {
+		m.opts.Asked(lastUserText(req.Messages))
 	}
 	if m.opts.Latency > 0 {
 		t := time.NewTimer(m.opts.Latency)
@@ -104,6 +133,9 @@ func (m *RuleModel) next(msgs []Message) Message {
 				calls[tc.ID] = tc.Function
 			}
 		case RoleTool:
+			if m.opts.Vary && !ownCallID(msg.ToolCallID) {
+				continue // not its own call: a varying model ignores it
+			}
 			results = append(results, msg)
 		}
 	}
@@ -117,6 +149,9 @@ func (m *RuleModel) next(msgs []Message) Message {
 	var args any
 	switch in.kind {
 	case intentCreate:
+		if m.opts.Vary {
+			in.create = m.vary(in.create)
+		}
 		name, args = ToolCreateTransaction, in.create
 	case intentListTransactions:
 		name, args = ToolListTransactions, in.list
@@ -137,6 +172,68 @@ func (m *RuleModel) next(msgs []Message) Message {
 			Function: FunctionCall{Name: name, Arguments: string(b)},
 		}},
 	}
+}
+
+// noteWordings are the ways a varying model words a note; %s is the
+// user's message, %04x a random number.
+var noteWordings = []string{"%s (#%04x)", "%s · ref %04x", "[%04x] %s", "%s, noted %04x"}
+
+// vary words a create_transaction call otherwise: a note with a random
+// number, the category under another of its names.
+func (m *RuleModel) vary(c CreateTransactionArgs) CreateTransactionArgs {
+	m.mu.Lock()
+	w, n, k := m.rng.IntN(len(noteWordings)), m.rng.IntN(1<<16), m.rng.IntN(4)
+	m.mu.Unlock()
+	if f := noteWordings[w]; strings.HasPrefix(f, "[") {
+		c.Note = fmt.Sprintf(f, n, c.Note)
+	} else {
+		c.Note = fmt.Sprintf(f, c.Note, n)
+	}
+	if c.CategoryName == "" {
+		return c
+	}
+	for _, r := range categoryRules {
+		if r.cat.Chinese != c.CategoryName && r.cat.English != c.CategoryName {
+			continue
+		}
+		switch k {
+		case 0:
+			c.CategoryName = r.cat.Chinese
+		case 1:
+			c.CategoryName = r.cat.English
+		case 2:
+			c.CategoryName = strings.ToLower(r.cat.English)
+		default:
+			c.CategoryName = strings.ToUpper(r.cat.English)
+		}
+		break
+	}
+	return c
+}
+
+// ownCallID reports whether id has the form of the ids the model issues
+// ("call_N").
+func ownCallID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "call_")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, r := range rest {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// lastUserText is the content of the latest user message, or "".
+func lastUserText(msgs []Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleUser {
+			return msgs[i].Content
+		}
+	}
+	return ""
 }
 
 func countToolCalls(msgs []Message) int {

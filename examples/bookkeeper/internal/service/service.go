@@ -50,6 +50,9 @@ type Config struct {
 	LLM string
 	// LLMLatency delays each round of the rule model; negative means none.
 	LLMLatency time.Duration
+	// LLMVary makes the rule model word each answer differently every
+	// time it is asked (llm.RuleOptions.Vary), as a sampled model does.
+	LLMVary bool
 	// LLMBaseURL, LLMModel and LLMAPIKey configure the OpenAI client.
 	LLMBaseURL, LLMModel, LLMAPIKey string
 	// Model, when set, is used instead of the one LLM names (tests).
@@ -71,6 +74,14 @@ type Config struct {
 	// Serve runs, turns older ones into tombstones (a resend gets 410).
 	// 0 means DefaultRetention; negative means keep them forever.
 	Retention time.Duration
+	// NoSteps turns the agent's steps off (agent.Config.NoSteps): a
+	// resumed run asks the model again instead of replaying its recorded
+	// rounds. For comparison only.
+	NoSteps bool
+	// Resume bounds how the service resumes, on its own, messages whose
+	// run died and that nobody resends (request.Config.Resume); the zero
+	// value means rowlease's defaults (a grace of one lease TTL).
+	Resume request.ResumeConfig
 	// QueueMax bounds the messages queued per session ("on_busy":
 	// "queue"); 0 means request.DefaultQueueMax.
 	QueueMax int
@@ -157,14 +168,14 @@ func build(ctx context.Context, st *store.Store, model llm.Model, maxRetryAfter 
 	if err := st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, Now: cfg.Now, Logger: cfg.Logger})
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, NoSteps: cfg.NoSteps, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	retention := request.RetentionConfig{After: max(cfg.Retention, 0)}
 	runner, err := request.New(request.Config{DB: st.DB, Dialect: st.Dialect, TTL: cfg.LeaseTTL,
 		HeartbeatInterval: cfg.Heartbeat, ReleaseTimeout: releaseTimeout, Tools: ag.Tools(), Logger: cfg.Logger,
-		Agent: ag.Handle, Queue: request.QueueConfig{Max: cfg.QueueMax}, Retention: retention})
+		Agent: ag.Handle, Queue: request.QueueConfig{Max: cfg.QueueMax}, Retention: retention, Resume: cfg.Resume})
 	if err != nil {
 		return nil, fmt.Errorf("service: %w", err)
 	}
@@ -185,7 +196,7 @@ func newModel(cfg Config) (llm.Model, time.Duration, error) {
 	switch cfg.LLM {
 	case LLMRule:
 		lat := max(cfg.LLMLatency, 0)
-		return llm.NewRuleModel(llm.RuleOptions{Latency: lat, Now: cfg.Now}), max(time.Second, 2*lat), nil
+		return llm.NewRuleModel(llm.RuleOptions{Latency: lat, Now: cfg.Now, Vary: cfg.LLMVary}), max(time.Second, 2*lat), nil
 	case LLMOpenAI:
 		name := cfg.LLMModel
 		if name == "" {
@@ -230,7 +241,8 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	// The Runner's dispatcher (queued messages that no running process
-	// starts) and sweeper (the retention), until the shutdown.
+	// starts, and messages whose run died and that nobody resends) and
+	// sweeper (the retention), until the shutdown.
 	rctx, stopRunner := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRunner()
 	if err := s.Runner.Start(rctx); err != nil {

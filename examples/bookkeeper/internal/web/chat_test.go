@@ -440,6 +440,35 @@ func TestChatPage(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 7, n, "the database agrees with the page")
 
+		// A message cancelled while it runs: the Cancel button on the
+		// running turn (DELETE …/messages/{id}). Its own try comes back
+		// 409 cancelled, final: no resend is offered, a resend by hand
+		// gets 409 cancelled again, and its status says cancelled.
+		const slow = "taxi home 42"
+		p.do(chromedp.SetValue(chromedp.ID("laptop-onbusy"), "reject"))
+		p.send("laptop", slow)
+		const cancelButton = "#laptop-log .turn.mine[data-state='running'] button.cancel"
+		p.do(chromedp.WaitVisible(chromedp.CSS(cancelButton)))
+		// A click in the page, on the button as it is now (the pane is
+		// redrawn when the conversation is read again).
+		p.do(chromedp.Evaluate[chromedp.Void](`document.querySelector("` + cancelButton + `").click()`))
+		s = p.waitFor("the cancelled message", func(s snapshot) bool { _, ok := s.settled("laptop", slow); return ok })
+		c, _ := s.mine("laptop", slow)
+		assert.Equal(t, "failed", c.State)
+		assert.Equal(t, []string{"cancelled"}, c.Outcomes, "one try, answered 409 cancelled")
+		assert.Empty(t, c.Reply, "no reply")
+		p.do(chromedp.WaitNotPresent(chromedp.CSS("#laptop-log .turn.mine button.cancel")))
+		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`[...document.querySelectorAll('#laptop-log .turn.mine')].some((t) => t.dataset.crid === '`+c.CRID+`' && t.querySelector('button.resend'))`))
+		require.NoError(t, err)
+		assert.False(t, ok, "a cancelled message offers no resend")
+		status, problem := postMessage(t, ts.URL, s.Session, slow, c.CRID)
+		assert.Equal(t, 409, status)
+		assert.Equal(t, "https://rowlease.dev/problems/cancelled", problem, "a resend of a cancelled id")
+		assert.Equal(t, "cancelled", messageStatus(t, ts.URL, s.Session, c.CRID))
+		n, err = st.CountTransactions(context.Background(), st.DB)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, n, 8, "a cancelled message keeps at most the one transaction it committed")
+
 		// Readable on a phone: nothing wider than the screen.
 		p.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
 		overflow, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth`))

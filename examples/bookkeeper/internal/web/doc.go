@@ -9,8 +9,10 @@
 // (with the Retry-After countdown and an automatic resend with the same
 // client_request_id), 422 for an id reused with other content, queued
 // (202, then its status read with Prefer: wait until final, never
-// resent), interrupted (final), queue full (429, resent), waited (a 200
-// with Preference-Applied). Each pane sends its "when busy" choice
+// resent), interrupted (final), cancelled (final), queue full (429,
+// resent), waited (a 200 with Preference-Applied). A message that runs, is
+// queued or waits to be resent has a Cancel button (DELETE
+// /api/sessions/{id}/messages/{client_request_id}). Each pane sends its "when busy" choice
 // (on_busy reject, queue or interrupt) and, if asked, Prefer: wait=30 with
 // every try of a message. A panel causes the races people cause by
 // accident: a double submit, a second message while the first runs (and
@@ -36,7 +38,10 @@
 // poll; a message's failed try is shown on the message, and resent
 // automatically when the answer says to (409, 429, 503, no response), or
 // by a Resend button (5xx, a queued message that failed); the id never
-// changes. A 409 interrupted is final: no resend is offered.
+// changes. A 409 interrupted or cancelled is final: no resend is offered.
+// A Cancel that finds no message yet (404: its try has not reached the
+// server) is tried again for a few seconds; one of a message waiting to
+// be resent that the server never accepted only stops the resend.
 //
 // The page is checked in a real browser: chat_test.go drives it in
 // headless Chromium on every dialect (make test installs Debian's

@@ -1,9 +1,12 @@
 package web_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -40,4 +43,34 @@ func bookkeeper(t *testing.T, db *sqlx.DB) (*httptest.Server, *store.Store) {
 		ts.Close()
 	})
 	return ts, st
+}
+
+// postMessage sends a message through the API, as a client would, and
+// returns the status and, for an error, its problem type.
+func postMessage(t *testing.T, url, session, content, id string) (int, string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]string{"content": content, "client_request_id": id})
+	require.NoError(t, err)
+	resp, err := http.Post(url+"/api/sessions/"+session+"/messages", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var p struct {
+		Type string `json:"type"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&p)
+	return resp.StatusCode, p.Type
+}
+
+// messageStatus reads a message's status through the API.
+func messageStatus(t *testing.T, url, session, id string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/api/sessions/" + session + "/messages/" + id)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var st struct {
+		Status string `json:"status"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+	return st.Status
 }

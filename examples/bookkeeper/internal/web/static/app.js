@@ -21,6 +21,10 @@
   const WAIT_S = 30;
   // A status read that got no answer (or a 503) is tried again after this.
   const STATUS_RETRY_MS = 2000;
+  // A Cancel that finds no request yet (its try has not reached the
+  // server) is tried again this often, at most CANCEL_TRIES times.
+  const CANCEL_RETRY_MS = 200;
+  const CANCEL_TRIES = 25;
 
   // OUTCOMES says what one try of a message came back with, and what the
   // page does next. The key is "running", a 200's kind, "network", or the
@@ -46,6 +50,8 @@
       help: 'on_busy queue, but the session\'s queue is full; nothing stored; resent with the same id after Retry-After'},
     interrupted: {label: 'interrupted', tone: 'bad',
       help: 'a later message sent with on_busy interrupt stopped this one; its committed tool calls stay, and it never runs again (final, no resend)'},
+    cancelled: {label: 'cancelled', tone: 'bad',
+      help: 'cancelled with the Cancel button (DELETE …/messages/{id}); the tool calls it committed stay, and it never runs again: every resend of its id gets 409 cancelled (final, no resend)'},
     'request-in-flight': {label: 'in flight', tone: 'wait', retry: true,
       help: 'this very message is running (another device or an earlier try); resent after Retry-After to get its reply'},
     'tool-in-flight': {label: 'tool in flight', tone: 'wait', retry: true,
@@ -77,7 +83,7 @@
   };
   // The rows the legend shows, in this order.
   const LEGEND = ['answered', 'replayed', 'resumed', 'waited', 'running', 'session-busy', 'queued',
-    'request-in-flight', 'interrupted', 'queue-full', 'client-request-id-reused', 'network'];
+    'request-in-flight', 'interrupted', 'cancelled', 'queue-full', 'client-request-id-reused', 'network'];
 
   const $ = (id) => document.getElementById(id);
 
@@ -269,7 +275,7 @@
             entry.reply = body.reply;
             entry.transactionId = body.transaction_id;
             entry.state = 'done';
-          } else if (body.status === 'failed' || body.status === 'interrupted') {
+          } else if (body.status === 'failed' || body.status === 'interrupted' || body.status === 'cancelled') {
             entry.state = 'failed';
           }
           render();
@@ -285,6 +291,46 @@
         }
         await new Promise((resolve) => { setTimeout(resolve, STATUS_RETRY_MS); });
       }
+      refreshSoon();
+    }
+
+    // cancel asks the server to cancel a running or queued message
+    // (DELETE …/messages/{id}). The message's own pending try then comes
+    // back 409 cancelled, or a queued one's status reads cancelled. A 404
+    // means the try has not reached the server yet: asked again shortly.
+    async cancel(entry) {
+      if (entry.cancelling) return;
+      entry.cancelling = true;
+      render();
+      const url = `/api/sessions/${encodeURIComponent(entry.session)}/messages/${encodeURIComponent(entry.crid)}`;
+      for (let i = 0; i < CANCEL_TRIES && (entry.state === 'running' || entry.state === 'queued' || entry.state === 'waiting'); i++) {
+        let resp = null;
+        let body = null;
+        try {
+          resp = await fetch(url, {method: 'DELETE', headers: {Accept: 'application/json'}});
+          body = await resp.json().catch(() => null);
+        } catch (err) {
+          resp = null;
+        }
+        if (resp && (resp.ok || resp.status === 404) && entry.state === 'waiting') {
+          // Between tries: no pending call will report it; say it here. A
+          // 404: the server never accepted it, so it is only not resent.
+          clearTimeout(entry.timer);
+          entry.timer = 0;
+          entry.tries.push({outcome: 'cancelled', status: resp.status, retryAfter: 0,
+            detail: resp.ok ? '' : 'never accepted; not resent', wait: 0, position: 0, then: ''});
+          entry.state = 'failed';
+          break;
+        }
+        if (resp && resp.ok) break;
+        if (resp && resp.status !== 404 && resp.status !== 503) {
+          notice(`Could not cancel: ${(body && body.detail) || resp.statusText}`);
+          break;
+        }
+        await new Promise((resolve) => { setTimeout(resolve, CANCEL_RETRY_MS); });
+      }
+      entry.cancelling = false;
+      render();
       refreshSoon();
     }
 
@@ -340,7 +386,7 @@
 
   // STATUS_WORDS says what became of a queued message, as its status said.
   const STATUS_WORDS = {processing: 'running', succeeded: 'answered', failed: 'failed',
-    interrupted: 'interrupted', unknown: 'status unreadable'};
+    interrupted: 'interrupted', cancelled: 'cancelled', unknown: 'status unreadable'};
 
   const secondsLeft = (entry) => Math.max(0, Math.ceil((entry.resendAt - Date.now()) / 1000));
 
@@ -370,11 +416,21 @@
       const final = finalOutcome(entry);
       const o = OUTCOMES[final];
       // A queued message that then failed can be resent; one interrupted
-      // never runs again.
-      const queuedFailed = final === 'queued' && entry.tries[entry.tries.length - 1].then !== 'interrupted';
+      // or cancelled never runs again.
+      const then = entry.tries[entry.tries.length - 1].then;
+      const queuedFailed = final === 'queued' && then !== 'interrupted' && then !== 'cancelled';
       if (entry.state === 'failed' && (!o || o.manual || o.retry || queuedFailed)) {
         const b = el('button', {type: 'button', class: 'resend'}, 'Resend (same id)');
         b.addEventListener('click', () => dev.resend(entry));
+        li.append(b);
+      }
+      // A message still running, queued or waiting to be resent can be
+      // cancelled.
+      if (entry.state === 'running' || entry.state === 'queued' || entry.state === 'waiting') {
+        const b = el('button', {type: 'button', class: 'cancel', disabled: entry.cancelling,
+          title: 'DELETE this message: it stops, keeps what it committed, and never runs again'},
+        entry.cancelling ? 'Cancelling…' : 'Cancel');
+        b.addEventListener('click', () => dev.cancel(entry));
         li.append(b);
       }
     }
@@ -395,7 +451,7 @@
   function renderDevice(dev) {
     const mine = dev.entries.filter((e) => e.session === state.session);
     const sig = JSON.stringify([state.session, state.messages,
-      mine.map((e) => [e.key, e.state, e.reply, e.transactionId, e.tries])]);
+      mine.map((e) => [e.key, e.state, e.reply, e.transactionId, e.tries, Boolean(e.cancelling)])]);
     if (sig === dev.shown) return;
     dev.shown = sig;
     const items = [];
