@@ -4,6 +4,12 @@
 # The Go tarball install is often not on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
+# Every module of the workspace (go.work): at the root, ./... matches only the
+# core module's packages; the example, the harnesses (internal/chaos,
+# internal/galera, internal/mattn), contrib/* and tools/* are modules of
+# their own.
+PKGS = $(shell go list -m -f '{{.Dir}}/...')
+
 .PHONY: test test-galera test-sqlite bench bench-report servers screenshot chaos fmt vet lint
 
 test:
@@ -18,7 +24,7 @@ test-galera:
 
 # Unit + SQLite tests only: MySQL/Postgres tests skip without their DSNs.
 test-sqlite:
-	go vet ./... && env -u ROWLEASE_MYSQL_DSN -u ROWLEASE_POSTGRES_DSN go test -race ./...
+	go vet $(PKGS) && env -u ROWLEASE_MYSQL_DSN -u ROWLEASE_POSTGRES_DSN go test -race $(PKGS)
 
 bench:
 	ROWLEASE_BENCH=1 bash scripts/test.sh
@@ -44,11 +50,11 @@ fmt:
 	gofmt -l -w .
 
 vet:
-	go vet ./...
+	go vet $(PKGS)
 
 # The linter make test runs (installed at the version scripts/test.sh pins).
 lint:
-	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 # The long fault-injection run (internal/chaos): lease histories checked for
 # linearizability under cut connections, latency, partitions and server

@@ -26,6 +26,10 @@
 #   dialect; ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS size it. Then the
 #   bookkeeper's kill test with a varying model (TestKill9NondeterministicModel),
 #   sized by ROWLEASE_CHAOS_STEP_KILLS (kills per dialect).
+# - Every module of the workspace (go.work: the core at the root, the
+#   example, the harnesses, contrib/*, tools/*) is vetted, linted and tested
+#   in one `go test` run: at the root, ./... matches only the core module's
+#   packages.
 # The exit code is that of `go vet` / `go test`.
 set -euo pipefail
 
@@ -35,6 +39,14 @@ log() { echo "test.sh: $*" >&2; }
 IS_ROOT=0; [[ $(id -u) -eq 0 ]] && IS_ROOT=1
 # Go is usually installed from the tarball, which is not on PATH by default.
 command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
+
+# The package patterns of every workspace module: ./... for the root,
+# ./DIR/... for each module go.work uses.
+PKGS=()
+while IFS= read -r dir; do
+    rel=${dir#"$PWD"}; rel=${rel#/}
+    PKGS+=("./${rel:+$rel/}...")
+done < <(go list -m -f '{{.Dir}}')
 
 # /usr/sbin is not on a normal user's PATH on Debian.
 find_mariadbd() {
@@ -266,9 +278,9 @@ run_staticcheck() {
     bin="$(go env GOPATH)/bin/staticcheck"
     if [[ ! -x $bin ]] || ! "$bin" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
         log "installing staticcheck $STATICCHECK_VERSION"
-        GOFLAGS=-mod=mod go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+        GOWORK=off GOFLAGS=-mod=mod go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
     fi
-    "$bin" ./...
+    "$bin" "${PKGS[@]}"
     log "staticcheck: no findings"
 }
 
@@ -337,23 +349,17 @@ elif [[ -n ${ROWLEASE_REPORT:-} ]]; then
     (cd tools/benchreport && go run . -out "$out")
 elif [[ -n ${ROWLEASE_BENCH:-} ]]; then
     # shellcheck disable=SC2086
-    go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} ./...
+    go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-} "${PKGS[@]}"
 else
-    go vet ./...
+    go vet "${PKGS[@]}"
     run_staticcheck
     # -v so the log shows which dialect each case ran on; the full log is
     # printed only for a failure, a summary per dialect always.
     log_file="$TMP/go-test.log"
     set +e
     # shellcheck disable=SC2086
-    go test -race -count=1 -timeout 40m -v ${GOTEST_FLAGS:-} ./... >"$log_file" 2>&1
+    go test -race -count=1 -timeout 40m -v ${GOTEST_FLAGS:-} "${PKGS[@]}" >"$log_file" 2>&1
     rc=$?
-    # Nested modules (contrib/*, tools/*) are outside ./...: vet, lint and
-    # test each.
-    for mod in contrib/*/ tools/*/; do
-        (cd "$mod" && go vet ./... && "$(go env GOPATH)/bin/staticcheck" ./... \
-            && go test -race -count=1 -v ./...) >>"$log_file" 2>&1 || rc=1
-    done
     set -e
     if ((rc != 0)); then
         cat "$log_file"

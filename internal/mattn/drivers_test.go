@@ -1,4 +1,4 @@
-package lease_test
+package mattn_test
 
 import (
 	"context"
