@@ -240,7 +240,7 @@ func (s *syncBuffer) String() string {
 
 // TestCheckSQLiteSettings: on SQLite the first use logs a warning, once
 // per handle, for a busy timeout of 0 and for a journal mode other than
-// WAL; the DSN the package doc gives (and rowleasetest.SQLiteDSN) logs
+// WAL; the DSN the package doc gives (and schema.SQLiteDSN) logs
 // nothing. Neither setting is refused: leases stay correct without them.
 func TestCheckSQLiteSettings(t *testing.T) {
 	ctx := context.Background()

@@ -24,23 +24,16 @@ type TB interface {
 	Fatalf(format string, args ...any)
 }
 
-// SQLiteDSN is the DSN NewDB opens path with: WAL, a 10 s busy timeout
-// (a second writer waits instead of failing) and _txlock=immediate (a
-// transaction takes the write lock at BEGIN), as rowlease needs on SQLite.
-// Open a second pool on the same file with it to play another process.
-func SQLiteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
-}
-
 // NewDB opens a new SQLite database file in t.TempDir() (driver
-// modernc.org/sqlite, DSN SQLiteDSN), applies the lock tables with
+// modernc.org/sqlite, DSN schema.SQLiteDSN: open a second pool on the
+// same file with it to play another process), applies the lock tables with
 // schema.Apply, and closes it at the test's cleanup (before the directory
 // is removed). Any failure is t.Fatalf with the driver's error. Each call
 // gives a database of its own, so parallel tests share nothing.
 func NewDB(t TB) *sql.DB {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "rowlease.db")
-	db, err := sql.Open("sqlite", SQLiteDSN(path))
+	db, err := sql.Open("sqlite", schema.SQLiteDSN(path))
 	if err != nil {
 		t.Fatalf("rowleasetest: open %s: %v", path, err)
 	}

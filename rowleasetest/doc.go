@@ -24,7 +24,7 @@
 // # What it gives
 //
 //   - NewDB: a new SQLite database file in t.TempDir() (WAL, a 10 s busy
-//     timeout, _txlock=immediate: see SQLiteDSN) with schema.Apply done,
+//     timeout, _txlock=immediate: see schema.SQLiteDSN) with schema.Apply done,
 //     closed at cleanup. Every call is a database of its own, so parallel
 //     tests share nothing.
 //   - Clock: a lease.Clock that a test moves forward with Advance. It moves

@@ -7,6 +7,13 @@
 // Statements and Migrations hand out the embedded text for you to run with
 // your own tooling.
 //
+// Two helpers serve your own database setup, still without a driver:
+// SQLiteDSN is the modernc.org/sqlite DSN with the settings the library
+// needs on SQLite (WAL, a busy timeout, _txlock=immediate; its doc gives
+// mattn/go-sqlite3's spelling), and LeaseColumnsDDL the ALTER TABLE
+// statements that add the lease columns to a table of yours, for a lease
+// (package lease) or the session lock (package session) on your own rows.
+//
 // # Dialects
 //
 // Every function takes the dialect as a lease.Dialect (lease.MySQL,

@@ -13,6 +13,9 @@
 //	  ADD COLUMN lock_expires_at DATETIME(6) NULL,
 //	  ADD COLUMN lock_generation BIGINT NOT NULL DEFAULT 0;
 //
+// schema.LeaseColumnsDDL gives that statement for each dialect, from the
+// same lease.Table (names and columns) the Config maps.
+//
 // # States
 //
 //	       Acquire(request R)                 Touch (R, same token)
