@@ -16,6 +16,9 @@ func TestConformance(t *testing.T) {
 			conformance.RunLease(t, d)
 		})
 	}
-	// SQLite through mattn/go-sqlite3 (cgo): internal/mattn, a module of
-	// its own so that the cgo driver stays out of this module's requirements.
+	// SQLite through its other common driver, mattn/go-sqlite3 (cgo).
+	t.Run("sqlite3-mattn", func(t *testing.T) {
+		t.Parallel()
+		conformance.RunLeaseOn(t, testdb.OpenMattn)
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	"github.com/jmoiron/sqlx"
+	_ "github.com/mattn/go-sqlite3" // registers "sqlite3" (cgo)
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite" // registers "sqlite"
 
@@ -66,6 +67,28 @@ func Each(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
 // transactions so a transaction that will write takes the write lock first.
 func SQLiteDSN(path string) string {
 	return "file:" + path + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+}
+
+// Mattn3DSN is the DSN of a SQLite file for mattn/go-sqlite3, with the
+// same settings as SQLiteDSN in that driver's spelling.
+func Mattn3DSN(path string) string {
+	return "file:" + path + "?_busy_timeout=20000&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate"
+}
+
+// OpenMattn returns a fresh SQLite database opened through
+// mattn/go-sqlite3 (driver name "sqlite3", which needs cgo), closed at
+// cleanup: the second SQLite driver the library supports.
+func OpenMattn(t testing.TB) *sqlx.DB {
+	t.Helper()
+	db, err := sqlx.Open("sqlite3", Mattn3DSN(filepath.Join(t.TempDir(), "test.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Ping(); err != nil {
+		t.Fatalf("sqlite3 (mattn/go-sqlite3, needs cgo): %v", err)
+	}
+	return db
 }
 
 // Open returns a fresh database of dialect d for this test, closed and

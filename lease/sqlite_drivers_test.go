@@ -1,4 +1,4 @@
-package mattn_test
+package lease_test
 
 import (
 	"context"
