@@ -6,8 +6,8 @@
 // Runner.Handle wires session, request and tool-execution locks, the
 // heartbeat and the final marks together:
 //
-//	runner, err := request.New(request.Config{DB: db, Tools: tools,
-//		Session: session.Config{AutoCreate: true}}) // else a session needs its row first: 404
+//	runner, err := request.New(request.Config{DB: db, Tools: tools})
+//	// a new session's first message creates its row in the shipped table
 //	...
 //	out, err := runner.Handle(ctx, request.Message{
 //		SessionKey: sessionID, ClientRequestID: clientID, Content: text,
@@ -353,9 +353,14 @@
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
-//   - session.ErrNotFound: the session has no lock row (and
-//     Session.AutoCreate is off), for a new request and for the retry of
-//     an existing one alike (404); nothing changed.
+//   - session.ErrNotFound: the session has no lock row, and none is
+//     created: Config.RequireSession on the shipped session table, or a
+//     table of your own (Session.Table) without Session.AutoCreate; for a
+//     new request and for the retry of an existing one alike (404);
+//     nothing changed. On the shipped table a new session's first message
+//     otherwise creates the row: it holds nothing but the lock, so
+//     requiring it first would only turn every first message into a 404
+//     unless each service remembered to create it.
 //   - ErrAgentFailed: the agent returned an error, or an Answer whose
 //     Result is not valid JSON (the error then also matches
 //     lease.ErrInvalid, and the bad result is not stored); the request is

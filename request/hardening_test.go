@@ -116,7 +116,7 @@ func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db, 30*time.Second)
 		ctx := bg(t)
-		r, err := New(Config{DB: db, TTL: 30 * time.Second, ReleaseTimeout: 10 * time.Second}) // no AutoCreate
+		r, err := New(Config{DB: db, TTL: 30 * time.Second, ReleaseTimeout: 10 * time.Second, RequireSession: true}) // no AutoCreate
 		require.NoError(t, err)
 		require.NoError(t, r.Sessions().Create(ctx, db, "s"))
 		fail := func(context.Context, *Run) (Answer, error) { return Answer{}, errors.New("model unavailable") }

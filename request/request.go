@@ -81,6 +81,15 @@ type Config struct {
 	// Session configures the session lock (table, column mapping). Its
 	// Dialect and Lease fields are filled in from this Config.
 	Session session.Config
+	// RequireSession keeps a missing session row an error on the shipped
+	// session table: a message for a session key without a row gets
+	// session.ErrNotFound (404) and nothing is written, for a service that
+	// creates its sessions itself (Sessions().Create) and wants any other
+	// key refused. Without it, on the shipped table (Session.Table empty),
+	// a new session's first message creates its row, as if
+	// Session.AutoCreate were set. On a session table of your own
+	// (Session.Table set) only Session.AutoCreate creates rows.
+	RequireSession bool
 	// RequestTable is the request table; empty means schema.RequestTable.
 	// It has the shipped table's columns (schema), under any valid name
 	// (optionally schema-qualified, see lease.NewTable).
@@ -187,6 +196,12 @@ func New(cfg Config) (*Runner, error) {
 	// Validate TTL and interval once, as the heartbeat will.
 	if err := (heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}).Validate(); err != nil {
 		return nil, err
+	}
+	// The shipped session table holds nothing but the lock: its row is
+	// created with a session's first message unless the service asks
+	// otherwise. A table of the user's own keeps its rows to the user.
+	if cfg.Session.Table == "" && !cfg.RequireSession {
+		cfg.Session.AutoCreate = true
 	}
 	sc := cfg.Session
 	sc.Dialect, sc.Lease = cfg.Dialect, cfg.Lease

@@ -44,7 +44,8 @@ type Config struct {
 	Columns lease.Columns
 	// AutoCreate inserts a missing lock row on Acquire (one extra statement,
 	// only the first time). Leave it off for a user table whose rows are
-	// created elsewhere.
+	// created elsewhere. request.New turns it on for the shipped table
+	// (Table empty) unless request.Config.RequireSession is set.
 	AutoCreate bool
 	// Lease are the lease options (safety margin, clock).
 	Lease lease.Options
