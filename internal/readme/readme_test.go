@@ -12,6 +12,9 @@ package readme_test
 //     each trimmed of indentation, must appear one after another in the
 //     file PATH (relative to the repository root), which compiles it —
 //     for a block that uses a module of its own (contrib/otel).
+//     <!-- readme: file PATH -->             not compiled here: the block
+//     is the whole of the file PATH, byte for byte, which compiles and
+//     runs it (README's quick start, examples/quickstart/main.go).
 //   - A block that parses as Go declarations (a func, a type) is compiled
 //     as top-level declarations; any other block is compiled as the body
 //     of a function of its own, so := in one block never clashes with
@@ -101,13 +104,13 @@ func importStatement(ctx context.Context, tx *sql.Tx) (json.RawMessage, error) {
 func saveNote(ctx context.Context, tx *sql.Tx) error { return nil }
 `
 
-var markerRE = regexp.MustCompile(`^<!--\s*readme:\s*(skip|same as)\s+(.*?)\s*-->$`)
+var markerRE = regexp.MustCompile(`^<!--\s*readme:\s*(skip|same as|file)\s+(.*?)\s*-->$`)
 
 // block is one ```go block of a Markdown text.
 type block struct {
 	line   int    // line number of its first line of code (1-based)
 	code   string // its text, without the fences
-	marker string // "", "skip" or "same as"
+	marker string // "", "skip", "same as" or "file"
 	arg    string // the marker's reason or path
 }
 
@@ -241,6 +244,11 @@ func check(t *testing.T, root, name, md string) []string {
 				msgs = append(msgs, fmt.Sprintf("%s:%d: %s", name, b.line, msg))
 			}
 			continue
+		case "file":
+			if msg := wholeFile(root, b); msg != "" {
+				msgs = append(msgs, fmt.Sprintf("%s:%d: %s", name, b.line, msg))
+			}
+			continue
 		}
 		if !containsOnlyInComments(b.code) {
 			msgs = append(msgs, fmt.Sprintf("%s:%d: \"...\" elides code: write real Go (see the conventions in readme_test.go)", name, b.line))
@@ -331,6 +339,54 @@ func sameAs(root string, b block) string {
 	return fmt.Sprintf("the block's lines do not appear, in order, in %s (its marker says it is compiled there)", b.arg)
 }
 
+// wholeFile checks that b is the whole of the file b.arg, byte for byte
+// (the block's text is what lies between its fences, so it ends in the
+// file's final newline).
+func wholeFile(root string, b block) string {
+	data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(b.arg)))
+	if err != nil {
+		return fmt.Sprintf("marker \"file %s\": %v", b.arg, err)
+	}
+	if strings.TrimSuffix(string(data), "\n") == strings.TrimSuffix(b.code, "\n") {
+		return ""
+	}
+	want, have := strings.Split(b.code, "\n"), strings.Split(string(data), "\n")
+	for i := range min(len(want), len(have)) {
+		if want[i] != have[i] {
+			return fmt.Sprintf("the block differs from %s (its marker says it is that file) at the block's line %d: %q, the file has %q", b.arg, i+1, want[i], have[i])
+		}
+	}
+	return fmt.Sprintf("the block differs from %s (its marker says it is that file): %d lines, the file %d", b.arg, len(want), len(have))
+}
+
+// TestReadmeQuickStart: README's first Go block is the quick start, a
+// complete program: the whole of examples/quickstart/main.go, whose
+// Example test runs it.
+func TestReadmeQuickStart(t *testing.T) {
+	root := repoRoot(t)
+	md, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs, err := blocks(string(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bs) == 0 {
+		t.Fatal("README.md has no ```go block")
+	}
+	first := bs[0]
+	if first.marker != "file" || first.arg != "examples/quickstart/main.go" {
+		t.Fatalf("README.md:%d: the first Go block is not marked <!-- readme: file examples/quickstart/main.go --> (marker %q %q)", first.line, first.marker, first.arg)
+	}
+	if !strings.Contains(first.code, "\npackage main\n") && !strings.HasPrefix(first.code, "package main\n") {
+		t.Errorf("README.md:%d: the quick start is not a package main", first.line)
+	}
+	if msg := wholeFile(root, first); msg != "" {
+		t.Errorf("README.md:%d: %s", first.line, msg)
+	}
+}
+
 // repoRoot is the directory of the module's go.mod.
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -400,10 +456,14 @@ func TestReadmeCheckFindsBrokenBlocks(t *testing.T) {
 		"```go",             // 24
 		"package elsewhere", // 25: does not
 		"```",               // 26
+		"<!-- readme: file internal/readme/doc.go -->", // 27
+		"```go",          // 28
+		"package readme", // 29: one line of it, not the whole file
+		"```",            // 30
 	}, "\n")
 	msgs := check(t, root, "TEST.md", md)
 	joined := strings.Join(msgs, "\n")
-	for _, want := range []string{"TEST.md:6:", "TEST.md:14:", "TEST.md:17:", "TEST.md:25:"} {
+	for _, want := range []string{"TEST.md:6:", "TEST.md:14:", "TEST.md:17:", "TEST.md:25:", "TEST.md:29:"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("no problem reported at %s; got:\n%s", want, joined)
 		}
