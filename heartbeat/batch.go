@@ -85,7 +85,8 @@ type BatchConfig struct {
 // of a flow whose transaction is open through its FlowDB, one statement
 // each, and puts off the batch of the other flows on that database
 // (ErrWriteLocked, retried): while the transaction holds the write lock,
-// nobody can take those leases over either.
+// nobody can take those leases over either. A renewal routed into a
+// transaction counts when it commits (see LeaseRenewer).
 type Batcher struct {
 	cfg   BatchConfig
 	clock lease.Clock
@@ -210,6 +211,20 @@ func (b *Batcher) remove(m *member) {
 			break
 		}
 	}
+	b.signal()
+}
+
+// hurry renews m at once (its trust deadline moved back).
+func (b *Batcher) hurry(m *member) {
+	now := b.clock.Now()
+	b.mu.Lock()
+	for _, x := range b.members {
+		if x == m {
+			m.due = now
+			break
+		}
+	}
+	b.mu.Unlock()
 	b.signal()
 }
 
@@ -487,10 +502,7 @@ func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]tim
 			errs[i] = rerrs[j]
 			continue
 		}
-		lr := rs[i].(*LeaseRenewer[K])
-		lr.mu.Lock()
-		lr.g = out[j]
-		lr.mu.Unlock()
+		rs[i].(*LeaseRenewer[K]).renewed(out[j], nil) // on the pool: committed
 		dls[i] = out[j].Deadline
 	}
 	return dls, errs

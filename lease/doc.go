@@ -115,7 +115,20 @@
 // SELECT … FOR UPDATE would not be. On SQLite, where a write transaction
 // excludes every other writer, a FlowDB routes the flow's renewals into the
 // open transaction (and a failed side effect is rolled back to a savepoint,
-// keeping them).
+// and the renewals are made again, keeping them).
+//
+// A renewal routed into a transaction is undone if the transaction does
+// not commit, so it counts only when it does: a renewer sends it through
+// FlowDB.Route and hears how the transaction ended (package heartbeat moves
+// the trust deadline back on a rollback). RunFenced tells the renewers
+// before the rollback frees the write lock — also when the transaction
+// ends because its context did, which RunFenced handles itself instead of
+// leaving it to database/sql — so a flow whose last committed renewal is
+// too old stops its work before anyone else can take its leases. What RunFenced cannot order: when a write
+// of fn is interrupted by its context, SQLite rolls the whole transaction
+// back at once, and the renewers hear of it a moment later, when RunFenced
+// does; in that moment another holder can take a lease whose last
+// committed expiry has passed.
 //
 // # Failure handling
 //

@@ -28,7 +28,7 @@ func TestFlowDBFallsBackToThePoolWhenTheTransactionEnded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.enter(tx)
+		ft := f.enter(tx)
 		if _, err := f.ExecContext(ctx, "INSERT INTO t VALUES (1)"); err != nil {
 			t.Fatalf("inside the transaction: %v", err)
 		}
@@ -48,7 +48,7 @@ func TestFlowDBFallsBackToThePoolWhenTheTransactionEnded(t *testing.T) {
 			t.Fatalf("query after the end: %v", err)
 		}
 		rows.Close()
-		f.leave(tx)
+		ft.finish()
 	}
 	var ones, twos int
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM t WHERE n = 1").Scan(&ones); err != nil {
