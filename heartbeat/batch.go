@@ -86,7 +86,9 @@ type BatchConfig struct {
 // each, and puts off the batch of the other flows on that database
 // (ErrWriteLocked, retried): while the transaction holds the write lock,
 // nobody can take those leases over either. A renewal routed into a
-// transaction counts when it commits (see LeaseRenewer).
+// transaction counts when it commits (see LeaseRenewer). A flow's renewal
+// meant for its transaction that finds it ended goes to the pool and
+// waits there at most one Interval for the write lock.
 type Batcher struct {
 	cfg   BatchConfig
 	clock lease.Clock
@@ -351,8 +353,13 @@ func (b *Batcher) limit(ms []*member, sqlite bool) time.Time {
 	return b.wall(dl)
 }
 
+// renewOne renews m alone, through its flow's FlowDB. Inside the flow's
+// transaction the statement runs at once; if that transaction ended
+// meanwhile it goes to the pool, where another transaction may hold the
+// write lock: on SQLite it then waits at most one Interval, as a batch
+// does, and is retried.
 func (b *Batcher) renewOne(m *member) {
-	ctx, cancel := context.WithDeadline(context.Background(), b.limit([]*member{m}, false))
+	ctx, cancel := context.WithDeadline(context.Background(), b.limit([]*member{m}, m.r.dialect() == lease.SQLite))
 	nd, err := m.r.Renew(ctx)
 	cancel()
 	b.settle(m, b.clock.Now(), nd, err)

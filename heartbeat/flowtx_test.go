@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,4 +147,85 @@ func startFlowsWith(t *testing.T, e conformance.Env, cfg heartbeat.Config, db le
 		flows[i] = f
 	}
 	return flows
+}
+
+// TestParallelFencedTransactionsOfOneFlow: one flow runs two fenced
+// transactions at once (parallel tool calls) on SQLite, whatever the
+// DSN's transaction mode. Its renewals go into the one that holds the
+// write lock — never into one waiting for it, where they would wait with
+// no deadline and hold up the shared Batcher — so the flow keeps its
+// leases through both, and the other flows of the Batcher, put off while
+// the lock is held, are renewed again as soon as it is free.
+func TestParallelFencedTransactionsOfOneFlow(t *testing.T) {
+	for _, c := range sqliteDSNs {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := openSQLite(t, c.driver, c.query)
+			const interval = 100 * time.Millisecond
+			b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval})
+			require.NoError(t, err)
+			flowA := lease.NewFlowDB(e.DB, e.Dialect)
+			a := startFlows(t, e, b, flowA, "a", 1, 2, interval, 1500*time.Millisecond)[0]
+			others := startFlows(t, e, b, e.DB, "o", 2, 1, interval, time.Minute)
+			a.renewed(t, 1)
+			ctx := ctxT(t)
+			fences := []lease.Fence{e.Lease.Fence("lease0", a.grants[0]), e.Lease.Fence("lease1", a.grants[1])}
+
+			var once sync.Once
+			release := make(chan struct{})
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+			in1, in2 := make(chan struct{}), make(chan struct{})
+			done1, done2 := make(chan error, 1), make(chan error, 1)
+			effect := func(name string, in chan struct{}, wait <-chan struct{}) func(*sql.Tx) error {
+				return func(tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, "INSERT INTO lease_item (item_key, note) VALUES (?, 'effect')", name); err != nil {
+						return err
+					}
+					close(in)
+					if wait == nil {
+						return nil
+					}
+					select {
+					case <-wait:
+						return nil
+					case <-a.work.Done():
+						return context.Cause(a.work)
+					}
+				}
+			}
+			go func() {
+				done1 <- lease.RunFenced(ctx, e.DB, lease.FencedTx{Fences: fences, Flow: flowA}, effect("e1", in1, release))
+			}()
+			<-in1 // the first holds the write lock
+			go func() {
+				done2 <- lease.RunFenced(ctx, e.DB, lease.FencedTx{Fences: fences, Flow: flowA}, effect("e2", in2, nil))
+			}()
+			// Several rounds with both open: the flow is renewed.
+			a.renewed(t, 4)
+			require.NoError(t, a.work.Err())
+			once.Do(func() { close(release) })
+			require.NoError(t, <-done1)
+			<-in2
+			require.NoError(t, <-done2)
+			require.NoError(t, a.work.Err())
+			a.renewed(t, 2)
+
+			for _, f := range others {
+			drain:
+				for {
+					select {
+					case ev := <-f.rec.ch:
+						require.NotEqual(t, heartbeat.EventLost, ev.Kind, "%v", ev.Err)
+					default:
+						break drain
+					}
+				}
+				f.renewed(t, 2)
+				require.NoError(t, f.work.Err())
+			}
+			var n int
+			require.NoError(t, e.DB.GetContext(ctx, &n, "SELECT COUNT(*) FROM lease_item WHERE note = 'effect'"))
+			assert.Equal(t, 2, n, "both side effects committed")
+		})
+	}
 }

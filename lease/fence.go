@@ -147,7 +147,10 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 //
 // On SQLite with o.Flow set, the flow's renewals run inside this
 // transaction while it is open (see FlowDB), and count only if it commits.
-// If fn, a fence or Then fails while the transaction is still usable, fn's writes
+// The transaction takes the database's write lock at once, whatever the
+// DSN's transaction mode (a no-op UPDATE of the first fence's table), so
+// that renewals only ever go into a transaction that holds it. If fn, a
+// fence or Then fails while the transaction is still usable, fn's writes
 // are rolled back to a savepoint, the flow's renewals made meanwhile are
 // made again, the fences and o.Keep are confirmed again, and it commits, so
 // the renewals stand; if that fails too, everything is rolled back and the
@@ -158,7 +161,9 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 // the write lock is free for anyone else). Statements of RunFenced itself
 // (fences, o.Then, the savepoint) then run with a context that ctx does not
 // cancel: an interrupted write would make SQLite roll the transaction back
-// on its own.
+// on its own. Routing needs a Fence made by Lease.Fence in o.Fences or
+// o.Keep (its table takes the write lock); without one the transaction is
+// not routed into.
 func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.Tx) error) (err error) {
 	if isNil(db) {
 		return invalid("db", "nil")
@@ -167,7 +172,9 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 		return invalid("fn", "nil")
 	}
 	if o.Flow != nil && o.Flow.dialect == SQLite {
-		return runRouted(ctx, db, o, fn)
+		if lw := writeLocker(o); lw != nil {
+			return runRouted(ctx, db, o, lw, fn)
+		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -188,7 +195,7 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 
 // runRouted is RunFenced on SQLite for a flow whose renewals are routed
 // into the transaction (see RunFenced and FlowDB).
-func runRouted(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.Tx) error) error {
+func runRouted(ctx context.Context, db TxBeginner, o FencedTx, lw writeLock, fn func(tx *sql.Tx) error) error {
 	// database/sql rolls a transaction back on its own goroutine as soon
 	// as the context it began with ends, releasing the write lock before
 	// anyone could tell the flow that its renewals went with it. So the
@@ -206,7 +213,11 @@ func runRouted(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+	// Take the write lock now: with a deferred BEGIN the transaction would
+	// not hold it until its first write, and a renewal routed into it
+	// would wait for it. A wait here is cut short by ctx; nothing is
+	// written yet. The savepoint goes with it, in one call.
+	if err := lw.lockWrite(ctx, tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -257,6 +268,40 @@ func endedErr(ctx context.Context, err error) error {
 		return fmt.Errorf("lease: fenced transaction rolled back: %w: %w", ctx.Err(), cause)
 	}
 	return fmt.Errorf("lease: fenced transaction rolled back: %w", ctx.Err())
+}
+
+// writeLock is a Fence that can take SQLite's write lock in a transaction
+// without changing anything, and the savepoint with it.
+type writeLock interface {
+	lockWrite(ctx context.Context, tx *sql.Tx) error
+}
+
+func writeLocker(o FencedTx) writeLock {
+	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+		if lw, ok := f.(writeLock); ok && lw != nil {
+			return lw
+		}
+	}
+	return nil
+}
+
+// lockWrite takes the savepoint and the write lock of a routed
+// transaction, in one call (both SQLite drivers run every statement of an
+// Exec without arguments).
+func (f fence[K]) lockWrite(ctx context.Context, tx *sql.Tx) error {
+	if f.l == nil {
+		return invalid("fence", "nil lease")
+	}
+	_, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint+"; "+f.l.b.lockWrite())
+	return err
+}
+
+// lockWrite is an UPDATE that matches no row: on SQLite it starts the
+// transaction's write (and takes the database's write lock) without
+// changing anything or firing a trigger.
+func (s sqlBuilder) lockWrite() string {
+	g := s.col(s.t.cols.Generation)
+	return "UPDATE " + s.t.qname(s.d) + " SET " + g + " = " + g + " WHERE 1 = 0"
 }
 
 // ErrNodeBehind is what RunFenced returns, on a multi-primary cluster
@@ -388,6 +433,12 @@ func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx, ft *flowTx) e
 // transaction that does not commit tells the renewers before it releases
 // the write lock.
 //
+// A flow may run several fenced transactions at once (parallel tool
+// calls). Each takes the write lock before it is routed into (see
+// RunFenced), so statements only ever go into the one that holds it, and
+// never wait for the lock inside a transaction; while none holds it they
+// go to the pool.
+//
 // Statements routed into a transaction run with a context that is not
 // cancelled by the caller's (an interrupted write would roll back the whole
 // transaction on SQLite). A FlowDB is safe for concurrent use.
@@ -397,7 +448,7 @@ type FlowDB struct {
 
 	mu   sync.Mutex
 	idle sync.Cond // signalled when a transaction's last Route is Done
-	txs  []*flowTx // open transactions routed into, oldest first
+	txs  []*flowTx // open transactions that hold the write lock, oldest first
 }
 
 // flowTx is one of a flow's fenced transactions, routed into from when it

@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -193,4 +195,63 @@ func TestFailedTransactionKeepsTheRunsLeases(t *testing.T) {
 	assert.Equal(t, "kept", out.Reply)
 	assert.Equal(t, errFailed, txErr, "InTx returns fn's error alone")
 	assert.Equal(t, 0, e.ledgerRows(t), "fn's write is rolled back")
+}
+
+// A run that makes two fenced transactions at once (parallel InTx or tool
+// calls) on SQLite keeps its leases through both, whether the DSN begins
+// transactions deferred or immediate: its renewals go into the one that
+// holds the write lock, never into one still waiting for it (where, on a
+// deferred DSN, they used to wait with no deadline, and the run lost its
+// leases to its own transactions).
+func TestParallelTransactionsOfOneRun(t *testing.T) {
+	for name, q := range map[string]string{
+		"deferred":  "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)",
+		"immediate": "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_txlock=immediate",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db, err := sqlx.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "p.db")+q)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			const ttl = 900 * time.Millisecond
+			e := newEnv(t, db, ttl)
+			r := e.newRunner(t, nil)
+			ctx := bg(t)
+			insert := func(tx *sql.Tx, run *Run) error {
+				_, err := tx.ExecContext(ctx, "INSERT INTO ledger_entry (request_id, amount) VALUES (?, ?)", run.RequestID(), "1")
+				return err
+			}
+			out, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "a", Content: "x"}, func(work context.Context, run *Run) (Answer, error) {
+				in1 := make(chan struct{})
+				errs := make(chan error, 2)
+				go func() {
+					errs <- run.InTx(work, func(tx *sql.Tx) error {
+						if err := insert(tx, run); err != nil {
+							return err
+						}
+						close(in1)
+						// Hold the write lock past the TTL: only renewals
+						// inside this transaction keep the run's leases.
+						timer := time.NewTimer(2 * ttl)
+						defer timer.Stop()
+						select {
+						case <-timer.C:
+							return nil
+						case <-work.Done():
+							return context.Cause(work)
+						}
+					})
+				}()
+				<-in1
+				go func() { errs <- run.InTx(work, func(tx *sql.Tx) error { return insert(tx, run) }) }()
+				if err := errors.Join(<-errs, <-errs); err != nil {
+					return Answer{}, err
+				}
+				return Answer{Reply: "both"}, nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, "both", out.Reply)
+			assert.Equal(t, 2, e.ledgerRows(t))
+		})
+	}
 }
