@@ -148,7 +148,7 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 // On SQLite with o.Flow set, the flow's renewals run inside this
 // transaction while it is open (see FlowDB), and count only if it commits.
 // The transaction takes the database's write lock at once, whatever the
-// DSN's transaction mode (a no-op UPDATE of the first fence's table), so
+// DSN's transaction mode (a no-op UPDATE of a fence's table), so
 // that renewals only ever go into a transaction that holds it. If fn, a
 // fence or Then fails while the transaction is still usable, fn's writes
 // are rolled back to a savepoint, the flow's renewals made meanwhile are
@@ -159,11 +159,13 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 // supervisors were told that its renewals are undone (a heartbeat whose
 // last committed renewal is then too old cancels the flow's work before
 // the write lock is free for anyone else). Statements of RunFenced itself
-// (fences, o.Then, the savepoint) then run with a context that ctx does not
-// cancel: an interrupted write would make SQLite roll the transaction back
-// on its own. Routing needs a Fence made by Lease.Fence in o.Fences or
-// o.Keep (its table takes the write lock); without one the transaction is
-// not routed into.
+// after fn (the fences, o.Then, the rollback to the savepoint and what
+// follows it) run with a context that ctx does not cancel: an interrupted
+// write would make SQLite roll the transaction back on its own.
+//
+// Routing needs a Fence made by Lease.Fence in o.Fences or o.Keep (the
+// write lock is taken on its table); without one the transaction is not
+// routed into.
 func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.Tx) error) (err error) {
 	if isNil(db) {
 		return invalid("db", "nil")
