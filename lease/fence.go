@@ -224,16 +224,19 @@ func runRouted(ctx context.Context, db TxBeginner, o FencedTx, lw writeLock, fn 
 		return err
 	}
 	ft := o.Flow.enter(tx)
+	aborted := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		if ft.finish() {
 			ft.ended(false) // the flow hears of it while the lock is still held
 			_ = tx.Rollback()
+			close(aborted)
 		}
 	})
 	defer stop()
 	qctx := context.WithoutCancel(ctx)
 	err = runFencedBody(ctx, qctx, tx, o, fn)
-	if !ft.finish() { // ctx ended, and the transaction was rolled back
+	if !ft.finish() { // ctx ended, and the transaction is being rolled back
+		<-aborted
 		return endedErr(ctx, err)
 	}
 	if ctx.Err() != nil {
