@@ -76,6 +76,11 @@ type BatchConfig struct {
 //     from the confirmations to the commit; do not write a lease row in a
 //     long transaction of your own (renew it with Confirm at the end), or
 //     give such a flow a Supervisor without a Batcher.
+//   - With mattn/go-sqlite3, a statement waiting in SQLite's busy handler
+//     does not see its context end (modernc.org/sqlite's does): a batch
+//     sent just before a flow's fenced transaction took the write lock
+//     then waits until that transaction ends or the busy timeout passes,
+//     and the Batcher with it, whatever the statement's deadline.
 //
 // # SQLite
 //

@@ -18,15 +18,16 @@ import (
 	"github.com/rowlease/rowlease/lease"
 )
 
-// sqliteDSNs are SQLite files opened by both drivers, with transactions
-// begun deferred (SQLite's default, and database/sql's) or immediate.
+// sqliteDSNs are SQLite files with transactions begun deferred (SQLite's
+// default, and database/sql's) or immediate. Only modernc.org/sqlite: with
+// mattn/go-sqlite3 a statement waiting in SQLite's busy handler does not
+// see its context end, so a batch sent just before a flow's transaction
+// takes the write lock waits for the whole transaction (see Batcher).
 var sqliteDSNs = []struct {
 	name, driver, query string
 }{
-	{"modernc/deferred", "sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"},
-	{"modernc/immediate", "sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"},
-	{"mattn/deferred", "sqlite3", "?_busy_timeout=10000&_journal_mode=WAL"},
-	{"mattn/immediate", "sqlite3", "?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate"},
+	{"deferred", "sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"},
+	{"immediate", "sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"},
 }
 
 func openSQLite(t *testing.T, driver, query string) conformance.Env {

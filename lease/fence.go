@@ -262,17 +262,17 @@ func runRouted(ctx context.Context, db TxBeginner, o FencedTx, lw writeLock, fn 
 	return err
 }
 
-// endedErr is the error of a routed transaction that was rolled back
-// because ctx ended: err (fn's) unless it only says the transaction was
-// gone, and ctx's error with its cause.
+// endedErr is the error of a routed transaction that ctx ended (rolled
+// back, or never begun): err (fn's) unless it only says the transaction
+// was gone, else ctx's error with its cause.
 func endedErr(ctx context.Context, err error) error {
 	if err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return err
 	}
 	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
-		return fmt.Errorf("lease: fenced transaction rolled back: %w: %w", ctx.Err(), cause)
+		return fmt.Errorf("lease: fenced transaction not committed: %w: %w", ctx.Err(), cause)
 	}
-	return fmt.Errorf("lease: fenced transaction rolled back: %w", ctx.Err())
+	return fmt.Errorf("lease: fenced transaction not committed: %w", ctx.Err())
 }
 
 // writeLock is a Fence that can take SQLite's write lock in a transaction

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/mattn/go-sqlite3" // registers "sqlite3" (cgo)
 	_ "modernc.org/sqlite"
 )
 
@@ -71,20 +72,24 @@ func TestFlowDBFallsBackToThePoolWhenTheTransactionEnded(t *testing.T) {
 // the DSN's transaction mode, the transaction holds the lock from its
 // start, before anything is routed into it.
 func TestFlowRouteHearsTheEndBeforeTheLockIsFree(t *testing.T) {
-	for name, q := range map[string]string{
-		"deferred":  "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
-		"immediate": "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate",
+	for name, c := range map[string]struct{ driver, query, noWait string }{
+		"modernc/deferred":  {"sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", "?_pragma=busy_timeout(0)"},
+		"modernc/immediate": {"sqlite", "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate", "?_pragma=busy_timeout(0)"},
+		"mattn/deferred":    {"sqlite3", "?_busy_timeout=10000&_journal_mode=WAL", "?_busy_timeout=0"},
+		"mattn/immediate":   {"sqlite3", "?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate", "?_busy_timeout=0"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			path := filepath.Join(t.TempDir(), "r.db")
-			db, err := sql.Open("sqlite", "file:"+path+q)
+			db, err := sql.Open(c.driver, "file:"+path+c.query)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			// Another process, which never waits for the lock.
-			other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+			// Another writer, which never waits for the lock (the same
+			// driver: two SQLite libraries in one process do not see each
+			// other's locks).
+			other, err := sql.Open(c.driver, "file:"+path+c.noWait)
 			if err != nil {
 				t.Fatal(err)
 			}
