@@ -234,11 +234,14 @@ func (r *Runner) initQueue() {
 	// processing under a live request lease: its session lease can lapse a
 	// moment before its request lease (they are renewed apart), and the
 	// next message must not overtake it; it is resumed first, once its
-	// lease has expired.
+	// lease has expired. Nor while a run asked to stop still holds its
+	// request lease: the claim marks it interrupted only once that lease
+	// is free or expired, and no later claim would (a dead run's session
+	// lease lapses a moment before its request lease).
 	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status FROM " + t +
 		" WHERE session_key = ? AND " + runnable +
 		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND p.status = 'processing'" +
-		" AND p.queue_seq IS NOT NULL AND p.interrupted_by IS NULL AND p.token IS NOT NULL AND p.expires_at > " + now + ")" +
+		" AND (p.interrupted_by IS NOT NULL OR p.queue_seq IS NOT NULL) AND p.token IS NOT NULL AND p.expires_at > " + now + ")" +
 		" ORDER BY CASE WHEN status = 'processing' THEN 0 ELSE 1 END, " + laneExpr + ", queue_seq LIMIT 1")
 	q.aheadQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + runnable)
 	q.aheadInterruptQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + runnable +
