@@ -76,6 +76,11 @@ type BatchConfig struct {
 //     from the confirmations to the commit; do not write a lease row in a
 //     long transaction of your own (renew it with Confirm at the end), or
 //     give such a flow a Supervisor without a Batcher.
+//   - With mattn/go-sqlite3, a statement waiting in SQLite's busy handler
+//     does not see its context end (modernc.org/sqlite's does): a batch
+//     sent just before a flow's fenced transaction took the write lock
+//     then waits until that transaction ends or the busy timeout passes,
+//     and the Batcher with it, whatever the statement's deadline.
 //
 // # SQLite
 //
@@ -85,7 +90,10 @@ type BatchConfig struct {
 // of a flow whose transaction is open through its FlowDB, one statement
 // each, and puts off the batch of the other flows on that database
 // (ErrWriteLocked, retried): while the transaction holds the write lock,
-// nobody can take those leases over either.
+// nobody can take those leases over either. A renewal routed into a
+// transaction counts when it commits (see LeaseRenewer). A flow's renewal
+// meant for its transaction that finds it ended goes to the pool and
+// waits there at most one Interval for the write lock.
 type Batcher struct {
 	cfg   BatchConfig
 	clock lease.Clock
@@ -213,6 +221,20 @@ func (b *Batcher) remove(m *member) {
 	b.signal()
 }
 
+// hurry renews m at once (its trust deadline moved back).
+func (b *Batcher) hurry(m *member) {
+	now := b.clock.Now()
+	b.mu.Lock()
+	for _, x := range b.members {
+		if x == m {
+			m.due = now
+			break
+		}
+	}
+	b.mu.Unlock()
+	b.signal()
+}
+
 func (b *Batcher) wall(t time.Time) time.Time {
 	if _, ok := b.clock.(systemClock); ok {
 		return t
@@ -336,8 +358,13 @@ func (b *Batcher) limit(ms []*member, sqlite bool) time.Time {
 	return b.wall(dl)
 }
 
+// renewOne renews m alone, through its flow's FlowDB. Inside the flow's
+// transaction the statement runs at once; if that transaction ended
+// meanwhile it goes to the pool, where another transaction may hold the
+// write lock: on SQLite it then waits at most one Interval, as a batch
+// does, and is retried.
 func (b *Batcher) renewOne(m *member) {
-	ctx, cancel := context.WithDeadline(context.Background(), b.limit([]*member{m}, false))
+	ctx, cancel := context.WithDeadline(context.Background(), b.limit([]*member{m}, m.r.dialect() == lease.SQLite))
 	nd, err := m.r.Renew(ctx)
 	cancel()
 	b.settle(m, b.clock.Now(), nd, err)
@@ -487,10 +514,7 @@ func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]tim
 			errs[i] = rerrs[j]
 			continue
 		}
-		lr := rs[i].(*LeaseRenewer[K])
-		lr.mu.Lock()
-		lr.g = out[j]
-		lr.mu.Unlock()
+		rs[i].(*LeaseRenewer[K]).renewed(out[j], nil) // on the pool: committed
 		dls[i] = out[j].Deadline
 	}
 	return dls, errs

@@ -63,6 +63,13 @@
 //     deadline as well as for the renewals due.
 //   - A renewal that succeeds only after its lease's trust deadline does not
 //     rescue it: the lease is lost, since the work ran untrusted meanwhile.
+//   - A trust deadline moves only on a committed renewal. A renewal that a
+//     lease.FlowDB routes into the flow's open transaction (SQLite) moves
+//     it provisionally, and only while that transaction holds the write
+//     lock (nobody else can take the lease then). If the transaction does
+//     not commit, the deadline goes back to the last committed renewal's
+//     before the write lock is free; if that has passed, the work context
+//     is cancelled there and then (ReasonDeadline, ErrRolledBack).
 //   - Once a loss is recorded, nothing is renewed any more.
 //   - One clock: every instant the supervisor compares — trust deadlines,
 //     due renewals, now — is read on Config.Clock, which must be the clock

@@ -18,6 +18,12 @@ var ErrStopped = errors.New("heartbeat: stopped")
 // ErrStarted is the error of a second Start.
 var ErrStarted = errors.New("heartbeat: already started")
 
+// ErrRolledBack is the error in a *LostError (ReasonDeadline) when a
+// lease's renewals made inside one of the flow's transactions (SQLite, see
+// lease.FlowDB) were undone because that transaction did not commit, and
+// the lease's last committed renewal was too old to trust any more.
+var ErrRolledBack = errors.New("heartbeat: the renewals made inside the flow's transaction were rolled back with it")
+
 // Reasons a lease is lost, as found in LostError.Reason.
 const (
 	// ReasonGone: a renewal reported lease.ErrLost — the token no longer
@@ -71,14 +77,24 @@ type Renewer interface {
 // keeps its own copy of the grant, updated by each successful renewal: the
 // caller's copy keeps the deadline it had, so read the renewed grant (its
 // trust deadline) with Grant. It is safe for concurrent use.
+//
+// Through a lease.FlowDB that routes a renewal into the flow's open
+// transaction (SQLite), the renewal counts only if that transaction
+// commits: if it rolls back, the grant goes back to the last committed
+// renewal's, and a Supervisor hears of it before the transaction releases
+// the write lock (and loses the lease at once if that deadline has
+// passed).
 type LeaseRenewer[K lease.Key] struct {
 	name string
 	l    *lease.Lease[K]
 	db   lease.DB
 	ttl  time.Duration
 
-	mu sync.Mutex
-	g  lease.Grant[K]
+	mu        sync.Mutex
+	g         lease.Grant[K]         // the latest renewal's, committed or not
+	committed lease.Grant[K]         // the latest committed renewal's
+	pending   map[any]lease.Grant[K] // the latest renewal inside each open transaction
+	onRevert  func(deadline time.Time)
 }
 
 // ForLease adapts a lease grant to a Renewer named name: each renewal is
@@ -97,7 +113,7 @@ func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.
 	if ttl == 0 {
 		ttl = g.TTL
 	}
-	return &LeaseRenewer[K]{name: name, l: l, db: db, ttl: ttl, g: g}
+	return &LeaseRenewer[K]{name: name, l: l, db: db, ttl: ttl, g: g, committed: g}
 }
 
 // check reports a LeaseRenewer that cannot renew, before any SQL.
@@ -146,14 +162,108 @@ func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 	if err := r.check(); err != nil {
 		return g.Deadline, err
 	}
-	ng, err := r.l.Renew(ctx, r.db, g, r.ttl)
+	db := r.db
+	var rt *lease.FlowRoute
+	if f, ok := db.(*lease.FlowDB); ok && f != nil {
+		rt = f.Route()
+		defer rt.Done() // after renewed: the transaction cannot end unheard
+		db = rt.DB()
+	}
+	ng, err := r.l.Renew(ctx, db, g, r.ttl)
 	if err != nil {
 		return g.Deadline, err
 	}
+	r.renewed(ng, rt)
+	return ng.Deadline, nil
+}
+
+// renewed keeps ng, renewed through rt (nil: on a pool, committed).
+func (r *LeaseRenewer[K]) renewed(ng lease.Grant[K], rt *lease.FlowRoute) {
+	var tx any
+	if rt != nil {
+		tx = rt.Tx()
+	}
 	r.mu.Lock()
 	r.g = ng
+	if tx == nil {
+		r.committed = ng
+		r.mu.Unlock()
+		return
+	}
+	_, seen := r.pending[tx]
+	if r.pending == nil {
+		r.pending = map[any]lease.Grant[K]{}
+	}
+	r.pending[tx] = ng
 	r.mu.Unlock()
-	return ng.Deadline, nil
+	if !seen {
+		rt.OnEnd(func(committed bool) { r.txEnded(tx, committed) },
+			func(ctx context.Context, db lease.DB) error { return r.redo(ctx, tx, db) })
+	}
+}
+
+// txEnded applies the end of a transaction that renewals went into: they
+// become committed, or the grant goes back to the last committed one (or
+// a later renewal's inside another open transaction).
+func (r *LeaseRenewer[K]) txEnded(tx any, committed bool) {
+	r.mu.Lock()
+	p, ok := r.pending[tx]
+	delete(r.pending, tx)
+	if !ok {
+		r.mu.Unlock()
+		return
+	}
+	if committed {
+		if p.Deadline.After(r.committed.Deadline) {
+			r.committed = p
+		}
+		r.mu.Unlock()
+		return
+	}
+	prev := r.g.Deadline
+	g := r.committed
+	for _, q := range r.pending {
+		if q.Deadline.After(g.Deadline) {
+			g = q
+		}
+	}
+	r.g = g
+	hook := r.onRevert
+	r.mu.Unlock()
+	if hook != nil && g.Deadline.Before(prev) {
+		hook(g.Deadline)
+	}
+}
+
+// redo renews the grant again inside tx (on db), after tx rolled back to
+// a savepoint that undid the renewals made in it.
+func (r *LeaseRenewer[K]) redo(ctx context.Context, tx any, db lease.DB) error {
+	ng, err := r.l.Renew(ctx, db, r.Grant(), r.ttl)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if _, ok := r.pending[tx]; ok {
+		r.pending[tx] = ng
+	}
+	if ng.Deadline.After(r.g.Deadline) {
+		r.g = ng
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// watchReverts sets the function told of a deadline moved back by a
+// transaction that did not commit (the Supervisor's, set by Add).
+func (r *LeaseRenewer[K]) watchReverts(fn func(deadline time.Time)) {
+	r.mu.Lock()
+	r.onRevert = fn
+	r.mu.Unlock()
+}
+
+// revertible is a Renewer whose deadline can move back (*LeaseRenewer).
+type revertible interface {
+	watchReverts(fn func(deadline time.Time))
 }
 
 // EventKind says what an Event reports.
@@ -304,6 +414,8 @@ type Supervisor struct {
 
 	changed chan struct{} // capacity 1: an entry was added or removed, or a batched result came
 	batchOn bool          // the goroutine runs: batched entries are with the Batcher
+	work    context.Context
+	lostEv  *Event // a loss found off the goroutine (revert), for OnEvent
 }
 
 // New validates cfg and returns a Supervisor that is not yet running. Bad
@@ -355,6 +467,9 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 	e.due = now.Add(s.nextRenewal(e.deadline.Sub(now)))
 	if br, ok := r.(batchable); ok && s.cfg.Batcher != nil && e.invalid == nil {
 		e.member = &member{sup: s, e: e, r: br}
+	}
+	if rv, ok := r.(revertible); ok {
+		rv.watchReverts(func(dl time.Time) { s.revert(e, dl) })
 	}
 	// The Batcher is told under s.mu (it never takes s.mu while holding
 	// its own lock), so that a lease added while the goroutine exits is
@@ -482,7 +597,7 @@ func (s *Supervisor) Start(parent context.Context) (context.Context, error) {
 		return nil, ErrStopped
 	}
 	work, cancel := context.WithCancelCause(parent)
-	s.started, s.cancel, s.done = true, cancel, make(chan struct{})
+	s.started, s.cancel, s.done, s.work = true, cancel, make(chan struct{}), work
 	go s.run(work)
 	return work, nil
 }
@@ -520,6 +635,7 @@ func (s *Supervisor) Lost() error {
 // loss, on Stop, and when the parent is done.
 func (s *Supervisor) run(ctx context.Context) {
 	defer close(s.done)
+	defer s.flushLost()
 	s.log.Debug("heartbeat: started", "interval", s.cfg.Interval, "ttl", s.cfg.TTL)
 	defer s.log.Debug("heartbeat: stopped")
 	timer := time.NewTimer(time.Hour)
@@ -682,6 +798,14 @@ func (s *Supervisor) settle(ctx context.Context, e *entry, prev, now, nd time.Ti
 		s.mu.Unlock()
 		return true
 	}
+	if _, ok := e.r.(revertible); ok && err == nil {
+		// A transaction that the renewal went into may have ended without
+		// committing since it returned: the renewer's deadline is then the
+		// earlier one.
+		if d := e.r.Deadline(); d.Before(nd) {
+			nd = d
+		}
+	}
 	switch {
 	case err == nil && now.Before(prev):
 		e.deadline, e.due = nd, now.Add(s.nextRenewal(nd.Sub(now)))
@@ -719,6 +843,57 @@ func (s *Supervisor) settle(ctx context.Context, e *entry, prev, now, nd time.Ti
 		"err", err, "retry_in", wait, "trust_left", left)
 	s.event(Event{Kind: EventRetry, Lease: e.name, Deadline: prev, Attempt: n, Err: err})
 	return true
+}
+
+// revert moves e's trust deadline back to dl: renewals made inside a
+// transaction of the flow were undone because it did not commit. It runs
+// on the goroutine that ends the transaction, before the transaction
+// releases SQLite's write lock: if dl has passed, the work context is
+// cancelled here and now (ReasonDeadline, ErrRolledBack), so that no one
+// can take the lease over while the work still runs. Otherwise e is
+// renewed at once.
+func (s *Supervisor) revert(e *entry, dl time.Time) {
+	now := s.clock.Now()
+	s.mu.Lock()
+	if e.removed || !dl.Before(e.deadline) {
+		s.mu.Unlock()
+		return
+	}
+	e.deadline = dl
+	if e.member == nil {
+		e.due = now
+	}
+	m, work, cancel := e.member, s.work, s.cancel
+	if now.Before(dl) || work == nil || work.Err() != nil {
+		// Trust is left (renew at once), or the goroutine has not started
+		// (it checks the deadline first) or has stopped.
+		s.mu.Unlock()
+		if m != nil && work != nil && work.Err() == nil {
+			s.cfg.Batcher.hurry(m)
+		}
+		s.signal()
+		return
+	}
+	le := &LostError{Lease: e.name, Reason: ReasonDeadline, Err: ErrRolledBack}
+	if s.lost == nil {
+		s.lost = le
+	}
+	s.lostEv = &Event{Kind: EventLost, Lease: e.name, Deadline: dl, Err: le}
+	s.mu.Unlock()
+	cancel(le)
+	s.log.Error("heartbeat: lease lost, work cancelled", "lease", e.name, "reason", ReasonDeadline, "err", ErrRolledBack)
+	s.signal()
+}
+
+// flushLost hands a loss found by revert to OnEvent, on the goroutine.
+func (s *Supervisor) flushLost() {
+	s.mu.Lock()
+	ev := s.lostEv
+	s.lostEv = nil
+	s.mu.Unlock()
+	if ev != nil {
+		s.event(*ev)
+	}
 }
 
 // lose records the loss of e and cancels the work context, unless that is

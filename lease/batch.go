@@ -451,7 +451,7 @@ func (g grantList[K]) batchArgs(idx []int) ([]any, []string, []int64) {
 func (f *FlowDB) InTx() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.tx != nil
+	return f.active() != nil
 }
 
 // Pool returns the pool the FlowDB was made with.

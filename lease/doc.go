@@ -125,7 +125,23 @@
 // SELECT … FOR UPDATE would not be. On SQLite, where a write transaction
 // excludes every other writer, a FlowDB routes the flow's renewals into the
 // open transaction (and a failed side effect is rolled back to a savepoint,
-// keeping them).
+// and the renewals are made again, keeping them).
+//
+// A renewal routed into a transaction is undone if the transaction does
+// not commit, so it counts only when it does: a renewer sends it through
+// FlowDB.Route and hears how the transaction ended (package heartbeat moves
+// the trust deadline back on a rollback). RunFenced tells the renewers
+// before the rollback frees the write lock — also when the transaction
+// ends because its context did, which RunFenced handles itself instead of
+// leaving it to database/sql — so a flow whose last committed renewal is
+// too old stops its work before anyone else can take its leases. A routed
+// transaction takes the write lock at its start, whatever the DSN's
+// transaction mode, so renewals only ever go into the one of a flow's
+// transactions that holds it. What RunFenced cannot order: when a write
+// of fn is interrupted by its context, SQLite rolls the whole transaction
+// back at once, and the renewers hear of it a moment later, when RunFenced
+// does; in that moment another holder can take a lease whose last
+// committed expiry has passed.
 //
 // # Failure handling
 //
@@ -361,5 +377,11 @@
 // check warns of the first two when they are missing and cannot see the
 // third. A transaction holds the database's only write lock
 // while it runs: renew the leases of the flow that owns it through a FlowDB
-// (package request does), or they wait behind it.
+// (package request does), or they wait behind it. RunFenced with a FlowDB
+// takes the write lock at BEGIN even without _txlock=immediate (one no-op
+// UPDATE of a fence's table, sent with its savepoint), so that several
+// fenced transactions of one flow at once (parallel tool calls) queue for
+// the lock before anything is routed into them; other transactions begun
+// deferred take it at their first write, and a writer that started as a
+// reader may then fail with SQLITE_BUSY (transient) instead of waiting.
 package lease

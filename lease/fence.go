@@ -146,11 +146,26 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 // it is, after the rollback. A failed commit means the outcome is unknown.
 //
 // On SQLite with o.Flow set, the flow's renewals run inside this
-// transaction while it is open. If fn, a fence or Then fails while the
-// transaction is still usable, fn's writes are rolled back to a savepoint
-// and the fences and o.Keep are confirmed again and committed, so the
-// renewals made meanwhile stand; if that fails too, everything is rolled
-// back and the error is joined to fn's.
+// transaction while it is open (see FlowDB), and count only if it commits.
+// The transaction takes the database's write lock at once, whatever the
+// DSN's transaction mode (a no-op UPDATE of a fence's table), so
+// that renewals only ever go into a transaction that holds it. If fn, a
+// fence or Then fails while the transaction is still usable, fn's writes
+// are rolled back to a savepoint, the flow's renewals made meanwhile are
+// made again, the fences and o.Keep are confirmed again, and it commits, so
+// the renewals stand; if that fails too, everything is rolled back and the
+// error is joined to fn's. When ctx ends while the transaction is open, it
+// is rolled back at once, as database/sql does — but only after the flow's
+// supervisors were told that its renewals are undone (a heartbeat whose
+// last committed renewal is then too old cancels the flow's work before
+// the write lock is free for anyone else). Statements of RunFenced itself
+// after fn (the fences, o.Then, the rollback to the savepoint and what
+// follows it) run with a context that ctx does not cancel: an interrupted
+// write would make SQLite roll the transaction back on its own.
+//
+// Routing needs a Fence made by Lease.Fence in o.Fences or o.Keep (the
+// write lock is taken on its table); without one the transaction is not
+// routed into.
 func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.Tx) error) (err error) {
 	if isNil(db) {
 		return invalid("db", "nil")
@@ -158,38 +173,140 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 	if fn == nil {
 		return invalid("fn", "nil")
 	}
+	if o.Flow != nil && o.Flow.dialect == SQLite {
+		if lw := writeLocker(o); lw != nil {
+			return runRouted(ctx, db, o, lw, fn)
+		}
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
-	route := o.Flow != nil && o.Flow.dialect == SQLite
-	if route {
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		o.Flow.enter(tx)
-		defer o.Flow.leave(tx)
-	}
-	if err := runFencedBody(ctx, tx, o, fn); err != nil {
+	if err := runFencedBody(ctx, ctx, tx, o, fn); err != nil {
+		_ = tx.Rollback()
 		if errors.Is(err, ErrLost) && ctx.Err() == nil && multiPrimary(o) {
-			_ = tx.Rollback()
 			return behind(ctx, db, o, err)
 		}
-		if route && ctx.Err() == nil {
-			if kerr := keepAfterFailure(ctx, tx, o); kerr != nil {
-				_ = tx.Rollback()
-				return errors.Join(err, kerr)
-			}
-			return err
-		}
-		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("lease: commit (outcome unknown): %w", err)
 	}
 	return nil
+}
+
+// runRouted is RunFenced on SQLite for a flow whose renewals are routed
+// into the transaction (see RunFenced and FlowDB).
+func runRouted(ctx context.Context, db TxBeginner, o FencedTx, lw writeLock, fn func(tx *sql.Tx) error) error {
+	// database/sql rolls a transaction back on its own goroutine as soon
+	// as the context it began with ends, releasing the write lock before
+	// anyone could tell the flow that its renewals went with it. So the
+	// transaction gets a context of its own, and RunFenced ends it.
+	txctx, txcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer txcancel()
+	stopBegin := context.AfterFunc(ctx, txcancel) // BEGIN may wait for the lock
+	tx, err := db.BeginTx(txctx, nil)
+	if !stopBegin() {
+		if err == nil {
+			_ = tx.Rollback()
+		}
+		return endedErr(ctx, nil)
+	}
+	if err != nil {
+		return err
+	}
+	// Take the write lock now: with a deferred BEGIN the transaction would
+	// not hold it until its first write, and a renewal routed into it
+	// would wait for it. A wait here is cut short by ctx; nothing is
+	// written yet. The savepoint goes with it, in one call.
+	if err := lw.lockWrite(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	ft := o.Flow.enter(tx)
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		if ft.finish() {
+			ft.ended(false) // the flow hears of it while the lock is still held
+			_ = tx.Rollback()
+			close(aborted)
+		}
+	})
+	defer stop()
+	qctx := context.WithoutCancel(ctx)
+	err = runFencedBody(ctx, qctx, tx, o, fn)
+	if !ft.finish() { // ctx ended, and the transaction is being rolled back
+		<-aborted
+		return endedErr(ctx, err)
+	}
+	if ctx.Err() != nil {
+		// It ended just now: roll back, as the watcher would have.
+		ft.ended(false)
+		_ = tx.Rollback()
+		return endedErr(ctx, err)
+	}
+	if err == nil {
+		if cerr := tx.Commit(); cerr != nil {
+			ft.ended(false)
+			return fmt.Errorf("lease: commit (outcome unknown): %w", cerr)
+		}
+		ft.ended(true)
+		return nil
+	}
+	if kerr := keepAfterFailure(qctx, tx, o, ft); kerr != nil {
+		ft.ended(false)
+		_ = tx.Rollback()
+		return errors.Join(err, kerr)
+	}
+	ft.ended(true)
+	return err
+}
+
+// endedErr is the error of a routed transaction that ctx ended (rolled
+// back, or never begun): err (fn's) unless it only says the transaction
+// was gone, else ctx's error with its cause.
+func endedErr(ctx context.Context, err error) error {
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf("lease: fenced transaction not committed: %w: %w", ctx.Err(), cause)
+	}
+	return fmt.Errorf("lease: fenced transaction not committed: %w", ctx.Err())
+}
+
+// writeLock is a Fence that can take SQLite's write lock in a transaction
+// without changing anything, and the savepoint with it.
+type writeLock interface {
+	lockWrite(ctx context.Context, tx *sql.Tx) error
+}
+
+func writeLocker(o FencedTx) writeLock {
+	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+		if lw, ok := f.(writeLock); ok && lw != nil {
+			return lw
+		}
+	}
+	return nil
+}
+
+// lockWrite takes the savepoint and the write lock of a routed
+// transaction, in one call (both SQLite drivers run every statement of an
+// Exec without arguments).
+func (f fence[K]) lockWrite(ctx context.Context, tx *sql.Tx) error {
+	if f.l == nil {
+		return invalid("fence", "nil lease")
+	}
+	_, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint+"; "+f.l.b.lockWrite())
+	return err
+}
+
+// lockWrite is an UPDATE that matches no row: on SQLite it starts the
+// transaction's write (and takes the database's write lock) without
+// changing anything or firing a trigger.
+func (s sqlBuilder) lockWrite() string {
+	g := s.col(s.t.cols.Generation)
+	return "UPDATE " + s.t.qname(s.d) + " SET " + g + " = " + g + " WHERE 1 = 0"
 }
 
 // ErrNodeBehind is what RunFenced returns, on a multi-primary cluster
@@ -255,15 +372,20 @@ func behind(ctx context.Context, db DB, o FencedTx, lost error) error {
 	return fmt.Errorf("%w (%v)", ErrNodeBehind, lost)
 }
 
-func runFencedBody(ctx context.Context, tx *sql.Tx, o FencedTx, fn func(tx *sql.Tx) error) error {
+// runFencedBody runs fn, the fences and o.Then; qctx is the context of
+// the fences and Then.
+func runFencedBody(ctx, qctx context.Context, tx *sql.Tx, o FencedTx, fn func(tx *sql.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if err := checkFences(ctx, tx, o.Fences); err != nil {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkFences(qctx, tx, o.Fences); err != nil {
 		return err
 	}
 	if o.Then != nil {
-		return o.Then(ctx, tx)
+		return o.Then(qctx, tx)
 	}
 	return nil
 }
@@ -281,11 +403,15 @@ func checkFences(ctx context.Context, tx *sql.Tx, fences []Fence) error {
 }
 
 // keepAfterFailure undoes fn's writes on SQLite but keeps the flow's
-// leases: roll back to the savepoint, confirm every lease again, commit.
-func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx) error {
+// leases: roll back to the savepoint (which undoes the renewals routed
+// into the transaction too), make those renewals again, confirm every
+// lease again, commit. ft must be finished: nothing is routed into the
+// transaction any more.
+func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx, ft *flowTx) error {
 	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
 		return err
 	}
+	ft.redo(ctx)
 	if err := checkFences(ctx, tx, append(append([]Fence(nil), o.Fences...), o.Keep...)); err != nil {
 		return err
 	}
@@ -304,6 +430,20 @@ func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx) error {
 // no one else can take the lease over while that transaction holds the
 // write lock. On MySQL and PostgreSQL a FlowDB always uses the pool.
 //
+// A renewal made inside a transaction is undone if the transaction does
+// not commit, so it may move a trust deadline only provisionally: renew
+// through Route, which says where the statement went and lets the renewer
+// hear when the transaction ends (package heartbeat does this). The
+// transaction ends only after every Route into it is Done, and a
+// transaction that does not commit tells the renewers before it releases
+// the write lock.
+//
+// A flow may run several fenced transactions at once (parallel tool
+// calls). Each takes the write lock before it is routed into (see
+// RunFenced), so statements only ever go into the one that holds it, and
+// never wait for the lock inside a transaction; while none holds it they
+// go to the pool.
+//
 // Statements routed into a transaction run with a context that is not
 // cancelled by the caller's (an interrupted write would roll back the whole
 // transaction on SQLite). A FlowDB is safe for concurrent use.
@@ -311,24 +451,169 @@ type FlowDB struct {
 	pool    DB
 	dialect Dialect
 
-	mu sync.Mutex
-	tx *sql.Tx
+	mu   sync.Mutex
+	idle sync.Cond // signalled when a transaction's last Route is Done
+	txs  []*flowTx // open transactions that hold the write lock, oldest first
+}
+
+// flowTx is one of a flow's fenced transactions, routed into from when it
+// holds the write lock until it ends. Its fields are guarded by FlowDB.mu.
+type flowTx struct {
+	f      *FlowDB
+	tx     *sql.Tx
+	ending bool // finish was called: nothing more is routed into it
+	pins   int  // Routes into it that are not Done
+	hooks  []*txHook
+}
+
+// txHook is what a renewer asked to hear about a transaction (Route.OnEnd).
+type txHook struct {
+	end  func(committed bool)
+	redo func(ctx context.Context, db DB) error
+	lost bool // its redo failed: its renewals are gone even if tx commits
 }
 
 // NewFlowDB returns the FlowDB of one flow on pool (a *sql.DB or *sqlx.DB)
 // in dialect d.
-func NewFlowDB(pool DB, d Dialect) *FlowDB { return &FlowDB{pool: pool, dialect: d} }
-
-func (f *FlowDB) enter(tx *sql.Tx) {
-	f.mu.Lock()
-	f.tx = tx
-	f.mu.Unlock()
+func NewFlowDB(pool DB, d Dialect) *FlowDB {
+	f := &FlowDB{pool: pool, dialect: d}
+	f.idle.L = &f.mu
+	return f
 }
 
-func (f *FlowDB) leave(tx *sql.Tx) {
+func (f *FlowDB) enter(tx *sql.Tx) *flowTx {
+	t := &flowTx{f: f, tx: tx}
 	f.mu.Lock()
-	if f.tx == tx {
-		f.tx = nil
+	if f.idle.L == nil {
+		f.idle.L = &f.mu
+	}
+	f.txs = append(f.txs, t)
+	f.mu.Unlock()
+	return t
+}
+
+// active is the transaction to route into, or nil. f.mu is held.
+func (f *FlowDB) active() *flowTx {
+	for i := len(f.txs) - 1; i >= 0; i-- {
+		if !f.txs[i].ending {
+			return f.txs[i]
+		}
+	}
+	return nil
+}
+
+// finish stops routing into t and waits until every Route into it is
+// Done. It reports false if t was finished already (RunFenced and the
+// watcher of its context each try; the first ends the transaction).
+func (t *flowTx) finish() bool {
+	f := t.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t.ending {
+		return false
+	}
+	t.ending = true
+	for t.pins > 0 {
+		f.idle.Wait()
+	}
+	for i, x := range f.txs {
+		if x == t {
+			f.txs = append(f.txs[:i:i], f.txs[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+// redo makes again, inside the transaction, the renewals that a rollback
+// to the savepoint undid. A hook whose redo fails hears that its
+// renewals were not committed, whatever the transaction's end.
+func (t *flowTx) redo(ctx context.Context) {
+	t.f.mu.Lock()
+	hooks := append([]*txHook(nil), t.hooks...)
+	t.f.mu.Unlock()
+	db := routedTx{tx: t.tx, pool: t.f.pool}
+	for _, h := range hooks {
+		if h.redo != nil && h.redo(ctx, db) != nil {
+			h.lost = true
+		}
+	}
+}
+
+// ended tells every hook how the transaction ended. It runs before a
+// rollback and after a commit.
+func (t *flowTx) ended(committed bool) {
+	t.f.mu.Lock()
+	hooks := t.hooks
+	t.hooks = nil
+	t.f.mu.Unlock()
+	for _, h := range hooks {
+		h.end(committed && !h.lost)
+	}
+}
+
+// FlowRoute is where one renewal of a flow goes: the flow's open
+// transaction (see FlowDB) or its pool. Call Done when the statement has
+// returned (and OnEnd, if wanted, before that).
+type FlowRoute struct {
+	db   DB
+	t    *flowTx
+	done bool
+}
+
+// Route returns the route of the next renewal of the flow. While a Route
+// into a transaction is not Done, that transaction does not end.
+func (f *FlowDB) Route() *FlowRoute {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.active(); t != nil {
+		t.pins++
+		return &FlowRoute{db: routedTx{tx: t.tx, pool: f.pool}, t: t}
+	}
+	return &FlowRoute{db: f.pool}
+}
+
+// DB is the database to send the renewal on.
+func (r *FlowRoute) DB() DB { return r.db }
+
+// Tx identifies the transaction the route goes into, or is nil when it
+// goes to the pool, where a statement commits at once. Renewals made
+// through routes with the same Tx commit or roll back together.
+func (r *FlowRoute) Tx() any {
+	if r.t == nil {
+		return nil
+	}
+	return r.t
+}
+
+// OnEnd asks to hear how the route's transaction ends: end(true) after it
+// committed, end(false) before it rolls back (while it still holds the
+// write lock). redo, when not nil, is called when the transaction rolls
+// back to its savepoint to keep the flow's leases (see RunFenced): it
+// makes the renewal again on db, inside the transaction; an error from it
+// means end(false). OnEnd does nothing on a route to the pool, and must
+// be called before Done. Call it once per transaction and renewer.
+func (r *FlowRoute) OnEnd(end func(committed bool), redo func(ctx context.Context, db DB) error) {
+	if r.t == nil || r.done || end == nil {
+		return
+	}
+	r.t.f.mu.Lock()
+	r.t.hooks = append(r.t.hooks, &txHook{end: end, redo: redo})
+	r.t.f.mu.Unlock()
+}
+
+// Done ends the route; the transaction may end from now on. It is safe to
+// call twice.
+func (r *FlowRoute) Done() {
+	if r.t == nil || r.done {
+		return
+	}
+	r.done = true
+	f := r.t.f
+	f.mu.Lock()
+	r.t.pins--
+	if r.t.pins == 0 {
+		f.idle.Broadcast()
 	}
 	f.mu.Unlock()
 }
@@ -337,8 +622,8 @@ func (f *FlowDB) leave(tx *sql.Tx) {
 func (f *FlowDB) current() DB {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.tx != nil {
-		return routedTx{tx: f.tx, pool: f.pool}
+	if t := f.active(); t != nil {
+		return routedTx{tx: t.tx, pool: f.pool}
 	}
 	return f.pool
 }
@@ -362,7 +647,8 @@ func (f *FlowDB) QueryRowContext(ctx context.Context, query string, args ...any)
 // inherit the caller's cancellation. A transaction that ended between the
 // routing and the statement refuses it with sql.ErrTxDone before running
 // anything; the statement then goes to the pool, where the write lock is
-// free again.
+// free again. (A statement on a Route cannot meet that: the transaction
+// waits for its Routes.)
 type routedTx struct {
 	tx   *sql.Tx
 	pool DB

@@ -64,6 +64,11 @@ func probeTarget(db DB) (key any, on DB) {
 	if f, ok := db.(*FlowDB); ok && f != nil {
 		db = f.pool
 	}
+	if r, ok := db.(routedTx); ok && r.pool != nil {
+		// A renewal routed into a flow's SQLite transaction: its pool was
+		// checked (or is checked now, outside the transaction).
+		db = r.pool
+	}
 	if p, ok := db.(pool); ok && !isNil(db) {
 		if t := reflect.TypeOf(p); t.Kind() == reflect.Pointer {
 			return p, db

@@ -252,8 +252,10 @@
 //     QueueConfig.PollMin), until it can start it and run it with its own
 //     agent, or until another process has run it (then it returns that
 //     outcome, Replayed). If the running run is dead, the interrupter
-//     waits for its lease to expire, like any takeover; the claim that
-//     then takes the session marks the dead request interrupted.
+//     waits for its leases to expire, like any takeover — the request
+//     lease too, not only the session lease, which lapses a moment
+//     earlier (it was taken a statement before); the claim that then
+//     takes the session marks the dead request interrupted.
 //
 // # The queue
 //
@@ -263,7 +265,9 @@
 // (free or expired) for it, the dead interrupted runs of the session
 // marked interrupted, then the request, queued → processing (or, for a
 // message started from the queue whose run died, taken over with its tool
-// calls, as a resend would). Any process may claim; the transaction makes
+// calls, as a resend would). No claim starts a message while a run of
+// the session that was asked to stop, or that came from the queue, still
+// holds its request lease. Any process may claim; the transaction makes
 // one win. Claims come from:
 //
 //   - the run that frees the session, if it may have queued messages: it

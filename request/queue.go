@@ -236,10 +236,13 @@ func (r *Runner) initQueue() {
 	// live request lease, or waits out its grace or back-off: its session
 	// lease can lapse a moment before its request lease (they are renewed
 	// apart), and the next message must not overtake it; it is resumed
-	// first, once it is due.
+	// first, once it is due. Nor while a run asked to stop still holds its
+	// request lease: the claim marks it interrupted only once that lease
+	// is free or expired, and no later claim would.
 	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status, generation FROM " + t +
 		" WHERE session_key = ? AND " + runnable +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND " + pResumable + " AND NOT " + pDue + ")" +
+		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND ((" + pResumable + " AND NOT " + pDue + ")" +
+		" OR (p.status = 'processing' AND p.interrupted_by IS NOT NULL AND p.token IS NOT NULL AND p.expires_at > " + now + ")))" +
 		" ORDER BY CASE WHEN status = 'processing' THEN 0 ELSE 1 END, " + laneExpr + ", queue_seq LIMIT 1")
 	// What a new message must not overtake: the queued messages, and the
 	// runs to resume, due or not yet (a new message must not run while a

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/toolexec"
 )
 
@@ -445,7 +446,7 @@ func TestInterruptDuringASideEffect(t *testing.T) {
 // interrupted, and runs.
 func TestInterruptDeadRun(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
-		e := newEnv(t, db, 600*time.Millisecond)
+		e := newEnv(t, db, 2*time.Second) // the interrupter must arrive within the TTL, also on a loaded machine
 		ctx := bg(t)
 		rc := &recorder{}
 		r := e.newRunner(t, func(c *Config) { c.Agent = rc.agent })
@@ -462,6 +463,76 @@ func TestInterruptDeadRun(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, StateInterrupted, st.State)
 		assert.Equal(t, "new", st.InterruptedBy)
+		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"}, rc.agent)
+		require.ErrorIs(t, err, ErrInterrupted)
+		assert.Zero(t, rc.runsOf("dead"))
+	})
+}
+
+// TestInterruptClaimWaitsForTheDeadRunsRequestLease: a run takes its
+// session lease a statement before its request lease, so when it dies the
+// session lapses a moment first. A claim of the session in that moment
+// must not start the interrupter: the dead request, still held, would not
+// be marked interrupted, and no later claim would mark it (it would stay
+// processing until resent). The claim waits until the request lease is
+// gone too, then marks it and starts the interrupter. The leases are freed
+// by hand, one after the other, in place of that moment.
+func TestInterruptClaimWaitsForTheDeadRunsRequestLease(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		rc := &recorder{}
+		r := e.newRunner(t, func(c *Config) { c.Agent = rc.agent })
+		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"},
+			func(ctx context.Context, run *Run) (Answer, error) {
+				run.Abandon()
+				return Answer{}, errors.New("crashed")
+			})
+		require.ErrorIs(t, err, context.Canceled)
+		// The interrupter is queued and asks the dead run to stop; its
+		// Handle gives up waiting (the message stays queued).
+		wctx, cancel := context.WithCancel(ctx)
+		waited := make(chan error, 1)
+		go func() {
+			_, err := r.Handle(wctx, Message{SessionKey: "s", ClientRequestID: "new", Content: "n", OnBusy: Interrupt}, nil)
+			waited <- err
+		}()
+		waitFor(t, func() bool {
+			st, err := r.Status(ctx, "s", "new")
+			return err == nil && st.State == StateQueued
+		})
+		cancel()
+		require.ErrorIs(t, <-waited, context.Canceled)
+
+		// The session lease lapses; the request lease is still live.
+		_, err = db.ExecContext(ctx, "UPDATE "+schema.SessionTable+" SET token = NULL, holder = NULL, expires_at = NULL WHERE session_key = 's'")
+		require.NoError(t, err)
+		run, err := r.claimHead(ctx, "s")
+		require.NoError(t, err)
+		if run != nil {
+			r.releaseAll(ctx, run)
+		}
+		require.False(t, run != nil, "the interrupter was claimed while the dead run's request lease was live")
+		st, err := r.Status(ctx, "s", "dead")
+		require.NoError(t, err)
+		assert.Equal(t, StateProcessing, st.State)
+		assert.Equal(t, "new", st.InterruptedBy)
+
+		// Then the request lease lapses too: the claim marks the dead
+		// request interrupted and starts the interrupter.
+		_, err = db.ExecContext(ctx, e.d.Rebind("UPDATE "+schema.RequestTable+" SET token = NULL, holder = NULL, expires_at = NULL WHERE session_key = 's' AND client_request_id = ?"), "dead")
+		require.NoError(t, err)
+		run, err = r.claimHead(ctx, "s")
+		require.NoError(t, err)
+		require.NotNil(t, run)
+		assert.Equal(t, "new", run.ClientRequestID())
+		st, err = r.Status(ctx, "s", "dead")
+		require.NoError(t, err)
+		assert.Equal(t, StateInterrupted, st.State)
+		assert.Equal(t, "new", st.InterruptedBy)
+		out, err := r.runAndContinue(ctx, run, rc.agent)
+		require.NoError(t, err)
+		assert.Equal(t, "ok n", out.Reply)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"}, rc.agent)
 		require.ErrorIs(t, err, ErrInterrupted)
 		assert.Zero(t, rc.runsOf("dead"))

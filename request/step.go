@@ -153,7 +153,12 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 // of the request row that keeps (and renews) the lease: a write of the
 // lease row, which a multi-primary cluster certifies against a takeover.
 // A transaction that ended as a deadlock or certification victim changed
-// nothing and is sent again, bounded.
+// nothing and is sent again, bounded. On SQLite, a step recorded while
+// one of the run's fenced transactions is open (InTx, a tool call on
+// another goroutine) goes into that transaction, as the heartbeat's
+// renewals do: it counts only if the transaction commits. Rolled back,
+// the step is written again with the next one; a crash before that runs
+// it again on resume (steps are at-least-once).
 func (run *Run) recordSteps(ctx context.Context, steps []stepRecord) error {
 	b, err := json.Marshal(steps)
 	if err != nil {
