@@ -29,7 +29,7 @@ func newRunner(t *testing.T, db *sqlx.DB, autoCreate bool) *request.Runner {
 	require.NoError(t, err)
 	require.NoError(t, schema.Apply(context.Background(), db, d))
 	r, err := request.New(request.Config{DB: db, Dialect: d, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
-		Session: session.Config{AutoCreate: autoCreate}})
+		Session: session.Config{AutoCreate: autoCreate}, RequireSession: !autoCreate})
 	require.NoError(t, err)
 	return r
 }
