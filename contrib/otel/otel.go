@@ -1,11 +1,11 @@
-package rowleaseotel
+package otel
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel"
+	otelglobal "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -61,10 +61,10 @@ var _ lease.Observer = (*Observer)(nil)
 func New(o Options) (*Observer, error) {
 	tp, mp := o.TracerProvider, o.MeterProvider
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		tp = otelglobal.GetTracerProvider()
 	}
 	if mp == nil {
-		mp = otel.GetMeterProvider()
+		mp = otelglobal.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
 	ob := &Observer{tracer: tp.Tracer(ScopeName)}
@@ -89,7 +89,7 @@ func New(o Options) (*Observer, error) {
 	counter(&ob.toolCalls, MetricToolCalls, "Tool executions by tool, kind and outcome.")
 	histogram(&ob.modelRound, MetricModelRounds, "Duration of model rounds reported by agents.")
 	if err != nil {
-		return nil, fmt.Errorf("rowleaseotel: %w", err)
+		return nil, fmt.Errorf("otel: %w", err)
 	}
 	return ob, nil
 }

@@ -1,4 +1,4 @@
-package rowleaseotel_test
+package otel_test
 
 import (
 	"context"
