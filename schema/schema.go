@@ -194,9 +194,9 @@ func ErrorText(msg string) string {
 // that is not lease.MySQL, lease.Postgres or lease.SQLite.
 var ErrUnknownDialect = errors.New("schema: unknown dialect")
 
-// ErrUnknownTool is wrapped by the error Migrations returns for a migration
+// ErrUnknownMigrationTool is wrapped by the error Migrations returns for a migration
 // tool other than golang-migrate (or migrate) and goose.
-var ErrUnknownTool = errors.New("schema: unknown migration tool")
+var ErrUnknownMigrationTool = errors.New("schema: unknown migration tool")
 
 // Execer runs one SQL statement. *sql.DB, *sql.Tx, *sql.Conn and *sqlx.DB
 // satisfy it.
@@ -369,7 +369,7 @@ func Migrations(dialect lease.Dialect, tool string) (fs.FS, error) {
 	case "goose":
 		dir = "goose"
 	default:
-		return nil, fmt.Errorf("%w %q (want golang-migrate or goose)", ErrUnknownTool, tool)
+		return nil, fmt.Errorf("%w %q (want golang-migrate or goose)", ErrUnknownMigrationTool, tool)
 	}
 	sub, err := fs.Sub(migrationFiles, "migrations/"+d+"/"+dir)
 	if err != nil {

@@ -211,7 +211,7 @@ func TestMigrationsFS(t *testing.T) {
 	}
 	_, err := Migrations(lease.SQLite, "flyway")
 	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrUnknownTool)
+	assert.ErrorIs(t, err, ErrUnknownMigrationTool)
 	assert.Contains(t, err.Error(), `"flyway"`)
 }
 
