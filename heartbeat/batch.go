@@ -438,7 +438,7 @@ func (r *LeaseRenewer[K]) group() any {
 	if p == nil {
 		return r // not comparable: a group of its own
 	}
-	return groupKey{lease: r.l, pool: p, ttl: r.ttl}
+	return groupKey{lease: r.l, pool: p, ttl: r.Grant().TTL}
 }
 
 func (r *LeaseRenewer[K]) dialect() lease.Dialect {
@@ -481,7 +481,7 @@ func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]tim
 	if f, ok := db.(*lease.FlowDB); ok && f != nil {
 		db = f.Pool()
 	}
-	out, rerrs := r.l.RenewMany(ctx, db, gs, r.ttl)
+	out, rerrs := r.l.RenewMany(ctx, db, gs, r.Grant().TTL) // one TTL per group (groupKey)
 	for j, i := range send {
 		if rerrs[j] != nil {
 			errs[i] = rerrs[j]

@@ -14,12 +14,12 @@
 //
 //	sup, err := heartbeat.New(heartbeat.Config{Interval: ttl / 3, TTL: ttl, Logger: log})
 //	if err != nil { ... }
-//	sup.Add(heartbeat.ForLease("session", sessions, db, sessionGrant, ttl))
-//	sup.Add(heartbeat.ForLease("request", requests, db, requestGrant, ttl))
+//	sup.Add(heartbeat.ForLease("session", sessions, db, sessionGrant))
+//	sup.Add(heartbeat.ForLease("request", requests, db, requestGrant))
 //	work, err := sup.Start(ctx)
 //	if err != nil { ... }
 //	defer sup.Stop()
-//	tool := heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl)
+//	tool := heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant)
 //	removeTool := sup.Add(tool)
 //	err = runTool(work)          // stops when work is done
 //	removeTool()                 // before releasing the tool lease

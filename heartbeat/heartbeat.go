@@ -75,29 +75,24 @@ type LeaseRenewer[K lease.Key] struct {
 	name string
 	l    *lease.Lease[K]
 	db   lease.DB
-	ttl  time.Duration
 
 	mu sync.Mutex
 	g  lease.Grant[K]
 }
 
 // ForLease adapts a lease grant to a Renewer named name: each renewal is
-// l.Renew(ctx, db, g, ttl) on its own copy of g. Pass a *sql.DB (or another
-// pool), not a transaction: renewals run outside the work's transactions.
+// l.Renew(ctx, db, g, g.TTL) on its own copy of g. Pass a *sql.DB (or
+// another pool), not a transaction: renewals run outside the work's
+// transactions.
 //
-// A lease is renewed for the TTL it was granted for: ttl zero means
-// g.TTL, and a ttl that is not g.TTL is refused (Renew returns a
-// *lease.ValidationError before any SQL, and a Supervisor loses the
-// lease at once, ReasonInvalid). So is a grant whose TTL is not the
-// Supervisor's Config.TTL.
+// A lease is renewed for the TTL it was granted for (g.TTL). A grant
+// whose TTL is not the Supervisor's Config.TTL is refused: Add loses the
+// lease at once, ReasonInvalid, before any SQL.
 //
 // The caller's g is not updated by the renewals; Grant returns the
 // renewed one.
-func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.Grant[K], ttl time.Duration) *LeaseRenewer[K] {
-	if ttl == 0 {
-		ttl = g.TTL
-	}
-	return &LeaseRenewer[K]{name: name, l: l, db: db, ttl: ttl, g: g}
+func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.Grant[K]) *LeaseRenewer[K] {
+	return &LeaseRenewer[K]{name: name, l: l, db: db, g: g}
 }
 
 // check reports a LeaseRenewer that cannot renew, before any SQL.
@@ -105,15 +100,12 @@ func (r *LeaseRenewer[K]) check() error {
 	if r.l == nil {
 		return &lease.ValidationError{Field: "lease", Reason: "nil"}
 	}
-	if gt := r.Grant().TTL; r.ttl != gt {
-		return &lease.ValidationError{Field: "ttl", Reason: fmt.Sprintf("%v given to ForLease, but the grant's TTL is %v", r.ttl, gt)}
-	}
 	return nil
 }
 
 // leaseTTL is the TTL the lease is renewed for, or why it cannot be; Add
 // checks it against Config.TTL.
-func (r *LeaseRenewer[K]) leaseTTL() (time.Duration, error) { return r.ttl, r.check() }
+func (r *LeaseRenewer[K]) leaseTTL() (time.Duration, error) { return r.Grant().TTL, r.check() }
 
 // ttlRenewer is a Renewer that says which TTL it renews for.
 type ttlRenewer interface {
@@ -146,7 +138,7 @@ func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 	if err := r.check(); err != nil {
 		return g.Deadline, err
 	}
-	ng, err := r.l.Renew(ctx, r.db, g, r.ttl)
+	ng, err := r.l.Renew(ctx, r.db, g, g.TTL)
 	if err != nil {
 		return g.Deadline, err
 	}

@@ -71,7 +71,7 @@ func Hold[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, key 
 	if err != nil {
 		return err
 	}
-	r := ForLease("lease", l, db, g, o.TTL)
+	r := ForLease("lease", l, db, g)
 	sup.Add(r)
 	work, err := sup.Start(ctx)
 	if err != nil {

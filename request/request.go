@@ -831,7 +831,7 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 				return func() {}
 			}
 			if ren == nil || ren.Grant().Token != g.Token || ren.Grant().Generation != g.Generation {
-				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL)
+				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g)
 			}
 			return run.sup.Add(ren)
 		},
@@ -894,14 +894,14 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	// An interrupt asked by the run's own client is a cancel (cancel.go).
 	interrupt := func(cause error) { stop(run.stopCause(cause)) }
 	defer r.addLocal(run.id, stop)()
-	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess))
 	if r.batcher != nil {
 		// Batched: the request lease is renewed with every run's, and one
 		// read per round finds the runs asked to stop (checkInterrupts).
-		sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL))
+		sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req))
 		defer r.watchInterrupts(run.id, interrupt)()
 	} else {
-		sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL),
+		sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req),
 			r: r, run: run, cancel: interrupt})
 	}
 	work, err := sup.Start(ictx)

@@ -660,8 +660,8 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		require.NoError(t, err)
 		f := e.newFlow(t, "s1", hbTTL)
 		flow := lease.NewFlowDB(db, e.d)
-		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flow, f.sess, hbTTL))
-		sup.Add(heartbeat.ForLease("request", e.req, flow, f.req, hbTTL))
+		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flow, f.sess))
+		sup.Add(heartbeat.ForLease("request", e.req, flow, f.req))
 		work, err := sup.Start(ctx)
 		require.NoError(t, err)
 		defer sup.Stop()
@@ -674,7 +674,7 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		var toolGen int64
 		o.Watch = func(g toolexec.Grant) func() {
 			toolGen = g.Generation
-			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), flow, g, hbTTL))
+			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), flow, g))
 		}
 		res, err := e.store.Run(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			timer := time.NewTimer(hold)
