@@ -26,9 +26,9 @@
 //	toolGrant = tool.Grant()     // the renewed grant: toolGrant itself was not updated
 //	if errors.Is(context.Cause(work), lease.ErrLost) { ... write nothing more ... }
 //
-// Each lease is renewed for the TTL it was granted for, which must also be
-// Config.TTL (ForLease's ttl may be zero, meaning the grant's); a lease
-// whose TTLs disagree is refused before any SQL. The renewals update the
+// Each lease is renewed for the TTL it was granted for (ForLease takes it
+// from the grant), which must also be Config.TTL; a lease whose TTL
+// disagrees is refused before any SQL. The renewals update the
 // LeaseRenewer's copy of the grant, not the caller's: read the current
 // one, with its trust deadline, from LeaseRenewer.Grant.
 //
