@@ -104,7 +104,7 @@ type Batcher struct {
 // *lease.ValidationError.
 func NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if cfg.Interval <= 0 {
-		return nil, &lease.ValidationError{Field: "batch interval", Reason: "must be positive"}
+		return nil, &lease.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
 	}
 	clock := cfg.Clock
 	if clock == nil {

@@ -98,7 +98,7 @@ func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.
 // check reports a LeaseRenewer that cannot renew, before any SQL.
 func (r *LeaseRenewer[K]) check() error {
 	if r.l == nil {
-		return &lease.ValidationError{Field: "lease", Reason: "nil"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
 	}
 	return nil
 }
@@ -229,11 +229,11 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.Interval <= 0:
-		return &lease.ValidationError{Field: "interval", Reason: "must be positive"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "interval", Reason: "must be positive"}
 	case c.Interval > c.TTL/3:
-		return &lease.ValidationError{Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
 	case c.Batcher != nil && c.Batcher.Interval() > c.Interval:
-		return &lease.ValidationError{Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
+		return &lease.ValidationError{Package: "heartbeat", Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
 	}
 	return nil
 }
@@ -339,7 +339,7 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 	if tr, ok := r.(ttlRenewer); ok {
 		ttl, err := tr.leaseTTL()
 		if err == nil && ttl != s.cfg.TTL {
-			err = &lease.ValidationError{Field: "ttl",
+			err = &lease.ValidationError{Package: "heartbeat", Field: "ttl",
 				Reason: fmt.Sprintf("lease %q is renewed for %v, but the supervisor's TTL is %v", e.name, ttl, s.cfg.TTL)}
 		}
 		e.invalid = err
@@ -463,7 +463,7 @@ func (s *Supervisor) retryDelay(left time.Duration) time.Duration {
 // ErrStarted; a Start after Stop returns ErrStopped.
 func (s *Supervisor) Start(parent context.Context) (context.Context, error) {
 	if parent == nil {
-		return nil, &lease.ValidationError{Field: "parent context", Reason: "nil"}
+		return nil, &lease.ValidationError{Package: "heartbeat", Field: "parent context", Reason: "nil"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

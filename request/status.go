@@ -158,9 +158,9 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 func validateKeys(sessionKey, clientRequestID string) error {
 	switch {
 	case sessionKey == "" || len(sessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(sessionKey):
-		return &lease.ValidationError{Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
+		return &lease.ValidationError{Package: "request", Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
 	case clientRequestID == "" || len(clientRequestID) > schema.MaxClientRequestIDLen || !utf8.ValidString(clientRequestID):
-		return &lease.ValidationError{Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
+		return &lease.ValidationError{Package: "request", Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
 	}
 	return nil
 }
@@ -202,4 +202,14 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		}
 		delay = min(delay*2, r.cfg.Queue.PollMax)
 	}
+}
+
+// checkText is lease.CheckText, with the error saying it is request's.
+func checkText(field, s string, maxBytes int) error {
+	err := lease.CheckText(field, s, maxBytes)
+	var ve *lease.ValidationError
+	if errors.As(err, &ve) {
+		ve.Package = "request"
+	}
+	return err
 }

@@ -333,7 +333,7 @@ func TestBadSetupFailsTheTest(t *testing.T) {
 		"nil option":     {[]rowleasetest.Option{nil}, "nil Option"},
 		"tool twice":     {[]rowleasetest.Option{rowleasetest.WithTool("t", noop), rowleasetest.WithTool("t", noop)}, `tool "t" registered twice`},
 		"nil tool":       {[]rowleasetest.Option{rowleasetest.WithTool("t", nil)}, "nil side effect"},
-		"interval > ttl": {[]rowleasetest.Option{rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.HeartbeatInterval = time.Second, time.Second })}, "request.New: lease: invalid interval"},
+		"interval > ttl": {[]rowleasetest.Option{rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.HeartbeatInterval = time.Second, time.Second })}, "request.New: heartbeat: invalid interval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ran := false

@@ -134,7 +134,7 @@ type ExternalOptions struct {
 // now to reconcile.
 func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Field: "external effect", Reason: "nil"}
+		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {

@@ -216,14 +216,14 @@ func IdempotencyKey(requestID, tool, argsHash string) string {
 }
 
 func validateCall(c Call) error {
-	if err := lease.CheckText("session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
+	if err := checkText("session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
 		return err
 	}
-	if err := lease.CheckText("request id", c.RequestID, 36); err != nil {
+	if err := checkText("request id", c.RequestID, 36); err != nil {
 		return err
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
-	return lease.CheckText("tool name", c.Tool, schema.MaxToolNameLen)
+	return checkText("tool name", c.Tool, schema.MaxToolNameLen)
 }
 
 // Run runs one tool call with exactly-once commit of its side effect:
@@ -246,7 +246,7 @@ func validateCall(c Call) error {
 // nothing.
 func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, fn SideEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Field: "side effect", Reason: "nil"}
+		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {
@@ -299,7 +299,7 @@ func (c claimed) result(err error) (Result, error) {
 // fills in o's defaults.
 func (s *Store) start(ctx context.Context, db Beginner, call Call, o *RunOptions) (claimed, error) {
 	if db == nil {
-		return claimed{}, &lease.ValidationError{Field: "db", Reason: "nil"}
+		return claimed{}, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	}
 	if err := validateCall(call); err != nil {
 		return claimed{}, err
@@ -487,3 +487,13 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 // Store, and more than once; the Store stays usable and sends text from
 // then on. Close it before the pools it was used with.
 func (s *Store) Close() error { return s.l.Close() }
+
+// checkText is lease.CheckText, with the error saying it is toolexec's.
+func checkText(field, s string, maxBytes int) error {
+	err := lease.CheckText(field, s, maxBytes)
+	var ve *lease.ValidationError
+	if errors.As(err, &ve) {
+		ve.Package = "toolexec"
+	}
+	return err
+}
