@@ -122,8 +122,8 @@ type Grant[K Key] struct {
 // Trusted reports whether now is before the trust deadline.
 func (g Grant[K]) Trusted(now time.Time) bool { return now.Before(g.Deadline) }
 
-// Status is what Inspect reads of a row.
-type Status struct {
+// Snapshot is what Inspect reads of a row.
+type Snapshot struct {
 	Holder     string        // current holder ("" when free)
 	Generation int64         // generation of the last grant
 	State      string        // the state column ("" when the table has none)
@@ -758,20 +758,20 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 
 // Inspect reads the row's holder, generation, state and remaining time, all
 // judged by the database clock. A missing row gives ErrNotFound.
-func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr error) {
+func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Snapshot, rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "inspect", OutcomeOK, time.Now(), &rst.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
 	if err := l.checkKey(key); err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
-	var st Status
+	var st Snapshot
 	var held int
 	var micros int64
 	q := l.inspectQ.query
@@ -783,10 +783,10 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 			Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return Status{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
+		return Snapshot{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
 	}
 	if err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
 	st.Held = held == 1
 	if st.Held && micros > 0 {

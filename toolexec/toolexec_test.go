@@ -128,9 +128,9 @@ func (e *env) count(t *testing.T, table string) int {
 
 func (e *env) ledgerRows(t *testing.T) int { return e.count(t, "ledger") }
 
-// row reads a tool execution's lease status and its result and error.
+// row reads a tool execution's lease snapshot and its result and error.
 type toolRow struct {
-	lease.Status
+	lease.Snapshot
 	result, errText string
 	resultNull      bool
 	errNull         bool
@@ -141,7 +141,7 @@ func (e *env) toolRow(t *testing.T, id string) toolRow {
 	ctx := bg(t)
 	st, err := e.store.Lease().Inspect(ctx, e.db, id)
 	require.NoError(t, err)
-	r := toolRow{Status: st}
+	r := toolRow{Snapshot: st}
 	var res, msg *string
 	require.NoError(t, e.db.QueryRowContext(ctx, e.d.Rebind("SELECT result, error FROM "+schema.ToolExecutionTable+" WHERE id = ?"), id).Scan(&res, &msg))
 	r.resultNull, r.errNull = res == nil, msg == nil
@@ -704,9 +704,9 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		assert.GreaterOrEqual(t, renewed["session"], 3)
 		assert.GreaterOrEqual(t, renewed["request"], 3)
 		mu.Unlock()
-		for name, check := range map[string]func() (lease.Status, error){
-			"session": func() (lease.Status, error) { return e.sessions.Inspect(ctx, db, f.sessionKey) },
-			"request": func() (lease.Status, error) { return e.req.Inspect(ctx, db, f.requestID) },
+		for name, check := range map[string]func() (lease.Snapshot, error){
+			"session": func() (lease.Snapshot, error) { return e.sessions.Inspect(ctx, db, f.sessionKey) },
+			"request": func() (lease.Snapshot, error) { return e.req.Inspect(ctx, db, f.requestID) },
 		} {
 			st, err := check()
 			require.NoError(t, err)
