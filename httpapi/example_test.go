@@ -92,7 +92,7 @@ func ExampleIsUnavailable() {
 	}
 	defer db.Close()
 	err = db.PingContext(context.Background())
-	fmt.Println(httpapi.IsUnavailable(err), httpapi.Status(err), httpapi.ProblemFor(err).RetryAfter)
+	fmt.Println(httpapi.IsUnavailable(err), httpapi.StatusCode(err), httpapi.ProblemFor(err).RetryAfter)
 
 	fmt.Println(httpapi.IsUnavailable(fmt.Errorf("query: %w", context.DeadlineExceeded)))
 	// Output:

@@ -135,7 +135,7 @@ func TestProblemForRealErrors(t *testing.T) {
 		_, err = db.ExecContext(ctx, "SELEC 1")
 		require.Error(t, err)
 		assert.False(t, httpapi.IsUnavailable(err), "a syntax error: %v", err)
-		assert.Equal(t, http.StatusInternalServerError, httpapi.Status(err))
+		assert.Equal(t, http.StatusInternalServerError, httpapi.StatusCode(err))
 		dctx, cancel := context.WithTimeout(ctx, time.Nanosecond)
 		defer cancel()
 		<-dctx.Done()
