@@ -204,7 +204,7 @@ func claimTool(t *testing.T, e *env, sessionKey, requestID, holder, tool, args s
 	_, hash, err := toolexec.CanonicalArguments(json.RawMessage(args))
 	require.NoError(t, err)
 	g, err := e.r.tools.Lease().Create(bg(t), e.db, uuid.NewString(), holder, ttl, lease.CreateOptions{
-		State: schema.StatusProcessing, Set: []lease.Assignment{
+		State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColRequestID, requestID),
 			lease.Set(schema.ColToolName, tool), lease.Set(schema.ColArgumentsHash, hash),
 			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, tool, hash)),

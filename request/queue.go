@@ -498,7 +498,7 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 			return nil, err
 		}
 		var slot *sync.Once
-		if h.status == schema.StatusProcessing {
+		if h.status == schema.StoredProcessing {
 			// A dead run to resume: not after MaxAttempts runs, and not
 			// more than MaxConcurrent at once in this Runner.
 			if h.generation >= int64(r.cfg.Resume.MaxAttempts) {
@@ -556,13 +556,13 @@ func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (
 	}
 	holder := r.holder()
 	g, err := r.req.AcquireWith(ctx, tx, h.id, holder, r.cfg.TTL,
-		lease.AcquireOptions{InStates: []string{h.status}, SetState: schema.StatusProcessing})
+		lease.AcquireOptions{InStates: []string{h.status}, SetState: schema.StoredProcessing})
 	if err != nil {
 		return nil, err
 	}
 	msg := Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint}
 	run = &Run{r: r, msg: msg, id: h.id, holder: holder, sess: sg, req: g, fromQueue: true}
-	if h.status == schema.StatusProcessing {
+	if h.status == schema.StoredProcessing {
 		// A run started from the queue died: take over its tool calls as
 		// any takeover does.
 		if _, err := r.tools.ReleaseForRequest(ctx, tx, sessionKey, h.id); err != nil {

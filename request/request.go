@@ -444,15 +444,15 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		return nil, Outcome{}, ErrFingerprintMismatch
 	}
 	switch ex.status {
-	case schema.StatusSuccess:
+	case schema.StoredSucceeded:
 		return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
-	case schema.StatusExpired:
+	case schema.StoredExpired:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrExpired
-	case schema.StatusInterrupted:
+	case schema.StoredInterrupted:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
-	case schema.StatusCancelled:
+	case schema.StoredCancelled:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
-	case schema.StatusQueued:
+	case schema.StoredQueued:
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
 		if errors.Is(err, ErrNotFound) {
 			return nil, Outcome{}, errVanished
@@ -465,7 +465,7 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		}
 		return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
 	}
-	if ex.status == schema.StatusProcessing {
+	if ex.status == schema.StoredProcessing {
 		// Running now, or left by a run that died? The database clock
 		// says; a live run is in flight, and nothing is taken.
 		st, err := r.req.Inspect(ctx, r.db, ex.id)
@@ -557,7 +557,7 @@ func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (
 	}
 	var g lease.Grant[string]
 	if err == nil {
-		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
 			lease.Set(schema.ColFingerprint, msg.Fingerprint),
 			// The content, so that the service can resume the run if it
@@ -606,8 +606,8 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 		}
 		return nil, err
 	}
-	opts := lease.AcquireOptions{InStates: []string{ex.status}, SetState: schema.StatusProcessing}
-	if ex.status == schema.StatusError {
+	opts := lease.AcquireOptions{InStates: []string{ex.status}, SetState: schema.StoredProcessing}
+	if ex.status == schema.StoredFailed {
 		opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 	}
 	g, err := r.req.AcquireWith(ctx, tx, ex.id, holder, r.cfg.TTL, opts)
@@ -964,7 +964,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 			set = append(set, lease.Set(schema.ColSteps, nil))
 		}
 		_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusError, Set: set,
+			From: []string{schema.StoredProcessing}, To: schema.StoredFailed, Set: set,
 		})
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		if errors.Is(merr, lease.ErrLost) {
@@ -977,7 +977,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		set = append(set, lease.Set(schema.ColResult, string(ans.Result)))
 	}
 	if _, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StatusProcessing}, To: schema.StatusSuccess, Set: set,
+		From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded, Set: set,
 	}); err != nil {
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		if errors.Is(err, lease.ErrLost) {
@@ -1007,7 +1007,7 @@ func (r *Runner) markInterrupted(ctx context.Context, run *Run, ie *InterruptedE
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
 	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StatusProcessing}, To: schema.StatusInterrupted,
+		From: []string{schema.StoredProcessing}, To: schema.StoredInterrupted,
 	})
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	if errors.Is(merr, lease.ErrLost) {

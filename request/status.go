@@ -13,7 +13,11 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// State is the state of a request as Status reports it.
+// State is the state of a request as Status reports it. It is the one
+// vocabulary of the Go API and of the HTTP handlers (package httpapi). The
+// request table stores each state under its own name, except two that keep
+// the words of the first migration: StateSucceeded is stored as "success"
+// and StateFailed as "error" (schema.StoredSucceeded, schema.StoredFailed).
 type State string
 
 // The states of a request.
@@ -51,9 +55,9 @@ func (s State) Final() bool {
 
 func stateOf(status string) State {
 	switch status {
-	case schema.StatusSuccess:
+	case schema.StoredSucceeded:
 		return StateSucceeded
-	case schema.StatusError:
+	case schema.StoredFailed:
 		return StateFailed
 	}
 	return State(status)

@@ -163,7 +163,7 @@ func (run *Run) recordSteps(ctx context.Context, steps []stepRecord) error {
 	for attempt := 1; ; attempt++ {
 		var g lease.Grant[string]
 		g, err = r.req.Transition(ctx, run.flowDB(), run.req, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusProcessing, Keep: true, TTL: r.cfg.TTL,
+			From: []string{schema.StoredProcessing}, To: schema.StoredProcessing, Keep: true, TTL: r.cfg.TTL,
 			Set: []lease.Assignment{lease.Set(schema.ColSteps, string(b))},
 		})
 		if err == nil && g.Generation != run.req.Generation {

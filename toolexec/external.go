@@ -153,7 +153,7 @@ func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOp
 			return s.runFenced(ctx, db, call.Tool, "intent", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
 				Then: func(ctx context.Context, tx *sql.Tx) error {
 					_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-						From: []string{schema.StatusProcessing}, To: schema.StatusStarted, Keep: true, TTL: g.TTL,
+						From: []string{schema.StoredProcessing}, To: schema.StoredStarted, Keep: true, TTL: g.TTL,
 					})
 					return err
 				}}, func(*sql.Tx) error { return nil })
@@ -192,7 +192,7 @@ func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOp
 			Then: func(ctx context.Context, tx *sql.Tx) error {
 				unwatch()
 				_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-					From: []string{schema.StatusStarted}, To: schema.StatusSuccess,
+					From: []string{schema.StoredStarted}, To: schema.StoredSucceeded,
 					Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
 				})
 				return err

@@ -75,7 +75,7 @@ func TestExternalRecordsIntentActsAndRecordsResult(t *testing.T) {
 				// The intent is committed before the act: another
 				// connection sees the call started, held, with its key.
 				row := e.toolRow(t, x.ExecutionID)
-				assert.Equal(t, schema.StatusStarted, row.State)
+				assert.Equal(t, schema.StoredStarted, row.State)
 				assert.True(t, row.Held)
 				return rcv.call(x.EffectKey), nil
 			})
@@ -87,7 +87,7 @@ func TestExternalRecordsIntentActsAndRecordsResult(t *testing.T) {
 		assert.Equal(t, map[string]int64{"session": f.sess.Generation, "request": f.req.Generation}, seen.Fences)
 		assert.JSONEq(t, `{"a":35}`, string(seen.Canonical))
 		row := e.toolRow(t, res.ExecutionID)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.False(t, row.Held)
 		assert.JSONEq(t, string(rcv.call(seen.EffectKey)), row.result)
 
@@ -125,7 +125,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 		assert.Equal(t, ue.ExecutionID, key)
 		assert.True(t, rcv.performed(key))
 		row := e.toolRow(t, key)
-		assert.Equal(t, schema.StatusStarted, row.State, "left started")
+		assert.Equal(t, schema.StoredStarted, row.State, "left started")
 		assert.False(t, row.Held, "and free")
 
 		never := func(context.Context, toolexec.External) (json.RawMessage, error) {
@@ -167,7 +167,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 		assert.Equal(t, key, asked.EffectKey)
 		assert.Equal(t, key, res.ExecutionID)
 		assert.Equal(t, int64(1), rcv.effects.Load())
-		assert.Equal(t, schema.StatusSuccess, e.toolRow(t, key).State)
+		assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, key).State)
 	})
 }
 
@@ -210,7 +210,7 @@ func TestExternalRepeatAndReconcileNotPerformed(t *testing.T) {
 				assert.Equal(t, ue.EffectKey, again.EffectKey, "acted again under the same key")
 				assert.Equal(t, []string{ue.EffectKey}, rcv.calls())
 				assert.Equal(t, int64(1), rcv.effects.Load())
-				assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+				assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 			})
 		}
 	})
@@ -233,7 +233,7 @@ func TestExternalNotPerformedIsAFailureRetriedWithTheSameKey(t *testing.T) {
 		assert.ErrorIs(t, err, declined)
 		assert.NotErrorIs(t, err, toolexec.ErrUnknownOutcome)
 		row := e.toolRow(t, keys[0])
-		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, schema.StoredFailed, row.State)
 		assert.Contains(t, row.errText, "card declined")
 		assert.False(t, row.Held)
 
@@ -266,7 +266,7 @@ func TestExternalLostFenceNeverActs(t *testing.T) {
 		var id string
 		require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 		row := e.toolRow(t, id)
-		assert.Equal(t, schema.StatusProcessing, row.State, "no intent recorded")
+		assert.Equal(t, schema.StoredProcessing, row.State, "no intent recorded")
 		assert.False(t, row.Held)
 	})
 }
@@ -315,6 +315,6 @@ func TestExternalTakeoverAfterACrashReconcilesUnderTheSameKey(t *testing.T) {
 		assert.ErrorIs(t, err, lease.ErrLost, "the woken flow cannot record its result")
 		assert.Equal(t, int64(1), rcv.effects.Load(), "one effect for two acts under one key")
 		assert.Equal(t, []string{x1.EffectKey, x1.EffectKey}, rcv.calls())
-		assert.Equal(t, schema.StatusSuccess, e.toolRow(t, x1.ExecutionID).State)
+		assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, x1.ExecutionID).State)
 	})
 }

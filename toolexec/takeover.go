@@ -35,7 +35,7 @@ func (s *Store) ReleaseForRequest(ctx context.Context, db lease.DB, sessionKey, 
 	case requestID == "" || len(requestID) > 36:
 		return 0, &lease.ValidationError{Package: "toolexec", Field: "request id", Reason: "empty or longer than 36"}
 	}
-	res, err := db.ExecContext(ctx, s.releaseForRequestQuery(), sessionKey, requestID, schema.StatusProcessing, schema.StatusStarted)
+	res, err := db.ExecContext(ctx, s.releaseForRequestQuery(), sessionKey, requestID, schema.StoredProcessing, schema.StoredStarted)
 	if err != nil {
 		return 0, err
 	}

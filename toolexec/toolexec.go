@@ -369,7 +369,7 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Gr
 	var failed *FailedError
 	if errors.As(err, &failed) {
 		_, merr := s.l.Transition(cctx, o.db(db), g, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing, schema.StatusStarted}, To: schema.StatusError,
+			From: []string{schema.StoredProcessing, schema.StoredStarted}, To: schema.StoredFailed,
 			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
 		return errors.Join(err, merr)
@@ -391,7 +391,7 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Gr
 func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o RunOptions) (g Grant, started bool, res *Result, err error) {
 	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
 	id := uuid.NewString()
-	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 		lease.Set(schema.ColIdempotencyKey, idem),
@@ -411,7 +411,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		if err != nil {
 			return Grant{}, false, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
 		}
-		if status == schema.StatusSuccess {
+		if status == schema.StoredSucceeded {
 			return Grant{}, false, &Result{ExecutionID: id, Output: json.RawMessage(result), Reused: true, Generation: generation}, nil
 		}
 		// error → retry; processing → take over if its lease expired;
@@ -419,14 +419,14 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		// external effect is unknown. The acquire itself decides: a live
 		// lease makes it a conflict.
 		opts := lease.AcquireOptions{InStates: []string{status}}
-		if status == schema.StatusError {
-			opts.SetState = schema.StatusProcessing
+		if status == schema.StoredFailed {
+			opts.SetState = schema.StoredProcessing
 			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 		}
 		g, err := s.l.AcquireWith(ctx, db, id, o.Holder, o.TTL, opts)
 		switch {
 		case err == nil:
-			return g, status == schema.StatusStarted, nil, nil
+			return g, status == schema.StoredStarted, nil, nil
 		case errors.Is(err, lease.ErrHeld):
 			return Grant{}, false, nil, fmt.Errorf("%w: %w", ErrConflict, err)
 		case errors.Is(err, lease.ErrState):
@@ -451,7 +451,7 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		Then: func(ctx context.Context, tx *sql.Tx) error {
 			unwatch()
 			_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-				From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
+				From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded,
 				Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
 			})
 			return err

@@ -81,7 +81,7 @@ func (e *env) newFlow(t *testing.T, sessionKey string, ttl time.Duration) *flow 
 	ctx := bg(t)
 	f := &flow{sessionKey: sessionKey, requestID: uuid.NewString(), holder: "flow-" + uuid.NewString()[:8]}
 	var err error
-	f.req, err = e.req.Create(ctx, e.db, f.requestID, f.holder, ttl, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+	f.req, err = e.req.Create(ctx, e.db, f.requestID, f.holder, ttl, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColClientRequestID, "client-"+f.requestID),
 		lease.Set(schema.ColFingerprint, "fp"),
 	}})
@@ -191,7 +191,7 @@ func TestNewThenReused(t *testing.T) {
 		assert.Equal(t, int64(1), e.calls.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		row := e.toolRow(t, first.ExecutionID)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.False(t, row.Held, "a finished call holds no lease")
 		assert.Equal(t, "", row.Holder)
 		assert.JSONEq(t, string(first.Output), row.result)
@@ -257,7 +257,7 @@ func TestFailedThenRetried(t *testing.T) {
 		assert.Equal(t, 0, e.ledgerRows(t), "the failed side effect's writes rolled back")
 		id := e.onlyToolID(t)
 		row := e.toolRow(t, id)
-		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, schema.StoredFailed, row.State)
 		assert.False(t, row.Held)
 		assert.Equal(t, "bank says no", row.errText)
 		assert.Equal(t, int64(1), row.Generation)
@@ -272,7 +272,7 @@ func TestFailedThenRetried(t *testing.T) {
 		require.ErrorIs(t, err, toolexec.ErrToolFailed)
 		assert.Equal(t, 0, e.ledgerRows(t))
 		row = e.toolRow(t, id)
-		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, schema.StoredFailed, row.State)
 		assert.Equal(t, int64(2), row.Generation, "the retry took the call with a new generation")
 
 		// Retried: it runs, in the same row, with the next generation.
@@ -285,7 +285,7 @@ func TestFailedThenRetried(t *testing.T) {
 		assert.Equal(t, before+1, e.calls.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		row = e.toolRow(t, id)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.True(t, row.errNull, "the error is cleared on retry")
 		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 	})
@@ -345,7 +345,7 @@ func TestLiveConflict(t *testing.T) {
 				assert.Greater(t, ce.Remaining, time.Duration(0))
 				id := e.onlyToolID(t)
 				row := e.toolRow(t, id)
-				assert.Equal(t, schema.StatusProcessing, row.State)
+				assert.Equal(t, schema.StoredProcessing, row.State)
 				assert.True(t, row.Held)
 				assert.Equal(t, f.holder, row.Holder, "the loser changed nothing")
 
@@ -379,7 +379,7 @@ func TestExpiredTakenOver(t *testing.T) {
 		require.NoError(t, err)
 		id := uuid.NewString()
 		_, err = e.store.Lease().Create(ctx, db, id, "crashed-flow", 50*time.Millisecond, lease.CreateOptions{
-			State: schema.StatusProcessing, Set: []lease.Assignment{
+			State: schema.StoredProcessing, Set: []lease.Assignment{
 				lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 				lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 				lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(call.RequestID, call.Tool, hash)),
@@ -404,7 +404,7 @@ func TestExpiredTakenOver(t *testing.T) {
 		assert.Equal(t, int64(1), e.calls.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		row := e.toolRow(t, id)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.Equal(t, int64(2), row.Generation)
 		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 	})
@@ -435,7 +435,7 @@ func TestFenceLost(t *testing.T) {
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 			row := e.toolRow(t, id)
-			assert.Equal(t, schema.StatusProcessing, row.State, "left processing")
+			assert.Equal(t, schema.StoredProcessing, row.State, "left processing")
 			assert.False(t, row.Held, "and free")
 			assert.Equal(t, "", row.Holder)
 		})
@@ -450,7 +450,7 @@ func TestFenceLost(t *testing.T) {
 			var err error
 			g.sess, err = e.sessions.Acquire(ctx, db, f.sessionKey, f.requestID, ttl)
 			require.NoError(t, err)
-			g.req, err = e.req.AcquireWith(ctx, db, f.requestID, g.holder, ttl, lease.AcquireOptions{InStates: []string{schema.StatusProcessing}})
+			g.req, err = e.req.AcquireWith(ctx, db, f.requestID, g.holder, ttl, lease.AcquireOptions{InStates: []string{schema.StoredProcessing}})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), g.req.Generation)
 
@@ -513,7 +513,7 @@ func TestExecFields(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 1, watchCalls)
 		assert.Equal(t, 1, stopCalls, "stop is called once, before Run returns")
-		assert.Equal(t, schema.StatusProcessing, stateAtStop)
+		assert.Equal(t, schema.StoredProcessing, stateAtStop)
 
 		assert.Equal(t, watched.Generation, got.Generation)
 		assert.Equal(t, res.Generation, got.Generation)
@@ -714,7 +714,7 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 			assert.Equal(t, int64(1), st.Generation, name)
 		}
 		row := e.toolRow(t, res.ExecutionID)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.False(t, row.Held)
 	})
 }

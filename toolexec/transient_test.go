@@ -69,7 +69,7 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 			})
 			require.NoError(t, err)
 			assert.Equal(t, 3, runs)
-			assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+			assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 			var n int
 			require.NoError(t, db.GetContext(ctx, &n, e.d.Rebind("SELECT COUNT(*) FROM ledger WHERE request_id = ?"), f.requestID))
 			assert.Equal(t, 1, n, "the rolled-back runs left nothing")
@@ -90,7 +90,7 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 			row := e.toolRow(t, id)
-			assert.Equal(t, schema.StatusProcessing, row.State, "not marked error")
+			assert.Equal(t, schema.StoredProcessing, row.State, "not marked error")
 			assert.False(t, row.Held, "free for a retry")
 			assert.True(t, row.errNull)
 		})
@@ -143,7 +143,7 @@ func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 			require.Len(t, grants, 2)
 			assert.Equal(t, grants[0].Generation, grants[1].Generation)
 			assert.Equal(t, res.ExecutionID, grants[1].Key)
-			assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+			assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 		})
 	}
 }
