@@ -773,7 +773,7 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
 		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
 	}
 	if err := run.stopped(); err != nil {
 		return err

@@ -147,7 +147,7 @@ func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, 
 		var end func(error, ...lease.Attr)
 		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
 			{Key: lease.AttrTool, Value: tool}, {Key: "rowlease.phase", Value: phase}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
 	}
 	return lease.RunFenced(ctx, db, o, fn)
 }

@@ -1,10 +1,10 @@
 // Package otel reports what rowlease does to OpenTelemetry: a
 // span per message handled (request.Runner.Handle) with child spans for its
 // lease operations, the model rounds its agent reports, its tool calls and
-// their fenced transactions; and metrics — lease operations by outcome,
+// their fenced transactions; and metrics — lease operations by verdict,
 // their latency (renew latency is op=renew), losses by reason, heartbeat
-// retries, conflicts by kind, replays, messages by outcome, tool
-// executions by outcome, model-round durations.
+// retries, conflicts by kind, replays, messages by verdict, tool
+// executions by verdict, model-round durations.
 //
 // It lives in its own module, so the core's dependency list does not grow.
 // Its package name is otel, like its folder; a program that also imports
