@@ -36,7 +36,7 @@ type Span struct {
 const (
 	SpanHandle     = "rowlease.handle"      // request.Runner.Handle
 	SpanModelRound = "rowlease.model_round" // request.Run.ModelRound, reported by the agent
-	SpanTool       = "rowlease.tool"        // a tool call (toolexec.Store.Run / RunExternal)
+	SpanTool       = "rowlease.tool"        // a tool call (toolexec.Store.Execute / ExecuteExternal)
 	SpanFencedTx   = "rowlease.fenced_tx"   // a transaction that ends by confirming fences
 
 	EventRenewRetry = "rowlease.heartbeat.retry" // a renewal failed and will be retried

@@ -141,7 +141,7 @@
 //   - A slow tool keeps its run's locks: a side effect of any length
 //     commits if nobody took the run over, and never after a takeover
 //     (tested with five TTLs of work). Effects outside the database go
-//     through CallTool too, with a stable effect key (toolexec.RunExternal).
+//     through CallTool too, with a stable effect key (toolexec.ExecuteExternal).
 //
 // # Steps: a resumed run does not decide twice
 //

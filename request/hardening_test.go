@@ -198,7 +198,7 @@ func TestCancelledFailureLeavesTheRequestToResume(t *testing.T) {
 }
 
 // claimTool inserts a tool execution held by holder for ttl, as
-// toolexec.Store.Run's claim does before it runs the side effect.
+// toolexec.Store.Execute's claim does before it runs the side effect.
 func claimTool(t *testing.T, e *env, sessionKey, requestID, holder, tool, args string, ttl time.Duration) toolexec.Grant {
 	t.Helper()
 	_, hash, err := toolexec.CanonicalArguments(json.RawMessage(args))

@@ -799,7 +799,7 @@ func (run *Run) flowDB() *lease.FlowDB {
 // side effect in one transaction with the fences of the session, the
 // request and the tool; one registered with RegisterExternal records its
 // intent, acts outside the database with a stable effect key, and records
-// the result (see toolexec.Store.RunExternal). A tool's own failure is a
+// the result (see toolexec.Store.ExecuteExternal). A tool's own failure is a
 // *toolexec.FailedError (give its text to the model); an external effect
 // whose outcome is unknown is a *toolexec.UnknownOutcomeError; an unknown
 // tool is an error matching toolexec.ErrUnknownTool. ctx (with its values)
@@ -822,9 +822,9 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 	// One renewer per call: a run of the side effect after a transient
 	// error is watched again from the tool lease's last renewal.
 	var ren *heartbeat.LeaseRenewer[string]
-	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
+	return run.r.tools.Call(ctx, run.r.db, run.r.cfg.Tools, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
-	}, toolexec.RunOptions{
+	}, toolexec.ExecOptions{
 		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
 		Watch: func(g toolexec.Grant) func() {
 			if run.sup == nil {

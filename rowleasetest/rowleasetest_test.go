@@ -196,14 +196,14 @@ func count(t *testing.T, db *sql.DB, query string) int {
 	return n
 }
 
-// TestRun: the agent runs under a real Run — its tool call goes through
+// TestHandle: the agent runs under a real Run — its tool call goes through
 // toolexec and commits once — and what it did is in the Result and in the
 // database; the runner replays the message.
-func TestRun(t *testing.T) {
+func TestHandle(t *testing.T) {
 	db := rowleasetest.NewDB(t)
 	var toolRuns, agentRuns int
 	agent := bookAgent(&agentRuns)
-	res := rowleasetest.Run(t, agent, rowleasetest.WithDB(db), ledger(t, db, &toolRuns),
+	res := rowleasetest.Handle(t, agent, rowleasetest.WithDB(db), ledger(t, db, &toolRuns),
 		rowleasetest.WithMessage(request.Message{Content: "lunch"}))
 	require.NoError(t, res.Err)
 	assert.Equal(t, "booked 35 for lunch", res.Outcome.Reply)
@@ -226,10 +226,10 @@ func TestRun(t *testing.T) {
 	assert.Equal(t, 1, toolRuns)
 }
 
-// TestRunDefaults: without options Run opens its own database, sends the
+// TestHandleDefaults: without options Handle opens its own database, sends the
 // default message, and hands Handle's errors back without failing.
-func TestRunDefaults(t *testing.T) {
-	res := rowleasetest.Run(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+func TestHandleDefaults(t *testing.T) {
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		return request.Answer{}, errors.New("the model is down")
 	})
 	require.ErrorIs(t, res.Err, request.ErrAgentFailed)
@@ -238,7 +238,7 @@ func TestRunDefaults(t *testing.T) {
 	require.NotNil(t, res.Runner)
 	assert.Equal(t, 1, count(t, res.DB, "SELECT COUNT(*) FROM rowlease_request WHERE status = 'error' AND session_key = 'session-1' AND client_request_id = 'message-1'"))
 
-	res = rowleasetest.Run(t, nil)
+	res = rowleasetest.Handle(t, nil)
 	assert.ErrorIs(t, res.Err, lease.ErrInvalid, "a nil agent is Handle's error, not a failed test")
 }
 
@@ -250,7 +250,7 @@ func TestRunWithTools(t *testing.T) {
 		return json.RawMessage(`"mine"`), nil
 	}))
 	var sent []string
-	res := rowleasetest.Run(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		var out []string
 		for _, tool := range []string{"mine", "added", "notify"} {
 			r, err := run.CallTool(ctx, tool, json.RawMessage(`{}`))
@@ -338,7 +338,7 @@ func TestBadSetupFailsTheTest(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ran := false
 			got := fatal(t, func(tb rowleasetest.TB) {
-				rowleasetest.Run(tb, func(context.Context, *request.Run) (request.Answer, error) {
+				rowleasetest.Handle(tb, func(context.Context, *request.Run) (request.Answer, error) {
 					ran = true
 					return request.Answer{}, nil
 				}, c.opts...)
@@ -359,7 +359,7 @@ func TestRunClockAdvance(t *testing.T) {
 	clk := &rowleasetest.Clock{}
 	rt := &logT{T: t}
 	ttl := 1500 * time.Millisecond // the heartbeat wakes every 500 ms
-	res := rowleasetest.Run(rt, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+	res := rowleasetest.Handle(rt, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		clk.Advance(time.Hour)
 		// Cancelled within one heartbeat interval of real time; the
 		// timer only keeps a broken clock from hanging the test.
@@ -399,7 +399,7 @@ func TestRunOnEachDialect(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, schema.Apply(t.Context(), db, d))
 		var toolRuns, agentRuns int
-		res := rowleasetest.Run(t, bookAgent(&agentRuns), rowleasetest.WithDB(db.DB), ledger(t, db.DB, &toolRuns),
+		res := rowleasetest.Handle(t, bookAgent(&agentRuns), rowleasetest.WithDB(db.DB), ledger(t, db.DB, &toolRuns),
 			rowleasetest.WithMessage(request.Message{SessionKey: "s-" + db.DriverName(), Content: "taxi"}))
 		require.NoError(t, res.Err)
 		assert.Equal(t, "booked 35 for taxi", res.Outcome.Reply)

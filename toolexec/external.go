@@ -116,7 +116,7 @@ type ExternalOptions struct {
 	Repeat bool
 }
 
-// RunExternal runs a call whose effect happens outside the database, in
+// ExecuteExternal runs a call whose effect happens outside the database, in
 // three steps, each recorded on the tool execution's row:
 //
 //  1. the intent: processing → started, in a transaction fenced by o.Fences
@@ -132,7 +132,7 @@ type ExternalOptions struct {
 // of fn leaves it started and returns *UnknownOutcomeError. A lost fence
 // after the act leaves it started too, for the flow that owns the request
 // now to reconcile.
-func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
+func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o ExecOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
 	if fn == nil {
 		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
 	}
@@ -239,7 +239,7 @@ func (s *Store) unknown(call Call, g Grant, err error) error {
 
 // giveBack releases the tool lease (bounded, even when ctx is done) and
 // returns err: the row keeps its state for the next run.
-func (s *Store) giveBack(ctx context.Context, db Beginner, g Grant, o RunOptions, err error) error {
+func (s *Store) giveBack(ctx context.Context, db Beginner, g Grant, o ExecOptions, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {

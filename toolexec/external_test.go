@@ -69,7 +69,7 @@ func TestExternalRecordsIntentActsAndRecordsResult(t *testing.T) {
 		f := e.newFlow(t, "s1", ttl)
 		rcv := newReceiver()
 		var seen toolexec.External
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
 				seen = x
 				// The intent is committed before the act: another
@@ -92,7 +92,7 @@ func TestExternalRecordsIntentActsAndRecordsResult(t *testing.T) {
 		assert.JSONEq(t, string(rcv.call(seen.EffectKey)), row.result)
 
 		// The same call again: the stored result, no act.
-		again, err := e.store.RunExternal(ctx, db, f.pay(`{"a":3.5e1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		again, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":3.5e1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(context.Context, toolexec.External) (json.RawMessage, error) {
 				t.Error("a recorded call acted again")
 				return nil, nil
@@ -111,7 +111,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 		rcv := newReceiver()
 		timeout := errors.New("read tcp: i/o timeout")
 		// The remote side performs the effect, but the answer is lost.
-		_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
 				rcv.call(x.EffectKey)
 				return nil, timeout
@@ -133,16 +133,16 @@ func TestExternalUnknownOutcome(t *testing.T) {
 			return nil, nil
 		}
 		// Without a way to reconcile, it stays unknown: never a new act.
-		_, err = e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{}, never)
+		_, err = e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{}, never)
 		require.ErrorAs(t, err, &ue)
 		assert.Equal(t, key, ue.EffectKey)
 		// An in-transaction run of the same call refuses it too.
-		_, err = e.store.Run(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), e.ledger)
+		_, err = e.store.Execute(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), e.ledger)
 		assert.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
 		assert.Zero(t, e.ledgerRows(t))
 
 		// A reconciler that cannot tell keeps it unknown.
-		_, err = e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
+		_, err = e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
 			Reconcile: func(context.Context, toolexec.External) (json.RawMessage, error) {
 				return nil, errors.New("remote down")
 			},
@@ -151,7 +151,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 
 		// A reconciler that finds the effect records its result.
 		var asked toolexec.External
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
 			Reconcile: func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				asked = x
 				rcv.mu.Lock()
@@ -193,14 +193,14 @@ func TestExternalRepeatAndReconcileNotPerformed(t *testing.T) {
 				f := e.newFlow(t, "s-"+tc.name, ttl)
 				rcv := newReceiver()
 				// The first act dies before reaching the remote side.
-				_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
+				_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
 					func(context.Context, toolexec.External) (json.RawMessage, error) {
 						return nil, errors.New("connection refused")
 					})
 				var ue *toolexec.UnknownOutcomeError
 				require.ErrorAs(t, err, &ue)
 				var again toolexec.External
-				res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
+				res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
 					func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 						again = x
 						return rcv.call(x.EffectKey), nil
@@ -223,7 +223,7 @@ func TestExternalNotPerformedIsAFailureRetriedWithTheSameKey(t *testing.T) {
 		f := e.newFlow(t, "s1", ttl)
 		var keys []string
 		declined := errors.New("card declined")
-		_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				keys = append(keys, x.EffectKey)
 				return nil, toolexec.NotPerformed(declined)
@@ -237,7 +237,7 @@ func TestExternalNotPerformedIsAFailureRetriedWithTheSameKey(t *testing.T) {
 		assert.Contains(t, row.errText, "card declined")
 		assert.False(t, row.Held)
 
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				assert.False(t, x.Again, "a recorded failure is not an unknown outcome")
 				keys = append(keys, x.EffectKey)
@@ -256,7 +256,7 @@ func TestExternalLostFenceNeverActs(t *testing.T) {
 		ctx := bg(t)
 		f := e.newFlow(t, "s1", ttl)
 		require.NoError(t, e.sessions.Release(ctx, db, f.sess))
-		_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(context.Context, toolexec.External) (json.RawMessage, error) {
 				t.Error("acted for a flow that lost its session")
 				return nil, nil
@@ -287,7 +287,7 @@ func TestExternalTakeoverAfterACrashReconcilesUnderTheSameKey(t *testing.T) {
 		o := e.opts(f, ttl)
 		o.TTL = short // the tool lease, never renewed here
 		go func() {
-			_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":9}`), o, toolexec.ExternalOptions{Repeat: true},
+			_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":9}`), o, toolexec.ExternalOptions{Repeat: true},
 				func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 					acting <- x
 					<-wake
@@ -301,7 +301,7 @@ func TestExternalTakeoverAfterACrashReconcilesUnderTheSameKey(t *testing.T) {
 			require.NoError(t, err)
 			return !st.Held
 		})
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":9}`), e.opts(f, ttl), toolexec.ExternalOptions{Repeat: true},
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":9}`), e.opts(f, ttl), toolexec.ExternalOptions{Repeat: true},
 			func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				assert.True(t, x.Again)
 				assert.Equal(t, x1.EffectKey, x.EffectKey)

@@ -17,7 +17,7 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// claimed inserts a tool execution held by holder, as Store.Run's claim
+// claimed inserts a tool execution held by holder, as Store.Execute's claim
 // does before running the side effect.
 func (e *env) claimed(t *testing.T, sessionKey, requestID, holder, args string) toolexec.Grant {
 	t.Helper()

@@ -174,8 +174,8 @@ func New(cfg Config) (*Store, error) {
 // Lease returns the underlying lease.
 func (s *Store) Lease() *lease.Lease[string] { return s.l }
 
-// RunOptions carry what a call needs besides the call itself.
-type RunOptions struct {
+// ExecOptions carry what a call needs besides the call itself.
+type ExecOptions struct {
 	Holder string        // the flow running the call
 	TTL    time.Duration // the tool lease's TTL
 	// Fences are checked, in order, inside the side effect's transaction
@@ -184,7 +184,7 @@ type RunOptions struct {
 	Fences []lease.Fence
 	// Watch, when set, is called with the tool grant while the tool runs
 	// (e.g. to add it to a heartbeat); the returned func is called after.
-	// Run calls it again, with the same grant, for each run of the side
+	// Execute calls it again, with the same grant, for each run of the side
 	// effect's transaction after a transient error (the previous stop
 	// called first): the watch should carry on from the lease's last
 	// renewal, as request.Run's does (one heartbeat.LeaseRenewer per call).
@@ -200,7 +200,7 @@ type RunOptions struct {
 }
 
 // db is where the clean-up writes go: through the flow, if there is one.
-func (o RunOptions) db(db Beginner) lease.DB {
+func (o ExecOptions) db(db Beginner) lease.DB {
 	if o.Flow != nil {
 		return o.Flow
 	}
@@ -226,7 +226,7 @@ func validateCall(c Call) error {
 	return checkText("tool name", c.Tool, schema.MaxToolNameLen)
 }
 
-// Run runs one tool call with exactly-once commit of its side effect:
+// Execute runs one tool call with exactly-once commit of its side effect:
 //
 //   - a previous success returns its stored result without running fn;
 //   - a previous error is retried;
@@ -244,7 +244,7 @@ func validateCall(c Call) error {
 // database error is run again a few times, then returned as
 // *TransientError. Invalid arguments give ErrInvalidArguments and write
 // nothing.
-func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, fn SideEffect) (Result, error) {
+func (s *Store) Execute(ctx context.Context, db Beginner, call Call, o ExecOptions, fn SideEffect) (Result, error) {
 	if fn == nil {
 		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
 	}
@@ -297,7 +297,7 @@ func (c claimed) result(err error) (Result, error) {
 
 // start validates a call (before any SQL) and claims it (see claim). It
 // fills in o's defaults.
-func (s *Store) start(ctx context.Context, db Beginner, call Call, o *RunOptions) (claimed, error) {
+func (s *Store) start(ctx context.Context, db Beginner, call Call, o *ExecOptions) (claimed, error) {
 	if db == nil {
 		return claimed{}, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	}
@@ -319,7 +319,7 @@ func (s *Store) start(ctx context.Context, db Beginner, call Call, o *RunOptions
 // returned unwatch is idempotent; call it before the statement that marks
 // or releases the lease, or a renewal racing that statement would report a
 // loss.
-func watch(o RunOptions, g Grant) (unwatch func()) {
+func watch(o ExecOptions, g Grant) (unwatch func()) {
 	if o.Watch == nil {
 		return func() {}
 	}
@@ -363,7 +363,7 @@ func backoff(ctx context.Context, attempt int) bool {
 // lost fence, a database error, a cancelled run) gives the tool lease back,
 // so the flow that owns the request now can take the call over at once.
 // Its writes run with a bounded context, even when ctx is done.
-func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Grant, o RunOptions, err error) error {
+func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Grant, o ExecOptions, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	var failed *FailedError
@@ -388,7 +388,7 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Gr
 
 // claim inserts the call held, or deals with the existing row. It returns
 // either a grant to run under, or a stored result.
-func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o RunOptions) (g Grant, started bool, res *Result, err error) {
+func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o ExecOptions) (g Grant, started bool, res *Result, err error) {
 	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
 	id := uuid.NewString()
 	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
@@ -438,7 +438,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 	return Grant{}, false, nil, fmt.Errorf("%w: the call kept changing state", ErrConflict)
 }
 
-func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o RunOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
+func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o ExecOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
 	gens := generations(o.Fences)
 	err = s.runFenced(ctx, db, call.Tool, "effect", lease.FencedTx{
 		Fences: o.Fences,

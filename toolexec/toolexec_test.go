@@ -95,8 +95,8 @@ func (e *env) fences(f *flow) []lease.Fence {
 	return []lease.Fence{e.sessions.Fence(f.sess), e.req.Fence("request", f.req)}
 }
 
-func (e *env) opts(f *flow, ttl time.Duration) toolexec.RunOptions {
-	return toolexec.RunOptions{Holder: f.holder, TTL: ttl, Fences: e.fences(f)}
+func (e *env) opts(f *flow, ttl time.Duration) toolexec.ExecOptions {
+	return toolexec.ExecOptions{Holder: f.holder, TTL: ttl, Fences: e.fences(f)}
 }
 
 func (f *flow) call(args string) toolexec.Call {
@@ -183,7 +183,7 @@ func TestNewThenReused(t *testing.T) {
 		ctx := bg(t)
 		f := e.newFlow(t, "s1", ttl)
 
-		first, err := e.store.Run(ctx, db, f.call(`{"b":1,"a":35}`), e.opts(f, ttl), e.ledger)
+		first, err := e.store.Execute(ctx, db, f.call(`{"b":1,"a":35}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, first.Reused)
 		assert.Equal(t, int64(1), first.Generation)
@@ -198,7 +198,7 @@ func TestNewThenReused(t *testing.T) {
 		assert.True(t, row.errNull)
 
 		// The same call, spelled differently: the stored result, not a re-run.
-		again, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1,"b":1.0}`), e.opts(f, ttl), e.ledger)
+		again, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1,"b":1.0}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.True(t, again.Reused)
 		assert.Equal(t, first.ExecutionID, again.ExecutionID)
@@ -209,13 +209,13 @@ func TestNewThenReused(t *testing.T) {
 		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 
 		// Other arguments, or another tool, are another call.
-		other, err := e.store.Run(ctx, db, f.call(`{"a":36,"b":1}`), e.opts(f, ttl), e.ledger)
+		other, err := e.store.Execute(ctx, db, f.call(`{"a":36,"b":1}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, other.Reused)
 		assert.NotEqual(t, first.ExecutionID, other.ExecutionID)
 		c := f.call(`{"b":1,"a":35}`)
 		c.Tool = "create_transaction_v2"
-		other, err = e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+		other, err = e.store.Execute(ctx, db, c, e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, other.Reused)
 		assert.Equal(t, int64(3), e.calls.Load())
@@ -223,10 +223,10 @@ func TestNewThenReused(t *testing.T) {
 
 		// A side effect that returns nothing stores JSON null.
 		c.Tool = "noop"
-		res, err := e.store.Run(ctx, db, c, e.opts(f, ttl), func(context.Context, toolexec.Exec) (json.RawMessage, error) { return nil, nil })
+		res, err := e.store.Execute(ctx, db, c, e.opts(f, ttl), func(context.Context, toolexec.Exec) (json.RawMessage, error) { return nil, nil })
 		require.NoError(t, err)
 		assert.Equal(t, "null", string(res.Output))
-		res, err = e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+		res, err = e.store.Execute(ctx, db, c, e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.True(t, res.Reused)
 		assert.Equal(t, "null", string(res.Output))
@@ -247,7 +247,7 @@ func TestFailedThenRetried(t *testing.T) {
 			return nil, boom
 		}
 
-		_, err := e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), failing)
+		_, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), failing)
 		var fe *toolexec.FailedError
 		require.ErrorAs(t, err, &fe)
 		assert.ErrorIs(t, err, toolexec.ErrToolFailed)
@@ -263,7 +263,7 @@ func TestFailedThenRetried(t *testing.T) {
 		assert.Equal(t, int64(1), row.Generation)
 
 		// A result that is not JSON is a failure too, and rolls back.
-		_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			if _, err := e.ledger(ctx, x); err != nil {
 				return nil, err
 			}
@@ -277,7 +277,7 @@ func TestFailedThenRetried(t *testing.T) {
 
 		// Retried: it runs, in the same row, with the next generation.
 		before := e.calls.Load()
-		res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+		res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, res.Reused)
 		assert.Equal(t, id, res.ExecutionID)
@@ -328,13 +328,13 @@ func TestLiveConflict(t *testing.T) {
 				}
 				done := make(chan outcome, 1)
 				go func() {
-					res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), o, fn)
+					res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), o, fn)
 					done <- outcome{res, err}
 				}()
 				<-entered
 
-				other := toolexec.RunOptions{Holder: "other-flow", TTL: ttl, Fences: e.fences(f)}
-				_, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1}`), other, e.ledger)
+				other := toolexec.ExecOptions{Holder: "other-flow", TTL: ttl, Fences: e.fences(f)}
+				_, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1}`), other, e.ledger)
 				require.Error(t, err)
 				assert.ErrorIs(t, err, toolexec.ErrConflict)
 				assert.ErrorIs(t, err, lease.ErrHeld)
@@ -358,7 +358,7 @@ func TestLiveConflict(t *testing.T) {
 				assert.Equal(t, 1, e.ledgerRows(t))
 
 				// Now the other holder gets the stored result.
-				res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), other, e.ledger)
+				res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), other, e.ledger)
 				require.NoError(t, err)
 				assert.True(t, res.Reused)
 				assert.Equal(t, int64(1), e.calls.Load())
@@ -394,7 +394,7 @@ func TestExpiredTakenOver(t *testing.T) {
 		var watched toolexec.Grant
 		o := e.opts(f, ttl)
 		o.Watch = func(g toolexec.Grant) func() { watched = g; return func() {} }
-		res, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1,"b":1}`), o, e.ledger)
+		res, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1,"b":1}`), o, e.ledger)
 		require.NoError(t, err)
 		assert.False(t, res.Reused)
 		assert.Equal(t, id, res.ExecutionID, "the crashed row is taken over, not duplicated")
@@ -423,7 +423,7 @@ func TestFenceLost(t *testing.T) {
 			require.NoError(t, err)
 
 			calls := e.calls.Load()
-			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+			_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, lease.ErrLost)
 			assert.NotErrorIs(t, err, toolexec.ErrToolFailed)
@@ -455,14 +455,14 @@ func TestFenceLost(t *testing.T) {
 			assert.Equal(t, int64(2), g.req.Generation)
 
 			calls := e.calls.Load()
-			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+			_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, lease.ErrLost)
 			assert.Equal(t, calls+1, e.calls.Load(), "it ran, and rolled back at the fence")
 			assert.Equal(t, 0, e.ledgerRows(t))
 
 			// The new owner takes the call over at once (no TTL wait) and
 			// runs it once.
-			res, err := e.store.Run(ctx, db, g.call(`{"a":35}`), e.opts(g, ttl), e.ledger)
+			res, err := e.store.Execute(ctx, db, g.call(`{"a":35}`), e.opts(g, ttl), e.ledger)
 			require.NoError(t, err)
 			assert.False(t, res.Reused)
 			assert.Equal(t, int64(2), res.Generation)
@@ -504,7 +504,7 @@ func TestExecFields(t *testing.T) {
 			}
 		}
 		call := f.call(`{ "b" : 1, "a" : 35 }`)
-		res, err := e.store.Run(ctx, db, call, o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		res, err := e.store.Execute(ctx, db, call, o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			got = x
 			assert.Equal(t, 1, watchCalls, "watched before the side effect runs")
 			assert.Equal(t, 0, stopCalls)
@@ -512,7 +512,7 @@ func TestExecFields(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Equal(t, 1, watchCalls)
-		assert.Equal(t, 1, stopCalls, "stop is called once, before Run returns")
+		assert.Equal(t, 1, stopCalls, "stop is called once, before Execute returns")
 		assert.Equal(t, schema.StoredProcessing, stateAtStop)
 
 		assert.Equal(t, watched.Generation, got.Generation)
@@ -529,7 +529,7 @@ func TestExecFields(t *testing.T) {
 
 		// Stop is called on the failure path too.
 		watchCalls, stopCalls = 0, 0
-		_, err = e.store.Run(ctx, db, f.call(`{"a":1}`), o, func(context.Context, toolexec.Exec) (json.RawMessage, error) {
+		_, err = e.store.Execute(ctx, db, f.call(`{"a":1}`), o, func(context.Context, toolexec.Exec) (json.RawMessage, error) {
 			return nil, errors.New("no")
 		})
 		require.ErrorIs(t, err, toolexec.ErrToolFailed)
@@ -539,14 +539,14 @@ func TestExecFields(t *testing.T) {
 		// And when a fence fails (the side effect never runs).
 		watchCalls, stopCalls = 0, 0
 		require.NoError(t, e.sessions.Release(ctx, db, f.sess))
-		_, err = e.store.Run(ctx, db, f.call(`{"a":2}`), o, e.ledger)
+		_, err = e.store.Execute(ctx, db, f.call(`{"a":2}`), o, e.ledger)
 		require.ErrorIs(t, err, lease.ErrLost)
 		assert.Equal(t, 1, watchCalls)
 		assert.Equal(t, 1, stopCalls)
 
 		// A reused result is not watched: nothing runs.
 		watchCalls, stopCalls = 0, 0
-		res, err = e.store.Run(ctx, db, call, o, e.ledger)
+		res, err = e.store.Execute(ctx, db, call, o, e.ledger)
 		require.NoError(t, err)
 		assert.True(t, res.Reused)
 		assert.Equal(t, 0, watchCalls)
@@ -560,7 +560,7 @@ func TestInvalidInput(t *testing.T) {
 		f := e.newFlow(t, "s1", ttl)
 		for _, args := range []string{`[1]`, `{"a":`, `{"a":1,"a":2}`, `"x"`, ``, `null`, `{"a":"\ud800"}`, `{"a":1} {}`,
 			`{"id":9007199254740993}`} {
-			_, err := e.store.Run(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
+			_, err := e.store.Execute(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, toolexec.ErrInvalidArguments, "arguments %q", args)
 		}
 		for name, c := range map[string]toolexec.Call{
@@ -570,14 +570,14 @@ func TestInvalidInput(t *testing.T) {
 				Arguments: json.RawMessage(`{}`)},
 			"no tool": {SessionKey: "s1", RequestID: f.requestID, Arguments: json.RawMessage(`{}`)},
 		} {
-			_, err := e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+			_, err := e.store.Execute(ctx, db, c, e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, lease.ErrInvalid, name)
 		}
-		_, err := e.store.Run(ctx, db, f.call(`{}`), e.opts(f, ttl), nil)
+		_, err := e.store.Execute(ctx, db, f.call(`{}`), e.opts(f, ttl), nil)
 		assert.ErrorIs(t, err, lease.ErrInvalid, "nil side effect")
-		_, err = e.store.Run(ctx, nil, f.call(`{}`), e.opts(f, ttl), e.ledger)
+		_, err = e.store.Execute(ctx, nil, f.call(`{}`), e.opts(f, ttl), e.ledger)
 		assert.ErrorIs(t, err, lease.ErrInvalid, "nil db")
-		_, err = e.store.Run(ctx, db, f.call(`{}`), toolexec.RunOptions{Holder: f.holder}, e.ledger)
+		_, err = e.store.Execute(ctx, db, f.call(`{}`), toolexec.ExecOptions{Holder: f.holder}, e.ledger)
 		assert.ErrorIs(t, err, lease.ErrInvalid, "zero TTL")
 
 		assert.Equal(t, int64(0), e.calls.Load())
@@ -606,7 +606,7 @@ func TestConcurrentSameCall(t *testing.T) {
 				<-start
 				o := e.opts(f, ttl)
 				o.Holder = fmt.Sprintf("flow-%d", i)
-				res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), o, e.ledger)
+				res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), o, e.ledger)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -676,7 +676,7 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 			toolGen = g.Generation
 			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), flow, g))
 		}
-		res, err := e.store.Run(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		res, err := e.store.Execute(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			timer := time.NewTimer(hold)
 			defer timer.Stop()
 			select {
