@@ -281,7 +281,7 @@
 //     process freed without knowing of it.
 //
 // A claimed message runs with Config.Agent in a goroutine of the Runner
-// (owned: Stop lets it finish, then cancels it and waits for it), or,
+// (owned: Close lets it finish, then cancels it and waits for it), or,
 // when an interrupting Handle of the same process is waiting for it, in
 // that call with its agent.
 //
@@ -404,8 +404,8 @@
 //   - An interrupting Handle whose ctx ends before its message could run:
 //     the message stays queued at the head and runs later; the error
 //     matches ctx's cause (or ErrInFlight, if it is running elsewhere).
-//   - Stop: runs started from the queue are let finish until Stop's ctx
-//     ends, then cancelled (cause ErrStopped): their requests stay
+//   - Close: runs started from the queue are let finish until Close's ctx
+//     ends, then cancelled (cause ErrClosed): their requests stay
 //     processing and free, and a dispatcher of any process resumes them
 //     (a resumed one, or one accepted at once, after the grace).
 package request

@@ -34,7 +34,7 @@ func (e *env) newRunner(t *testing.T, mod func(*Config)) *Runner {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		assert.NoError(t, r.Stop(ctx))
+		assert.NoError(t, r.Close(ctx))
 	})
 	return r
 }
@@ -253,7 +253,7 @@ func TestQueueDrainsAfterACrash(t *testing.T) {
 		}
 		close(crash.release)
 		require.ErrorIs(t, <-done, context.Canceled)
-		require.NoError(t, a.Stop(ctx)) // every process is gone
+		require.NoError(t, a.Close(ctx)) // every process is gone
 
 		// A new process, with its dispatcher.
 		rcB := &recorder{}
@@ -320,7 +320,7 @@ func TestQueuedRunThatDiesIsResumed(t *testing.T) {
 		close(first.release)
 		require.NoError(t, <-done)
 		waitFor(t, func() bool { return rc.runsOf("q-0") == 1 && died.Load() })
-		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Close(ctx))
 
 		b := e.newRunner(t, func(c *Config) {
 			c.Agent = agent

@@ -27,7 +27,7 @@ func TestReadmeQueueConfigTakesANewSession(t *testing.T) {
 			Session:   session.Config{AutoCreate: true}, // a new session's first message creates its row
 			Retention: RetentionConfig{After: 30 * 24 * time.Hour}})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = runner.Close() })
+		t.Cleanup(func() { _ = runner.Close(context.Background()) })
 
 		for i, policy := range []Policy{Reject, Queue, Interrupt} {
 			sid := "new-session-" + policy.String()

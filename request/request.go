@@ -1024,19 +1024,24 @@ func (r *Runner) releaseAll(ctx context.Context, run *Run) {
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 }
 
-// Close stops the Runner's own work if Start started it (the dispatcher
-// and the sweeper, and the queued messages it runs, given up to
-// Config.ReleaseTimeout to finish: see Stop), then closes the prepared
-// statements of its session, request and tool-execution leases (see
-// lease.Lease.Close). It is safe to call while messages are being handled,
-// and more than once: a run in progress finishes, sending its statements as
-// text. Close the Runner before the database it was given.
-func (r *Runner) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ReleaseTimeout)
-	defer cancel()
-	stopErr := r.Stop(ctx)
-	if errors.Is(stopErr, context.DeadlineExceeded) {
-		stopErr = fmt.Errorf("request: close: queued runs cancelled after %s (they resume on the next start): %w", r.cfg.ReleaseTimeout, stopErr)
+// Close shuts the Runner down; it is its one shutdown. It stops the
+// dispatcher and the sweeper at once, lets the runs that the Runner started
+// from the queue finish until ctx is done, then cancels the rest (their
+// context's cause is ErrClosed: they give their leases back, and their
+// requests stay processing and free, to be resumed by a dispatcher of any
+// process) and waits for them; then it closes the prepared statements of
+// its session, request and tool-execution leases (see lease.Lease.Close).
+// It returns an error matching ctx's error when it had to cancel runs.
+//
+// Close is safe to call while messages are being handled, without Start,
+// and more than once. After Close the Runner starts no queued message
+// itself, but still runs Handle calls (a run in progress finishes),
+// sending its statements as text. Close the Runner before the database it
+// was given.
+func (r *Runner) Close(ctx context.Context) error {
+	stopErr := r.stop(ctx)
+	if stopErr != nil {
+		stopErr = fmt.Errorf("request: close: queued runs cancelled (they resume on the next start): %w", stopErr)
 	}
 	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close())
 }

@@ -259,7 +259,7 @@ func TestNoOrphans(t *testing.T) {
 				want[key] = append(want[key], id)
 			}
 		}
-		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Close(ctx))
 		require.Equal(t, int64(sessions), ag.modelCalls.Load())
 		require.Equal(t, sessions, e.ledgerRows(t))
 
