@@ -374,8 +374,8 @@
 //     never left held for a TTL with no heartbeat; a retry runs the
 //     message (a new request) or resumes it (a takeover, or a queued
 //     message claimed by the queue).
-//   - Run.Abandon: nothing is written; the leases expire after the TTL (a
-//     crash, simulated). No queued message is started by it; a Started
+//   - rowleasetest.Crash(run), in a test: nothing is written; the leases
+//     expire after the TTL (a crash, simulated). No queued message is started by it; a Started
 //     Runner resumes the request after the grace (see "Resume").
 //   - Outcome.Queued (nil error): the message is queued, not answered; its
 //     outcome comes later (Wait, Status). A resend answers the same.

@@ -230,7 +230,7 @@ func TestTakeoverTakesTheRunningToolCalls(t *testing.T) {
 		var dead toolexec.Grant
 		_, err := e.r.Handle(ctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
 			dead = claimTool(t, e, "s", run.RequestID(), run.holder, "write", `{"amount":35}`, time.Minute)
-			run.Abandon() // the process dies with the call claimed
+			run.abandon() // the process dies with the call claimed
 			return Answer{}, errors.New("crashed")
 		})
 		require.ErrorIs(t, err, context.Canceled)

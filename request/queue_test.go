@@ -237,7 +237,7 @@ func TestQueueDrainsAfterACrash(t *testing.T) {
 			_, err := a.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "crash", Content: "x"},
 				func(ctx context.Context, run *Run) (Answer, error) {
 					_, err := crash.agent(ctx, run)
-					run.Abandon() // the process dies here, holding its leases
+					run.abandon() // the process dies here, holding its leases
 					return Answer{}, err
 				})
 			done <- err
@@ -299,7 +299,7 @@ func TestQueuedRunThatDiesIsResumed(t *testing.T) {
 				return Answer{}, err
 			}
 			if run.ClientRequestID() == "q-0" && died.CompareAndSwap(false, true) {
-				run.Abandon()
+				run.abandon()
 				return Answer{}, errors.New("died")
 			}
 			return Answer{Reply: fmt.Sprintf("ok reused=%v", res.Reused)}, nil
@@ -451,7 +451,7 @@ func TestInterruptDeadRun(t *testing.T) {
 		r := e.newRunner(t, func(c *Config) { c.Agent = rc.agent })
 		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"},
 			func(ctx context.Context, run *Run) (Answer, error) {
-				run.Abandon()
+				run.abandon()
 				return Answer{}, errors.New("crashed")
 			})
 		require.ErrorIs(t, err, context.Canceled)

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/crash"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -854,11 +855,13 @@ func (run *Run) stopped() error {
 	return nil
 }
 
-// Abandon stops the heartbeat and makes Handle return without writing or
+func init() { crash.Abandon = func(run any) { run.(*Run).abandon() } }
+
+// abandon stops the heartbeat and makes Handle return without writing or
 // releasing anything, as if the process had crashed: the leases expire
 // after their TTL and another run takes the request over. It is for crash
-// tests and hard shutdowns. The agent should return soon after.
-func (run *Run) Abandon() {
+// tests (rowleasetest.Crash). The agent should return soon after.
+func (run *Run) abandon() {
 	run.abandonOnce.Do(func() { close(run.abandoned) })
 	if run.sup != nil {
 		run.sup.Stop()

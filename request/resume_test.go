@@ -66,7 +66,7 @@ func (a *durableAgent) run(ctx context.Context, run *Run) (Answer, error) {
 		}
 	}
 	if a.crash != nil && a.crash(run) {
-		run.Abandon() // the process dies after the tool committed, before the reply
+		run.abandon() // the process dies after the tool committed, before the reply
 		return Answer{}, errors.New("crashed")
 	}
 	return Answer{Reply: fmt.Sprintf("wrote %d", c.Amount)}, nil

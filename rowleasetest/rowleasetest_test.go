@@ -407,3 +407,32 @@ func TestRunOnEachDialect(t *testing.T) {
 		assert.Equal(t, 1, toolRuns)
 	})
 }
+
+// TestCrash: a run that Crash abandons writes nothing and keeps its leases
+// until they expire; the resend after the TTL takes the request over and
+// answers it.
+func TestCrash(t *testing.T) {
+	db := rowleasetest.NewDB(t)
+	const ttl = 300 * time.Millisecond
+	short := rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.HeartbeatInterval = ttl, ttl/4 })
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		rowleasetest.Crash(run)
+		return request.Answer{Reply: "never stored"}, nil
+	}, rowleasetest.WithDB(db), short)
+	require.ErrorIs(t, res.Err, context.Canceled)
+	assert.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM rowlease_request WHERE status = 'processing' AND token IS NOT NULL"), "left as a crash leaves it")
+	assert.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM rowlease_session WHERE token IS NOT NULL"), "the session is still held")
+
+	_, err := res.Runner.Handle(t.Context(), res.Message, func(context.Context, *request.Run) (request.Answer, error) {
+		return request.Answer{Reply: "answered"}, nil
+	})
+	require.ErrorIs(t, err, request.ErrInFlight, "the crashed run's lease is live until its TTL")
+
+	require.Eventually(t, func() bool {
+		out, err := res.Runner.Handle(t.Context(), res.Message, func(context.Context, *request.Run) (request.Answer, error) {
+			return request.Answer{Reply: "answered"}, nil
+		})
+		return err == nil && out.Reply == "answered" && out.Resumed
+	}, 30*time.Second, ttl/2, "a resend after the TTL takes the request over")
+	rowleasetest.Crash(nil) // a nil run is ignored
+}

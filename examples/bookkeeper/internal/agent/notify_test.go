@@ -20,6 +20,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/toolexec"
 )
@@ -184,7 +185,7 @@ func TestCrashAfterTheEffectSendsTheSameKey(t *testing.T) {
 		var crashed atomic.Bool
 		r, s := receiver(t, webhook.ReceiverConfig{Hook: func(stage webhook.Stage, key string) error {
 			if stage == webhook.Performed && !crashed.Swap(true) {
-				crashing.Load().Abandon()
+				rowleasetest.Crash(crashing.Load())
 			}
 			return nil
 		}})
