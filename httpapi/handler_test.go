@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +25,6 @@ import (
 // gate is an agent whose messages with content "block" run until they
 // are released (or their context ends); the others answer at once.
 type gate struct {
-	mu       sync.Mutex
 	started  chan string // a blocking message started: its client request id
 	released chan struct{}
 }
