@@ -112,7 +112,7 @@ type Batcher struct {
 // *lease.ValidationError.
 func NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if cfg.Interval <= 0 {
-		return nil, &lease.ValidationError{Field: "batch interval", Reason: "must be positive"}
+		return nil, &lease.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
 	}
 	clock := cfg.Clock
 	if clock == nil {
@@ -465,7 +465,7 @@ func (r *LeaseRenewer[K]) group() any {
 	if p == nil {
 		return r // not comparable: a group of its own
 	}
-	return groupKey{lease: r.l, pool: p, ttl: r.ttl}
+	return groupKey{lease: r.l, pool: p, ttl: r.Grant().TTL}
 }
 
 func (r *LeaseRenewer[K]) dialect() lease.Dialect {
@@ -508,7 +508,7 @@ func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]tim
 	if f, ok := db.(*lease.FlowDB); ok && f != nil {
 		db = f.Pool()
 	}
-	out, rerrs := r.l.RenewMany(ctx, db, gs, r.ttl)
+	out, rerrs := r.l.RenewMany(ctx, db, gs, r.Grant().TTL) // one TTL per group (groupKey)
 	for j, i := range send {
 		if rerrs[j] != nil {
 			errs[i] = rerrs[j]

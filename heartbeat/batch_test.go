@@ -56,7 +56,7 @@ func startFlows(t *testing.T, e conformance.Env, b *heartbeat.Batcher, db lease.
 			e.Insert(t, k)
 			g, err := e.Lease.Acquire(ctx, e.DB, k, "flow"+strconv.Itoa(i), ttl)
 			require.NoError(t, err)
-			r := heartbeat.ForLease("lease"+strconv.Itoa(j), e.Lease, db, g, ttl)
+			r := heartbeat.ForLease("lease"+strconv.Itoa(j), e.Lease, db, g)
 			s.Add(r)
 			f.grants, f.rs = append(f.grants, g), append(f.rs, r)
 		}
@@ -242,7 +242,7 @@ func TestBatcherAddRacingStop(t *testing.T) {
 		added := make(chan struct{})
 		go func() {
 			defer close(added)
-			s.Add(heartbeat.ForLease("late", e.Lease, e.DB, g, ttl))
+			s.Add(heartbeat.ForLease("late", e.Lease, e.DB, g))
 		}()
 		s.Stop()
 		<-added

@@ -14,21 +14,21 @@
 //
 //	sup, err := heartbeat.New(heartbeat.Config{Interval: ttl / 3, TTL: ttl, Logger: log})
 //	if err != nil { ... }
-//	sup.Add(heartbeat.ForLease("session", sessions, db, sessionGrant, ttl))
-//	sup.Add(heartbeat.ForLease("request", requests, db, requestGrant, ttl))
+//	sup.Add(heartbeat.ForLease("session", sessions, db, sessionGrant))
+//	sup.Add(heartbeat.ForLease("request", requests, db, requestGrant))
 //	work, err := sup.Start(ctx)
 //	if err != nil { ... }
 //	defer sup.Stop()
-//	tool := heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant, ttl)
+//	tool := heartbeat.ForLease("tool:create_transaction", tools, db, toolGrant)
 //	removeTool := sup.Add(tool)
 //	err = runTool(work)          // stops when work is done
 //	removeTool()                 // before releasing the tool lease
 //	toolGrant = tool.Grant()     // the renewed grant: toolGrant itself was not updated
 //	if errors.Is(context.Cause(work), lease.ErrLost) { ... write nothing more ... }
 //
-// Each lease is renewed for the TTL it was granted for, which must also be
-// Config.TTL (ForLease's ttl may be zero, meaning the grant's); a lease
-// whose TTLs disagree is refused before any SQL. The renewals update the
+// Each lease is renewed for the TTL it was granted for (ForLease takes it
+// from the grant), which must also be Config.TTL; a lease whose TTL
+// disagrees is refused before any SQL. The renewals update the
 // LeaseRenewer's copy of the grant, not the caller's: read the current
 // one, with its trust deadline, from LeaseRenewer.Grant.
 //

@@ -75,8 +75,8 @@ func ExampleSupervisor() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	export := heartbeat.ForLease("export", resources, db, grants[0], ttl)
-	account := heartbeat.ForLease("account", resources, db, grants[1], ttl)
+	export := heartbeat.ForLease("export", resources, db, grants[0])
+	account := heartbeat.ForLease("account", resources, db, grants[1])
 	sup.Add(export)
 	sup.Add(account)
 	work, err := sup.Start(ctx)

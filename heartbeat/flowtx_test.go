@@ -137,7 +137,7 @@ func startFlowsWith(t *testing.T, e conformance.Env, cfg heartbeat.Config, db le
 			e.Insert(t, k)
 			g, err := e.Lease.Acquire(ctx, e.DB, k, "flow", cfg.TTL)
 			require.NoError(t, err)
-			r := heartbeat.ForLease("lease"+string(rune('0'+j)), e.Lease, db, g, cfg.TTL)
+			r := heartbeat.ForLease("lease"+string(rune('0'+j)), e.Lease, db, g)
 			s.Add(r)
 			f.grants, f.rs = append(f.grants, g), append(f.rs, r)
 		}

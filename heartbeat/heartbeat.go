@@ -88,7 +88,6 @@ type LeaseRenewer[K lease.Key] struct {
 	name string
 	l    *lease.Lease[K]
 	db   lease.DB
-	ttl  time.Duration
 
 	mu        sync.Mutex
 	g         lease.Grant[K]         // the latest renewal's, committed or not
@@ -98,38 +97,31 @@ type LeaseRenewer[K lease.Key] struct {
 }
 
 // ForLease adapts a lease grant to a Renewer named name: each renewal is
-// l.Renew(ctx, db, g, ttl) on its own copy of g. Pass a *sql.DB (or another
-// pool), not a transaction: renewals run outside the work's transactions.
+// l.Renew(ctx, db, g, g.TTL) on its own copy of g. Pass a *sql.DB (or
+// another pool), not a transaction: renewals run outside the work's
+// transactions.
 //
-// A lease is renewed for the TTL it was granted for: ttl zero means
-// g.TTL, and a ttl that is not g.TTL is refused (Renew returns a
-// *lease.ValidationError before any SQL, and a Supervisor loses the
-// lease at once, ReasonInvalid). So is a grant whose TTL is not the
-// Supervisor's Config.TTL.
+// A lease is renewed for the TTL it was granted for (g.TTL). A grant
+// whose TTL is not the Supervisor's Config.TTL is refused: Add loses the
+// lease at once, ReasonInvalid, before any SQL.
 //
 // The caller's g is not updated by the renewals; Grant returns the
 // renewed one.
-func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.Grant[K], ttl time.Duration) *LeaseRenewer[K] {
-	if ttl == 0 {
-		ttl = g.TTL
-	}
-	return &LeaseRenewer[K]{name: name, l: l, db: db, ttl: ttl, g: g, committed: g}
+func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.Grant[K]) *LeaseRenewer[K] {
+	return &LeaseRenewer[K]{name: name, l: l, db: db, g: g, committed: g}
 }
 
 // check reports a LeaseRenewer that cannot renew, before any SQL.
 func (r *LeaseRenewer[K]) check() error {
 	if r.l == nil {
-		return &lease.ValidationError{Field: "lease", Reason: "nil"}
-	}
-	if gt := r.Grant().TTL; r.ttl != gt {
-		return &lease.ValidationError{Field: "ttl", Reason: fmt.Sprintf("%v given to ForLease, but the grant's TTL is %v", r.ttl, gt)}
+		return &lease.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
 	}
 	return nil
 }
 
 // leaseTTL is the TTL the lease is renewed for, or why it cannot be; Add
 // checks it against Config.TTL.
-func (r *LeaseRenewer[K]) leaseTTL() (time.Duration, error) { return r.ttl, r.check() }
+func (r *LeaseRenewer[K]) leaseTTL() (time.Duration, error) { return r.Grant().TTL, r.check() }
 
 // ttlRenewer is a Renewer that says which TTL it renews for.
 type ttlRenewer interface {
@@ -169,7 +161,7 @@ func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 		defer rt.Done() // after renewed: the transaction cannot end unheard
 		db = rt.DB()
 	}
-	ng, err := r.l.Renew(ctx, db, g, r.ttl)
+	ng, err := r.l.Renew(ctx, db, g, g.TTL)
 	if err != nil {
 		return g.Deadline, err
 	}
@@ -238,7 +230,8 @@ func (r *LeaseRenewer[K]) txEnded(tx any, committed bool) {
 // redo renews the grant again inside tx (on db), after tx rolled back to
 // a savepoint that undid the renewals made in it.
 func (r *LeaseRenewer[K]) redo(ctx context.Context, tx any, db lease.DB) error {
-	ng, err := r.l.Renew(ctx, db, r.Grant(), r.ttl)
+	g := r.Grant()
+	ng, err := r.l.Renew(ctx, db, g, g.TTL)
 	if err != nil {
 		return err
 	}
@@ -347,11 +340,11 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.Interval <= 0:
-		return &lease.ValidationError{Field: "interval", Reason: "must be positive"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "interval", Reason: "must be positive"}
 	case c.Interval > c.TTL/3:
-		return &lease.ValidationError{Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
 	case c.Batcher != nil && c.Batcher.Interval() > c.Interval:
-		return &lease.ValidationError{Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
+		return &lease.ValidationError{Package: "heartbeat", Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
 	}
 	return nil
 }
@@ -459,7 +452,7 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 	if tr, ok := r.(ttlRenewer); ok {
 		ttl, err := tr.leaseTTL()
 		if err == nil && ttl != s.cfg.TTL {
-			err = &lease.ValidationError{Field: "ttl",
+			err = &lease.ValidationError{Package: "heartbeat", Field: "ttl",
 				Reason: fmt.Sprintf("lease %q is renewed for %v, but the supervisor's TTL is %v", e.name, ttl, s.cfg.TTL)}
 		}
 		e.invalid = err
@@ -586,7 +579,7 @@ func (s *Supervisor) retryDelay(left time.Duration) time.Duration {
 // ErrStarted; a Start after Stop returns ErrStopped.
 func (s *Supervisor) Start(parent context.Context) (context.Context, error) {
 	if parent == nil {
-		return nil, &lease.ValidationError{Field: "parent context", Reason: "nil"}
+		return nil, &lease.ValidationError{Package: "heartbeat", Field: "parent context", Reason: "nil"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

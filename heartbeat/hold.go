@@ -47,10 +47,10 @@ type HoldOptions struct {
 // panics, the lease is released and the panic goes on.
 func Hold[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, key K, holder string, o HoldOptions, fn func(ctx context.Context, g lease.Grant[K]) error) (err error) {
 	if l == nil {
-		return &lease.ValidationError{Field: "lease", Reason: "nil"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
 	}
 	if fn == nil {
-		return &lease.ValidationError{Field: "fn", Reason: "nil"}
+		return &lease.ValidationError{Package: "heartbeat", Field: "fn", Reason: "nil"}
 	}
 	if o.Interval == 0 {
 		o.Interval = o.TTL / 3
@@ -71,7 +71,7 @@ func Hold[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, key 
 	if err != nil {
 		return err
 	}
-	r := ForLease("lease", l, db, g, o.TTL)
+	r := ForLease("lease", l, db, g)
 	sup.Add(r)
 	work, err := sup.Start(ctx)
 	if err != nil {

@@ -39,7 +39,7 @@ func superviseLease(t *testing.T, e conformance.Env, cfg heartbeat.Config) (leas
 	t.Helper()
 	g, err := e.Lease.Acquire(ctxT(t), e.DB, "k", "worker", cfg.TTL)
 	require.NoError(t, err)
-	lr := heartbeat.ForLease("request", e.Lease, e.DB, g, cfg.TTL)
+	lr := heartbeat.ForLease("request", e.Lease, e.DB, g)
 	sp := &spy{Renewer: lr}
 	s, work, rec := start(t, cfg, sp)
 	return g, lr, sp, s, work, rec

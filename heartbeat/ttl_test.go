@@ -15,9 +15,8 @@ import (
 )
 
 // TestOneTTL (issue 8, item 14): the TTL a lease is renewed for is the
-// grant's own. ForLease with ttl zero takes it from the grant; a ttl that
-// disagrees with the grant's, or a lease whose TTL is not the
-// supervisor's Config.TTL, is refused before any SQL: the work is
+// grant's own (ForLease takes it from the grant); a lease whose TTL is
+// not the supervisor's Config.TTL is refused before any SQL: the work is
 // cancelled at once with a *LostError whose reason is ReasonInvalid.
 func TestOneTTL(t *testing.T) {
 	const ttl = 300 * time.Millisecond
@@ -25,14 +24,10 @@ func TestOneTTL(t *testing.T) {
 	cases := []struct {
 		name     string
 		grantTTL time.Duration // the TTL the lease is acquired for
-		given    time.Duration // ForLease's ttl
 		refused  bool
 	}{
-		{"zero means the grant's", ttl, 0, false},
-		{"the same", ttl, ttl, false},
-		{"ForLease disagrees with the grant", ttl, 2 * ttl, true},
-		{"the grant disagrees with Config.TTL", 2 * ttl, 2 * ttl, true},
-		{"zero, and the grant disagrees with Config.TTL", 2 * ttl, 0, true},
+		{"the grant's TTL is Config.TTL", ttl, false},
+		{"the grant disagrees with Config.TTL", 2 * ttl, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,7 +36,7 @@ func TestOneTTL(t *testing.T) {
 				g, err := e.Lease.Acquire(ctx, e.DB, "k", "worker", tc.grantTTL)
 				require.NoError(t, err)
 				var c countdb.Counter
-				lr := heartbeat.ForLease("request", e.Lease, c.Wrap(e.DB), g, tc.given)
+				lr := heartbeat.ForLease("request", e.Lease, c.Wrap(e.DB), g)
 				s, work, rec := start(t, cfg, lr)
 				if !tc.refused {
 					rec.wait(t, "a renewal", is(heartbeat.EventRenewed, "request"))
@@ -62,18 +57,4 @@ func TestOneTTL(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestForLeaseRenewRefusesDisagreeingTTL: used without a supervisor, a
-// LeaseRenewer whose ttl disagrees with its grant's refuses to renew.
-func TestForLeaseRenewRefusesDisagreeingTTL(t *testing.T) {
-	eachDialect(t, func(t *testing.T, e conformance.Env) {
-		ctx := ctxT(t)
-		g, err := e.Lease.Acquire(ctx, e.DB, "k", "worker", time.Second)
-		require.NoError(t, err)
-		var c countdb.Counter
-		_, err = heartbeat.ForLease("request", e.Lease, c.Wrap(e.DB), g, 2*time.Second).Renew(ctx)
-		assert.ErrorIs(t, err, lease.ErrInvalid)
-		assert.Zero(t, c.Count())
-	})
 }

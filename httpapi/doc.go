@@ -2,7 +2,9 @@
 // for every error the library returns, an RFC 9457 problem+json writer
 // with stable problem types and Retry-After, a test for "the database
 // cannot be reached" (IsUnavailable), and a reader for RFC 7240's
-// "Prefer: wait=N".
+// "Prefer: wait=N"; and the two handlers a service mounts under its own
+// routes, for its message endpoint (MessageHandler) and its status
+// endpoint (StatusHandler).
 //
 //	out, err := runner.Handle(ctx, msg, agent)
 //	if err != nil {
@@ -98,6 +100,44 @@
 // wait=N" for a handler that honoured it (for example one that waits up to
 // that long for a running request's reply instead of answering 409 at
 // once).
+//
+// # Handlers
+//
+// MessageHandler runs a message that cfg.Message reads from the request
+// (session key, client request id, content, OnBusy: from the path, a
+// header or the body, as the service chooses; JSONMessage reads a JSON
+// body) with the service's agent, and answers:
+//
+//	200  the answer (cfg.WriteAnswer; by default the request.Outcome as JSON),
+//	     also a replay (Replayed)
+//	202  queued: Location (cfg.Location) and {"status":"queued","position":N}
+//	     (cfg.WriteQueued)
+//	4xx/5xx  the error (cfg.Fail; by default the table above, under
+//	     Problems.Base, Retry-After capped by Problems.MaxRetryAfter)
+//
+// With "Prefer: wait=N" (capped by MaxWait), a message in flight (409) or
+// queued (202) is waited for with request.Runner.Wait for up to N seconds:
+// then its stored outcome is answered (200 replayed, or its problem), or,
+// still unfinished, what it answers now; the response carries
+// "Preference-Applied: wait=N".
+//
+// StatusHandler answers request.Runner.Status of the message that
+// cfg.Keys names (PathKeys reads path wildcards): 200 with its state
+// (cfg.WriteStatus; by default a StatusBody), 404 unknown, 410 expired;
+// "Prefer: wait=N" waits for a final state.
+//
+// The default Fail adds RFC 9457 extension members where they help the
+// client: request_id (the request's id, when known: quote it to the
+// operator), interrupted_by (the client request id of the message that
+// interrupted this one), queue_max (with a 429). A service that keeps a
+// contract of its own supplies Fail, WriteAnswer, WriteQueued and
+// WriteStatus (examples/bookkeeper does).
+//
+// The handlers run the message under cfg.RunContext, by default
+// context.WithoutCancel of the request's: a client that goes away does not
+// stop its message's run; a resend with the same client request id gets
+// its reply. They never write after a Write… func has started writing:
+// such a func returns an error only before it writes.
 //
 // # Guarantees
 //

@@ -79,7 +79,7 @@ func Example() {
 	// 409 application/problem+json Retry-After: 5
 	// {"type":"https://rowlease.dev/problems/session-busy","title":"Session busy","status":409,"detail":"the session is answering another message; retry with the same client request id after Retry-After seconds","instance":"/sessions/s-1/messages"}
 	// 422 https://rowlease.dev/problems/client-request-id-reused
-	// 400 lease: invalid client request id: empty
+	// 400 request: invalid client request id: empty
 }
 
 // ExampleIsUnavailable: a SQLite file that cannot be opened is a database
@@ -92,7 +92,7 @@ func ExampleIsUnavailable() {
 	}
 	defer db.Close()
 	err = db.PingContext(context.Background())
-	fmt.Println(httpapi.IsUnavailable(err), httpapi.Status(err), httpapi.ProblemFor(err).RetryAfter)
+	fmt.Println(httpapi.IsUnavailable(err), httpapi.StatusCode(err), httpapi.ProblemFor(err).RetryAfter)
 
 	fmt.Println(httpapi.IsUnavailable(fmt.Errorf("query: %w", context.DeadlineExceeded)))
 	// Output:

@@ -90,7 +90,7 @@ func TestProblemFor(t *testing.T) {
 			assert.Equal(t, tc.status, p.Status)
 			assert.Equal(t, httpapi.ProblemBase+tc.typ, p.Type)
 			assert.Equal(t, tc.retryAfter, p.RetryAfter)
-			assert.Equal(t, tc.status, httpapi.Status(tc.err))
+			assert.Equal(t, tc.status, httpapi.StatusCode(tc.err))
 			assert.NotEmpty(t, p.Title)
 			assert.NotEmpty(t, p.Detail)
 			if tc.err != nil && tc.status != http.StatusBadRequest {

@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -62,6 +65,47 @@ type Problem struct {
 	// RetryAfter, when positive, is sent as the Retry-After header in
 	// whole seconds, rounded up (see RetryAfterSeconds).
 	RetryAfter time.Duration `json:"-"`
+	// Extensions are RFC 9457 extension members, sent after the members
+	// above, in key order (a key that names one of them is dropped). The
+	// handlers of this package add request_id (the request's id, when
+	// known: quote it to the operator), interrupted_by (the client
+	// request id of the message that interrupted this one) and queue_max
+	// (the session's queue limit, with a 429). Decoding leaves them out.
+	Extensions map[string]any `json:"-"`
+}
+
+// problemMembers are the members of Problem's JSON object.
+type problemMembers Problem
+
+// MarshalJSON encodes p with its extension members.
+func (p Problem) MarshalJSON() ([]byte, error) {
+	base, err := json.Marshal(problemMembers(p))
+	if err != nil || len(p.Extensions) == 0 {
+		return base, err
+	}
+	keys := make([]string, 0, len(p.Extensions))
+	for k := range p.Extensions {
+		switch k {
+		case "type", "title", "status", "detail", "instance":
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := bytes.NewBuffer(base[:len(base)-1]) // without the closing brace
+	for _, k := range keys {
+		kb, _ := json.Marshal(k)
+		vb, err := json.Marshal(p.Extensions[k])
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: problem extension %q: %w", k, err)
+		}
+		out.WriteByte(',')
+		out.Write(kb)
+		out.WriteByte(':')
+		out.Write(vb)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
 }
 
 // NewProblem returns a problem of type ProblemBase + name, for an

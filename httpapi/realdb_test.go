@@ -93,7 +93,7 @@ func TestProblemForRealErrors(t *testing.T) {
 		qr, err := request.New(request.Config{DB: db, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
 			Session: session.Config{AutoCreate: true}, Agent: noop, Queue: request.QueueConfig{Max: 1}})
 		require.NoError(t, err)
-		t.Cleanup(func() { assert.NoError(t, qr.Stop(context.Background())) })
+		t.Cleanup(func() { assert.NoError(t, qr.Close(context.Background())) })
 		_, err = qr.Handle(ctx, request.Message{SessionKey: "q", ClientRequestID: "q-1", Content: "x"},
 			func(ctx context.Context, run *request.Run) (request.Answer, error) {
 				out, err := qr.Handle(ctx, request.Message{SessionKey: "q", ClientRequestID: "q-2", Content: "x", OnBusy: request.Queue}, nil)
@@ -135,7 +135,7 @@ func TestProblemForRealErrors(t *testing.T) {
 		_, err = db.ExecContext(ctx, "SELEC 1")
 		require.Error(t, err)
 		assert.False(t, httpapi.IsUnavailable(err), "a syntax error: %v", err)
-		assert.Equal(t, http.StatusInternalServerError, httpapi.Status(err))
+		assert.Equal(t, http.StatusInternalServerError, httpapi.StatusCode(err))
 		dctx, cancel := context.WithTimeout(ctx, time.Nanosecond)
 		defer cancel()
 		<-dctx.Done()

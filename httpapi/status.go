@@ -15,8 +15,8 @@ import (
 // how long the lease in the way has left, and of a 503.
 const DefaultRetryAfter = time.Second
 
-// Status is the HTTP status code for err: ProblemFor(err).Status.
-func Status(err error) int { return ProblemFor(err).Status }
+// StatusCode is the HTTP status code for err: ProblemFor(err).Status.
+func StatusCode(err error) int { return ProblemFor(err).Status }
 
 // ProblemFor returns the problem to answer for an error returned by
 // rowlease (lease, session, toolexec, request, or a driver through them):

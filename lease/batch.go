@@ -124,7 +124,7 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 			for _, i := range idx {
 				gen := out[i].Generation
 				err := errs[i]
-				l.observe(ctx, "renew", OutcomeOK, start, &gen, &err)
+				l.observe(ctx, "renew", VerdictOK, start, &gen, &err)
 			}
 		}()
 	}

@@ -92,13 +92,21 @@ func (e *StateError) Is(target error) bool { return target == ErrState }
 // ValidationError reports bad input, rejected before any SQL was sent. It
 // matches ErrInvalid.
 type ValidationError struct {
-	Field  string
-	Reason string
+	// Package is the package that refused the input ("request",
+	// "toolexec", …); "" means "lease". It prefixes the message.
+	Package string
+	Field   string
+	Reason  string
 }
 
-// Error describes the failure; it never contains a token.
+// Error describes the failure, prefixed with the package that refused it
+// ("request: invalid session key: …"); it never contains a token.
 func (e *ValidationError) Error() string {
-	return fmt.Sprintf("lease: invalid %s: %s", e.Field, e.Reason)
+	pkg := e.Package
+	if pkg == "" {
+		pkg = "lease"
+	}
+	return fmt.Sprintf("%s: invalid %s: %s", pkg, e.Field, e.Reason)
 }
 
 // Is makes errors.Is(err, ErrInvalid) true.

@@ -45,7 +45,7 @@ type TxBeginner interface {
 // *LostError.
 func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "confirm", OutcomeOK, time.Now(), &rgen, &rerr)
+		defer l.observe(ctx, "confirm", VerdictOK, time.Now(), &rgen, &rerr)
 	}
 	if err := l.checkDB(tx); err != nil {
 		return 0, err

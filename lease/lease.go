@@ -122,8 +122,8 @@ type Grant[K Key] struct {
 // Trusted reports whether now is before the trust deadline.
 func (g Grant[K]) Trusted(now time.Time) bool { return now.Before(g.Deadline) }
 
-// Status is what Inspect reads of a row.
-type Status struct {
+// Snapshot is what Inspect reads of a row.
+type Snapshot struct {
 	Holder     string        // current holder ("" when free)
 	Generation int64         // generation of the last grant
 	State      string        // the state column ("" when the table has none)
@@ -522,7 +522,7 @@ func (l *Lease[K]) Acquire(ctx context.Context, db DB, key K, holder string, ttl
 // condition, and columns set in the same statement.
 func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "acquire", OutcomeAcquired, time.Now(), &out.Generation, &rerr)
+		defer l.observe(ctx, "acquire", VerdictAcquired, time.Now(), &out.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return Grant[K]{}, err
@@ -603,7 +603,7 @@ func (l *Lease[K]) whyNot(ctx context.Context, db DB, key K, want []string) erro
 // can still be renewed.
 func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Duration) (out Grant[K], rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "renew", OutcomeOK, time.Now(), &out.Generation, &rerr)
+		defer l.observe(ctx, "renew", VerdictOK, time.Now(), &out.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return g, err
@@ -635,7 +635,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 // the same token) may hold the lease.
 func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "release", OutcomeOK, time.Now(), &g.Generation, &rerr)
+		defer l.observe(ctx, "release", VerdictOK, time.Now(), &g.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return err
@@ -670,7 +670,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 // generation or state gives *LostError.
 func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "transition", OutcomeOK, time.Now(), &out.Generation, &rerr)
+		defer l.observe(ctx, "transition", VerdictOK, time.Now(), &out.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return g, err
@@ -726,7 +726,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 // database lock does the same.) It returns the generation, or *LostError.
 func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rgen int64, rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "verify", OutcomeOK, time.Now(), &rgen, &rerr)
+		defer l.observe(ctx, "verify", VerdictOK, time.Now(), &rgen, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return 0, err
@@ -758,20 +758,20 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 
 // Inspect reads the row's holder, generation, state and remaining time, all
 // judged by the database clock. A missing row gives ErrNotFound.
-func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr error) {
+func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Snapshot, rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "inspect", OutcomeOK, time.Now(), &rst.Generation, &rerr)
+		defer l.observe(ctx, "inspect", VerdictOK, time.Now(), &rst.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
 	if err := l.checkKey(key); err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
-	var st Status
+	var st Snapshot
 	var held int
 	var micros int64
 	q := l.inspectQ.query
@@ -783,10 +783,10 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 			Scan(&st.Holder, &st.Generation, &st.State, &held, &micros)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
-		return Status{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
+		return Snapshot{}, fmt.Errorf("%w (key %q)", ErrNotFound, keyText(key))
 	}
 	if err != nil {
-		return Status{}, err
+		return Snapshot{}, err
 	}
 	st.Held = held == 1
 	if st.Held && micros > 0 {
@@ -801,7 +801,7 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Status, rerr 
 // table requires besides the lease columns go in o.Set.
 func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "create", OutcomeAcquired, time.Now(), &out.Generation, &rerr)
+		defer l.observe(ctx, "create", VerdictAcquired, time.Now(), &out.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return Grant[K]{}, err
@@ -861,7 +861,7 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 // generation went out to another system.
 func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if l.obs != nil {
-		defer l.observe(ctx, "delete", OutcomeOK, time.Now(), &g.Generation, &rerr)
+		defer l.observe(ctx, "delete", VerdictOK, time.Now(), &g.Generation, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return err
@@ -914,7 +914,7 @@ func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]
 func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (rerr error) {
 	if l.obs != nil {
 		var none int64
-		defer l.observe(ctx, "ensure", OutcomeOK, time.Now(), &none, &rerr)
+		defer l.observe(ctx, "ensure", VerdictOK, time.Now(), &none, &rerr)
 	}
 	if err := l.checkDB(db); err != nil {
 		return err

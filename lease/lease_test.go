@@ -596,6 +596,7 @@ func TestErrorMessagesAndIs(t *testing.T) {
 		{&lease.StateError{Key: "k", State: "success", Want: []string{"queued", "error"}}, lease.ErrState,
 			`lease: row in another state (key "k", state "success", want one of ["queued" "error"])`},
 		{&lease.ValidationError{Field: "ttl", Reason: "must be positive"}, lease.ErrInvalid, `lease: invalid ttl: must be positive`},
+		{&lease.ValidationError{Package: "request", Field: "session key", Reason: "empty"}, lease.ErrInvalid, `request: invalid session key: empty`},
 		{&lease.DuplicateKeyError{Key: "k", Err: driverErr}, lease.ErrExists,
 			`lease: already exists (key "k"): Error 1062: Duplicate entry 'k' for key 'PRIMARY'`},
 	}

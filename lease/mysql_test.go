@@ -313,7 +313,7 @@ func TestMySQLExpiryExact(t *testing.T) {
 	assert.Equal(t, pinnedClockText, updatedAt("a"))
 	st, err := e.Lease.Inspect(ctx, conn, "a")
 	require.NoError(t, err)
-	assert.Equal(t, lease.Status{Holder: "alice", Generation: 1, State: "processing", Held: true, Remaining: 1234567 * time.Microsecond}, st)
+	assert.Equal(t, lease.Snapshot{Holder: "alice", Generation: 1, State: "processing", Held: true, Remaining: 1234567 * time.Microsecond}, st)
 
 	// A longer renewal moves the expiry to exactly now + ttl.
 	_, err = e.Lease.Renew(ctx, conn, g, 10*time.Second)

@@ -36,7 +36,7 @@ type Span struct {
 const (
 	SpanHandle     = "rowlease.handle"      // request.Runner.Handle
 	SpanModelRound = "rowlease.model_round" // request.Run.ModelRound, reported by the agent
-	SpanTool       = "rowlease.tool"        // a tool call (toolexec.Store.Run / RunExternal)
+	SpanTool       = "rowlease.tool"        // a tool call (toolexec.Store.Execute / ExecuteExternal)
 	SpanFencedTx   = "rowlease.fenced_tx"   // a transaction that ends by confirming fences
 
 	EventRenewRetry = "rowlease.heartbeat.retry" // a renewal failed and will be retried
@@ -52,7 +52,7 @@ const (
 	AttrTool       = "rowlease.tool"      // the tool name
 	AttrToolKind   = "rowlease.tool.kind" // "tx" (in the database) or "external"
 	AttrGeneration = "rowlease.generation"
-	AttrOutcome    = "rowlease.outcome"  // see the Outcome… values
+	AttrVerdict    = "rowlease.verdict"  // see the Verdict… values
 	AttrConflict   = "rowlease.conflict" // session_busy, in_flight, fingerprint_mismatch, tool_conflict
 	AttrReason     = "rowlease.reason"   // why a lease was lost (heartbeat.Reason…)
 	AttrAttempt    = "rowlease.attempt"
@@ -68,51 +68,51 @@ type Attr struct {
 type Op struct {
 	Table      string        // the table, unquoted
 	Name       string        // acquire, renew, release, transition, confirm, verify, create, delete, ensure, inspect
-	Outcome    string        // see the Outcome… values
+	Verdict    string        // see the Verdict… values
 	Start      time.Time     // when it was sent (the Lease's clock)
 	Duration   time.Duration // until it returned
 	Generation int64         // the generation it saw or set, when it has one
 	Err        error         // the error returned, if any (never containing a token)
 }
 
-// Outcomes of lease operations, spans and tool calls (AttrOutcome).
+// Verdicts: how lease operations, spans and tool calls ended (AttrVerdict).
 const (
-	OutcomeOK       = "ok"       // done (a renewal, a release, a confirmation…)
-	OutcomeAcquired = "acquired" // a new grant or a reentry
-	OutcomeHeld     = "held"     // ErrHeld: someone else holds it
-	OutcomeLost     = "lost"     // ErrLost: the token no longer matches
-	OutcomeNotFound = "not_found"
-	OutcomeState    = "state"
-	OutcomeExists   = "exists"
-	OutcomeInvalid  = "invalid" // rejected before any SQL
-	OutcomeError    = "error"   // the driver's error: outcome unknown
+	VerdictOK       = "ok"       // done (a renewal, a release, a confirmation…)
+	VerdictAcquired = "acquired" // a new grant or a reentry
+	VerdictHeld     = "held"     // ErrHeld: someone else holds it
+	VerdictLost     = "lost"     // ErrLost: the token no longer matches
+	VerdictNotFound = "not_found"
+	VerdictState    = "state"
+	VerdictExists   = "exists"
+	VerdictInvalid  = "invalid" // rejected before any SQL
+	VerdictError    = "error"   // the driver's error: outcome unknown
 )
 
-// OutcomeOf classifies err as one of the Outcome… values; ok is the value
+// VerdictOf classifies err as one of the Verdict… values; ok is the value
 // for a nil error.
-func OutcomeOf(err error, ok string) string {
+func VerdictOf(err error, ok string) string {
 	switch {
 	case err == nil:
 		return ok
 	case errors.Is(err, ErrHeld):
-		return OutcomeHeld
+		return VerdictHeld
 	case errors.Is(err, ErrLost):
-		return OutcomeLost
+		return VerdictLost
 	case errors.Is(err, ErrNotFound):
-		return OutcomeNotFound
+		return VerdictNotFound
 	case errors.Is(err, ErrState):
-		return OutcomeState
+		return VerdictState
 	case errors.Is(err, ErrExists):
-		return OutcomeExists
+		return VerdictExists
 	case errors.Is(err, ErrInvalid):
-		return OutcomeInvalid
+		return VerdictInvalid
 	}
-	return OutcomeError
+	return VerdictError
 }
 
 // observe reports one finished operation; called deferred, only when an
 // Observer is set.
 func (l *Lease[K]) observe(ctx context.Context, name, ok string, start time.Time, gen *int64, err *error) {
-	l.obs.Op(ctx, Op{Table: l.table.name, Name: name, Outcome: OutcomeOf(*err, ok), Start: start,
+	l.obs.Op(ctx, Op{Table: l.table.name, Name: name, Verdict: VerdictOf(*err, ok), Start: start,
 		Duration: time.Since(start), Generation: *gen, Err: *err})
 }

@@ -40,7 +40,7 @@ func (r *opRecorder) summary() []string {
 	defer r.mu.Unlock()
 	var out []string
 	for _, op := range r.ops {
-		out = append(out, fmt.Sprintf("%s:%s:%d", op.Name, op.Outcome, op.Generation))
+		out = append(out, fmt.Sprintf("%s:%s:%d", op.Name, op.Verdict, op.Generation))
 	}
 	return out
 }

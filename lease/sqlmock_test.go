@@ -628,14 +628,14 @@ func TestSQLMockInspectStatus(t *testing.T) {
 			expectInspect(t, mock, d, outcome{status: []driver.Value{"bob", int64(4), "processing", int64(1), int64(1500000)}})
 			st, err := l.Inspect(ctx, db, "k")
 			require.NoError(t, err)
-			assert.Equal(t, lease.Status{Holder: "bob", Generation: 4, State: "processing", Held: true, Remaining: 1500 * time.Millisecond}, st)
+			assert.Equal(t, lease.Snapshot{Holder: "bob", Generation: 4, State: "processing", Held: true, Remaining: 1500 * time.Millisecond}, st)
 
 			// Expired: not held, and no remaining time even though the stored
 			// expiry difference is negative.
 			expectInspect(t, mock, d, outcome{status: []driver.Value{"bob", int64(4), "processing", int64(0), int64(-2000)}})
 			st, err = l.Inspect(ctx, db, "k")
 			require.NoError(t, err)
-			assert.Equal(t, lease.Status{Holder: "bob", Generation: 4, State: "processing"}, st)
+			assert.Equal(t, lease.Snapshot{Holder: "bob", Generation: 4, State: "processing"}, st)
 
 			expectInspect(t, mock, d, outcome{noMatch: true})
 			_, err = l.Inspect(ctx, db, "k")

@@ -81,7 +81,7 @@ func (r *Runner) markCancelled(ctx context.Context, run *Run) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
 	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StatusProcessing}, To: schema.StatusCancelled,
+		From: []string{schema.StoredProcessing}, To: schema.StoredCancelled,
 	})
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	if errors.Is(merr, lease.ErrLost) {

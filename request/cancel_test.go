@@ -141,7 +141,7 @@ func TestCancelDeadAndFailed(t *testing.T) {
 		ctx := bg(t)
 		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"},
 			func(ctx context.Context, run *Run) (Answer, error) {
-				run.Abandon()
+				run.abandon()
 				return Answer{}, errors.New("crashed")
 			})
 		require.ErrorIs(t, err, context.Canceled)

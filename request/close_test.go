@@ -50,9 +50,9 @@ func TestRunnerCloseFreesServerStatements(t *testing.T) {
 	}
 	kept := live() - before
 	require.Positive(t, kept, "the leases kept statements on the server")
-	require.NoError(t, r.Close())
+	require.NoError(t, r.Close(context.Background()))
 	assert.Equal(t, before, live(), "Close freed all %d", kept)
 	handle(r, "after-close")
 	assert.Equal(t, before, live(), "a closed Runner sends text")
-	require.NoError(t, r.Close(), "Close twice")
+	require.NoError(t, r.Close(context.Background()), "Close twice")
 }

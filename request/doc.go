@@ -141,7 +141,7 @@
 //   - A slow tool keeps its run's locks: a side effect of any length
 //     commits if nobody took the run over, and never after a takeover
 //     (tested with five TTLs of work). Effects outside the database go
-//     through CallTool too, with a stable effect key (toolexec.RunExternal).
+//     through CallTool too, with a stable effect key (toolexec.ExecuteExternal).
 //
 // # Steps: a resumed run does not decide twice
 //
@@ -285,7 +285,7 @@
 //     process freed without knowing of it.
 //
 // A claimed message runs with Config.Agent in a goroutine of the Runner
-// (owned: Stop lets it finish, then cancels it and waits for it), or,
+// (owned: Close lets it finish, then cancels it and waits for it), or,
 // when an interrupting Handle of the same process is waiting for it, in
 // that call with its agent.
 //
@@ -383,8 +383,8 @@
 //     never left held for a TTL with no heartbeat; a retry runs the
 //     message (a new request) or resumes it (a takeover, or a queued
 //     message claimed by the queue).
-//   - Run.Abandon: nothing is written; the leases expire after the TTL (a
-//     crash, simulated). No queued message is started by it; a Started
+//   - rowleasetest.Crash(run), in a test: nothing is written; the leases
+//     expire after the TTL (a crash, simulated). No queued message is started by it; a Started
 //     Runner resumes the request after the grace (see "Resume").
 //   - Outcome.Queued (nil error): the message is queued, not answered; its
 //     outcome comes later (Wait, Status). A resend answers the same.
@@ -413,8 +413,8 @@
 //   - An interrupting Handle whose ctx ends before its message could run:
 //     the message stays queued at the head and runs later; the error
 //     matches ctx's cause (or ErrInFlight, if it is running elsewhere).
-//   - Stop: runs started from the queue are let finish until Stop's ctx
-//     ends, then cancelled (cause ErrStopped): their requests stay
+//   - Close: runs started from the queue are let finish until Close's ctx
+//     ends, then cancelled (cause ErrClosed): their requests stay
 //     processing and free, and a dispatcher of any process resumes them
 //     (a resumed one, or one accepted at once, after the grace).
 package request

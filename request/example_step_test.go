@@ -54,7 +54,7 @@ func ExampleStep() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer runner.Close()
+	defer runner.Close(context.Background())
 
 	// The model: asked again, it words the memo otherwise.
 	type decision struct {

@@ -140,7 +140,7 @@ func Example_queue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer runner.Stop(ctx) // joins the runs it started
+	defer runner.Close(ctx) // joins the runs it started
 
 	first := request.Message{SessionKey: "chat-7", ClientRequestID: "msg-1", Content: "hello"}
 	_, err = runner.Handle(ctx, first, func(ctx context.Context, run *request.Run) (request.Answer, error) {

@@ -198,13 +198,13 @@ func TestCancelledFailureLeavesTheRequestToResume(t *testing.T) {
 }
 
 // claimTool inserts a tool execution held by holder for ttl, as
-// toolexec.Store.Run's claim does before it runs the side effect.
+// toolexec.Store.Execute's claim does before it runs the side effect.
 func claimTool(t *testing.T, e *env, sessionKey, requestID, holder, tool, args string, ttl time.Duration) toolexec.Grant {
 	t.Helper()
 	_, hash, err := toolexec.CanonicalArguments(json.RawMessage(args))
 	require.NoError(t, err)
 	g, err := e.r.tools.Lease().Create(bg(t), e.db, uuid.NewString(), holder, ttl, lease.CreateOptions{
-		State: schema.StatusProcessing, Set: []lease.Assignment{
+		State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColRequestID, requestID),
 			lease.Set(schema.ColToolName, tool), lease.Set(schema.ColArgumentsHash, hash),
 			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, tool, hash)),
@@ -230,7 +230,7 @@ func TestTakeoverTakesTheRunningToolCalls(t *testing.T) {
 		var dead toolexec.Grant
 		_, err := e.r.Handle(ctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
 			dead = claimTool(t, e, "s", run.RequestID(), run.holder, "write", `{"amount":35}`, time.Minute)
-			run.Abandon() // the process dies with the call claimed
+			run.abandon() // the process dies with the call claimed
 			return Answer{}, errors.New("crashed")
 		})
 		require.ErrorIs(t, err, context.Canceled)

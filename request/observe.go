@@ -10,46 +10,46 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// Outcomes of a handled message, as reported to the Observer
-// (lease.AttrOutcome on the end of a lease.SpanHandle span).
+// Verdicts of a handled message (how it ended), as reported to the Observer
+// (lease.AttrVerdict on the end of a lease.SpanHandle span).
 const (
-	OutcomeAnswered  = "answered"   // the agent ran and its answer is stored
-	OutcomeResumed   = "resumed"    // the same, taking over a failed or crashed run
-	OutcomeReplayed  = "replayed"   // a stored answer, no lock taken
-	OutcomeConflict  = "conflict"   // refused: see lease.AttrConflict
-	OutcomeTakenOver = "taken_over" // this run lost a lease
-	OutcomeFailed    = "failed"     // the agent failed
-	OutcomeInvalid   = "invalid"    // rejected before any SQL
-	OutcomeError     = "error"      // anything else (a database error)
+	VerdictAnswered  = "answered"   // the agent ran and its answer is stored
+	VerdictResumed   = "resumed"    // the same, taking over a failed or crashed run
+	VerdictReplayed  = "replayed"   // a stored answer, no lock taken
+	VerdictConflict  = "conflict"   // refused: see lease.AttrConflict
+	VerdictTakenOver = "taken_over" // this run lost a lease
+	VerdictFailed    = "failed"     // the agent failed
+	VerdictInvalid   = "invalid"    // rejected before any SQL
+	VerdictError     = "error"      // anything else (a database error)
 )
 
 // handleEnd says how a message's handling ended, for the Observer.
 func handleEnd(out Outcome, err error) []lease.Attr {
-	outcome := OutcomeError
+	verdict := VerdictError
 	var conflict string
 	switch {
 	case err == nil && out.Replayed:
-		outcome = OutcomeReplayed
+		verdict = VerdictReplayed
 	case err == nil && out.Resumed:
-		outcome = OutcomeResumed
+		verdict = VerdictResumed
 	case err == nil:
-		outcome = OutcomeAnswered
+		verdict = VerdictAnswered
 	case errors.Is(err, ErrFingerprintMismatch):
-		outcome, conflict = OutcomeConflict, "fingerprint_mismatch"
+		verdict, conflict = VerdictConflict, "fingerprint_mismatch"
 	case errors.Is(err, ErrSessionBusy), errors.Is(err, session.ErrBusy):
-		outcome, conflict = OutcomeConflict, "session_busy"
+		verdict, conflict = VerdictConflict, "session_busy"
 	case errors.Is(err, ErrInFlight):
-		outcome, conflict = OutcomeConflict, "in_flight"
+		verdict, conflict = VerdictConflict, "in_flight"
 	case errors.Is(err, toolexec.ErrConflict):
-		outcome, conflict = OutcomeConflict, "tool_conflict"
+		verdict, conflict = VerdictConflict, "tool_conflict"
 	case errors.Is(err, ErrTakenOver):
-		outcome = OutcomeTakenOver
+		verdict = VerdictTakenOver
 	case errors.Is(err, ErrAgentFailed):
-		outcome = OutcomeFailed
+		verdict = VerdictFailed
 	case errors.Is(err, lease.ErrInvalid):
-		outcome = OutcomeInvalid
+		verdict = VerdictInvalid
 	}
-	attrs := []lease.Attr{{Key: lease.AttrOutcome, Value: outcome}}
+	attrs := []lease.Attr{{Key: lease.AttrVerdict, Value: verdict}}
 	if conflict != "" {
 		attrs = append(attrs, lease.Attr{Key: lease.AttrConflict, Value: conflict})
 	}
@@ -61,27 +61,27 @@ func handleEnd(out Outcome, err error) []lease.Attr {
 
 // toolEnd says how a tool call ended, for the Observer.
 func toolEnd(res toolexec.Result, err error) []lease.Attr {
-	outcome := "ok"
+	verdict := "ok"
 	switch {
 	case err == nil && res.Reused:
-		outcome = "reused"
+		verdict = "reused"
 	case err == nil:
 	case errors.Is(err, toolexec.ErrToolFailed):
-		outcome = "failed"
+		verdict = "failed"
 	case errors.Is(err, toolexec.ErrUnknownOutcome):
-		outcome = "unknown_outcome"
+		verdict = "unknown_outcome"
 	case errors.Is(err, toolexec.ErrConflict):
-		outcome = "conflict"
+		verdict = "conflict"
 	case errors.Is(err, toolexec.ErrTransient):
-		outcome = "transient"
+		verdict = "transient"
 	case errors.Is(err, lease.ErrLost):
-		outcome = "lost"
+		verdict = "lost"
 	case errors.Is(err, toolexec.ErrUnknownTool), errors.Is(err, lease.ErrInvalid):
-		outcome = "invalid"
+		verdict = "invalid"
 	default:
-		outcome = "error"
+		verdict = "error"
 	}
-	return []lease.Attr{{Key: lease.AttrOutcome, Value: outcome}, {Key: lease.AttrGeneration, Value: res.Generation}}
+	return []lease.Attr{{Key: lease.AttrVerdict, Value: verdict}, {Key: lease.AttrGeneration, Value: res.Generation}}
 }
 
 // heartbeatEvent forwards the supervisor's retries and losses to obs.

@@ -63,7 +63,7 @@ func ParsePolicy(s string) (Policy, error) {
 	case "interrupt":
 		return Interrupt, nil
 	}
-	return Reject, &lease.ValidationError{Field: "on busy", Reason: fmt.Sprintf("%q is not reject, queue or interrupt", s)}
+	return Reject, &lease.ValidationError{Package: "request", Field: "on busy", Reason: fmt.Sprintf("%q is not reject, queue or interrupt", s)}
 }
 
 // Errors of the queue, interrupts and retention. Test with errors.Is.
@@ -83,9 +83,9 @@ var (
 	// ErrNotFound: no request has this (session, client request id)
 	// (Status, Wait). It wraps, and so matches, lease.ErrNotFound.
 	ErrNotFound = fmt.Errorf("request: not found: %w", lease.ErrNotFound)
-	// ErrStopped is the cause with which Stop cancels the runs that the
+	// ErrClosed is the cause with which Close cancels the runs that the
 	// Runner started from the queue.
-	ErrStopped = errors.New("request: runner stopped")
+	ErrClosed = errors.New("request: runner closed")
 )
 
 // QueueFullError reports a full queue. It matches ErrQueueFull.
@@ -170,15 +170,15 @@ func (c *QueueConfig) fill() error {
 	}
 	switch {
 	case c.Max < 1 || c.Max > 10000:
-		return &lease.ValidationError{Field: "queue max", Reason: "not between 1 and 10000"}
+		return &lease.ValidationError{Package: "request", Field: "queue max", Reason: "not between 1 and 10000"}
 	case c.DispatchInterval < time.Millisecond:
-		return &lease.ValidationError{Field: "dispatch interval", Reason: "below 1ms"}
+		return &lease.ValidationError{Package: "request", Field: "dispatch interval", Reason: "below 1ms"}
 	case c.DispatchBatch < 1 || c.DispatchBatch > 1000:
-		return &lease.ValidationError{Field: "dispatch batch", Reason: "not between 1 and 1000"}
+		return &lease.ValidationError{Package: "request", Field: "dispatch batch", Reason: "not between 1 and 1000"}
 	case c.PollMin < time.Millisecond:
-		return &lease.ValidationError{Field: "poll min", Reason: "below 1ms"}
+		return &lease.ValidationError{Package: "request", Field: "poll min", Reason: "below 1ms"}
 	case c.PollMax < c.PollMin:
-		return &lease.ValidationError{Field: "poll max", Reason: "below poll min"}
+		return &lease.ValidationError{Package: "request", Field: "poll max", Reason: "below poll min"}
 	}
 	return nil
 }
@@ -192,7 +192,7 @@ type queueState struct {
 	started bool
 	stopped bool
 	// life is the context of the runs the Runner starts from the queue;
-	// Stop cancels it with ErrStopped.
+	// Close cancels it with ErrClosed.
 	life     context.Context
 	stopLife context.CancelCauseFunc
 	runs     sync.WaitGroup // runs started from the queue, and continuations
@@ -501,7 +501,7 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 			return nil, err
 		}
 		var slot *sync.Once
-		if h.status == schema.StatusProcessing {
+		if h.status == schema.StoredProcessing {
 			// A dead run to resume: not after MaxAttempts runs, and not
 			// more than MaxConcurrent at once in this Runner.
 			if h.generation >= int64(r.cfg.Resume.MaxAttempts) {
@@ -559,13 +559,13 @@ func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (
 	}
 	holder := r.holder()
 	g, err := r.req.AcquireWith(ctx, tx, h.id, holder, r.cfg.TTL,
-		lease.AcquireOptions{InStates: []string{h.status}, SetState: schema.StatusProcessing})
+		lease.AcquireOptions{InStates: []string{h.status}, SetState: schema.StoredProcessing})
 	if err != nil {
 		return nil, err
 	}
 	msg := Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint}
 	run = &Run{r: r, msg: msg, id: h.id, holder: holder, sess: sg, req: g, fromQueue: true}
-	if h.status == schema.StatusProcessing {
+	if h.status == schema.StoredProcessing {
 		// A run started from the queue died: take over its tool calls as
 		// any takeover does.
 		if _, err := r.tools.ReleaseForRequest(ctx, tx, sessionKey, h.id); err != nil {
@@ -589,7 +589,7 @@ func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (
 
 // deliver hands a claimed run to the Handle of this process that waits to
 // run it (an interrupting message), or starts it with Config.Agent in a
-// goroutine of the Runner. After Stop it gives the leases back instead:
+// goroutine of the Runner. After Close it gives the leases back instead:
 // the request stays processing and free, and a dispatcher resumes it.
 func (r *Runner) deliver(run *Run) {
 	r.q.mu.Lock()
@@ -728,18 +728,18 @@ func jitter(d time.Duration) time.Duration {
 // of the queue) and resumes the runs whose process died, those of messages
 // accepted at once included (see ResumeConfig), if Config.Agent is set;
 // and the retention sweeper, if
-// Config.Retention.After is set. They stop when ctx is done or Stop is
-// called. A second Start returns an error; so does a Start after Stop.
+// Config.Retention.After is set. They stop when ctx is done or Close is
+// called. A second Start returns an error; so does a Start after Close.
 //
 // Runs of queued messages started by a finishing run (a continuation)
 // need no Start: they run in goroutines of the Runner from the first
-// queued message on. Call Stop before the program ends in either case.
+// queued message on. Call Close before the program ends in either case.
 func (r *Runner) Start(ctx context.Context) error {
 	r.q.mu.Lock()
 	defer r.q.mu.Unlock()
 	switch {
 	case r.q.stopped:
-		return ErrStopped
+		return ErrClosed
 	case r.q.started:
 		return errors.New("request: runner already started")
 	}
@@ -827,15 +827,11 @@ func (r *Runner) dispatchOnce(ctx context.Context) int {
 	return started
 }
 
-// Stop stops the dispatcher and the sweeper at once, lets the runs that
+// stop stops the dispatcher and the sweeper at once, lets the runs that
 // the Runner started from the queue finish until ctx is done, then
-// cancels the rest (their context's cause is ErrStopped: they give their
-// leases back, and their requests stay processing and free, to be resumed
-// by a dispatcher of any process) and waits for them. It returns ctx's
-// error when it had to cancel runs. Stop is safe to call twice, and
-// without Start. After Stop, the Runner still runs Handle calls, but
-// starts no queued message itself.
-func (r *Runner) Stop(ctx context.Context) error {
+// cancels the rest and waits for them (see Close). It returns ctx's error
+// when it had to cancel runs, and is safe to call twice.
+func (r *Runner) stop(ctx context.Context) error {
 	r.q.mu.Lock()
 	r.q.stopped = true
 	stopLoop := r.q.stopLoop
@@ -854,9 +850,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
-		r.q.stopLife(ErrStopped)
+		r.q.stopLife(ErrClosed)
 		<-done
 	}
-	r.q.stopLife(ErrStopped)
+	r.q.stopLife(ErrClosed)
 	return err
 }

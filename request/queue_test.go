@@ -35,7 +35,7 @@ func (e *env) newRunner(t *testing.T, mod func(*Config)) *Runner {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		assert.NoError(t, r.Stop(ctx))
+		assert.NoError(t, r.Close(ctx))
 	})
 	return r
 }
@@ -238,7 +238,7 @@ func TestQueueDrainsAfterACrash(t *testing.T) {
 			_, err := a.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "crash", Content: "x"},
 				func(ctx context.Context, run *Run) (Answer, error) {
 					_, err := crash.agent(ctx, run)
-					run.Abandon() // the process dies here, holding its leases
+					run.abandon() // the process dies here, holding its leases
 					return Answer{}, err
 				})
 			done <- err
@@ -254,7 +254,7 @@ func TestQueueDrainsAfterACrash(t *testing.T) {
 		}
 		close(crash.release)
 		require.ErrorIs(t, <-done, context.Canceled)
-		require.NoError(t, a.Stop(ctx)) // every process is gone
+		require.NoError(t, a.Close(ctx)) // every process is gone
 
 		// A new process, with its dispatcher.
 		rcB := &recorder{}
@@ -300,7 +300,7 @@ func TestQueuedRunThatDiesIsResumed(t *testing.T) {
 				return Answer{}, err
 			}
 			if run.ClientRequestID() == "q-0" && died.CompareAndSwap(false, true) {
-				run.Abandon()
+				run.abandon()
 				return Answer{}, errors.New("died")
 			}
 			return Answer{Reply: fmt.Sprintf("ok reused=%v", res.Reused)}, nil
@@ -321,7 +321,7 @@ func TestQueuedRunThatDiesIsResumed(t *testing.T) {
 		close(first.release)
 		require.NoError(t, <-done)
 		waitFor(t, func() bool { return rc.runsOf("q-0") == 1 && died.Load() })
-		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Close(ctx))
 
 		b := e.newRunner(t, func(c *Config) {
 			c.Agent = agent
@@ -452,7 +452,7 @@ func TestInterruptDeadRun(t *testing.T) {
 		r := e.newRunner(t, func(c *Config) { c.Agent = rc.agent })
 		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"},
 			func(ctx context.Context, run *Run) (Answer, error) {
-				run.Abandon()
+				run.abandon()
 				return Answer{}, errors.New("crashed")
 			})
 		require.ErrorIs(t, err, context.Canceled)
@@ -485,7 +485,7 @@ func TestInterruptClaimWaitsForTheDeadRunsRequestLease(t *testing.T) {
 		r := e.newRunner(t, func(c *Config) { c.Agent = rc.agent })
 		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"},
 			func(ctx context.Context, run *Run) (Answer, error) {
-				run.Abandon()
+				run.abandon()
 				return Answer{}, errors.New("crashed")
 			})
 		require.ErrorIs(t, err, context.Canceled)

@@ -28,7 +28,7 @@ func TestReadmeQueueConfigTakesANewSession(t *testing.T) {
 		runner, err := New(Config{DB: db, Tools: tools, Agent: agent, // Agent runs queued messages
 			Retention: RetentionConfig{After: 30 * 24 * time.Hour}})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = runner.Close() })
+		t.Cleanup(func() { _ = runner.Close(context.Background()) })
 
 		for i, policy := range []Policy{Reject, Queue, Interrupt} {
 			sid := "new-session-" + policy.String()
@@ -69,7 +69,7 @@ func TestSessionRowRequiredWhereAsked(t *testing.T) {
 		} {
 			runner, err := New(cfg)
 			require.NoError(t, err, name)
-			t.Cleanup(func() { _ = runner.Close() })
+			t.Cleanup(func() { _ = runner.Close(context.Background()) })
 			before := snapshot(t, e)
 			_, err = runner.Handle(ctx, Message{SessionKey: "unknown", ClientRequestID: "c1", Content: "x"}, nil)
 			require.ErrorIs(t, err, session.ErrNotFound, name)
@@ -80,7 +80,7 @@ func TestSessionRowRequiredWhereAsked(t *testing.T) {
 		own.AutoCreate = true
 		runner, err := New(Config{DB: db, Agent: agent, Session: own})
 		require.NoError(t, err)
-		t.Cleanup(func() { _ = runner.Close() })
+		t.Cleanup(func() { _ = runner.Close(context.Background()) })
 		out, err := runner.Handle(ctx, Message{SessionKey: "new", ClientRequestID: "c1", Content: "x"}, nil)
 		require.NoError(t, err)
 		require.Equal(t, "ok", out.Reply)

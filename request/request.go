@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/crash"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -153,7 +154,7 @@ type Runner struct {
 // New validates cfg and returns a Runner.
 func New(cfg Config) (*Runner, error) {
 	if cfg.DB == nil {
-		return nil, &lease.ValidationError{Field: "db", Reason: "nil"}
+		return nil, &lease.ValidationError{Package: "request", Field: "db", Reason: "nil"}
 	}
 	if cfg.Dialect == 0 {
 		d, err := lease.DetectDialect(cfg.DB)
@@ -176,7 +177,7 @@ func New(cfg Config) (*Runner, error) {
 		cfg.HolderPrefix = host + ":" + strconv.Itoa(os.Getpid())
 	}
 	if len(cfg.HolderPrefix) > 120 {
-		return nil, &lease.ValidationError{Field: "holder prefix", Reason: "longer than 120 bytes"}
+		return nil, &lease.ValidationError{Package: "request", Field: "holder prefix", Reason: "longer than 120 bytes"}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -308,27 +309,27 @@ func validate(m *Message) error {
 	// One text rule for keys and ids on every dialect (lease.CheckText):
 	// no NUL, no trailing space (MySQL's PAD SPACE collations would make
 	// "abc" and "abc " one id), valid UTF-8, bounded.
-	if err := lease.CheckText("session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {
+	if err := checkText("session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {
 		return err
 	}
-	if err := lease.CheckText("client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
+	if err := checkText("client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
 		return err
 	}
 	switch {
 	case !utf8.ValidString(m.Content):
-		return &lease.ValidationError{Field: "content", Reason: "not UTF-8"}
+		return &lease.ValidationError{Package: "request", Field: "content", Reason: "not UTF-8"}
 	case strings.IndexByte(m.Content, 0) >= 0:
 		// A queued message's content is stored, and PostgreSQL's text
 		// cannot hold a NUL: refused on every dialect alike.
-		return &lease.ValidationError{Field: "content", Reason: "contains a NUL byte"}
+		return &lease.ValidationError{Package: "request", Field: "content", Reason: "contains a NUL byte"}
 	case m.OnBusy < Reject || m.OnBusy > Interrupt:
-		return &lease.ValidationError{Field: "on busy", Reason: "not Reject, Queue or Interrupt"}
+		return &lease.ValidationError{Package: "request", Field: "on busy", Reason: "not Reject, Queue or Interrupt"}
 	}
 	if m.Fingerprint == "" {
 		sum := sha256.Sum256([]byte(m.Content))
 		m.Fingerprint = hex.EncodeToString(sum[:])
 	} else if len(m.Fingerprint) > 64 {
-		return &lease.ValidationError{Field: "fingerprint", Reason: "longer than 64 bytes"}
+		return &lease.ValidationError{Package: "request", Field: "fingerprint", Reason: "longer than 64 bytes"}
 	}
 	return nil
 }
@@ -372,13 +373,13 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 		agent = r.cfg.Agent
 	}
 	if agent == nil {
-		return Outcome{}, &lease.ValidationError{Field: "agent", Reason: "nil, and Config.Agent is nil"}
+		return Outcome{}, &lease.ValidationError{Package: "request", Field: "agent", Reason: "nil, and Config.Agent is nil"}
 	}
 	if err := validate(&msg); err != nil {
 		return Outcome{}, err
 	}
 	if msg.OnBusy != Reject && r.cfg.Agent == nil {
-		return Outcome{}, &lease.ValidationError{Field: "on busy", Reason: msg.OnBusy.String() + " needs Config.Agent"}
+		return Outcome{}, &lease.ValidationError{Package: "request", Field: "on busy", Reason: msg.OnBusy.String() + " needs Config.Agent"}
 	}
 	run, out, err := r.begin(ctx, msg)
 	if err != nil || run == nil {
@@ -459,15 +460,15 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		return nil, Outcome{}, ErrFingerprintMismatch
 	}
 	switch ex.status {
-	case schema.StatusSuccess:
+	case schema.StoredSucceeded:
 		return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
-	case schema.StatusExpired:
+	case schema.StoredExpired:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrExpired
-	case schema.StatusInterrupted:
+	case schema.StoredInterrupted:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
-	case schema.StatusCancelled:
+	case schema.StoredCancelled:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
-	case schema.StatusQueued:
+	case schema.StoredQueued:
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
 		if errors.Is(err, ErrNotFound) {
 			return nil, Outcome{}, errVanished
@@ -480,7 +481,7 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 		}
 		return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
 	}
-	if ex.status == schema.StatusProcessing {
+	if ex.status == schema.StoredProcessing {
 		// Running now, or left by a run that died? The database clock
 		// says; a live run is in flight, and nothing is taken.
 		st, err := r.req.Inspect(ctx, r.db, ex.id)
@@ -572,7 +573,7 @@ func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (
 	}
 	var g lease.Grant[string]
 	if err == nil {
-		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
 			lease.Set(schema.ColFingerprint, msg.Fingerprint),
 			// The content, so that the service can resume the run if it
@@ -621,8 +622,8 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 		}
 		return nil, err
 	}
-	opts := lease.AcquireOptions{InStates: []string{ex.status}, SetState: schema.StatusProcessing}
-	if ex.status == schema.StatusError {
+	opts := lease.AcquireOptions{InStates: []string{ex.status}, SetState: schema.StoredProcessing}
+	if ex.status == schema.StoredFailed {
 		opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 	}
 	g, err := r.req.AcquireWith(ctx, tx, ex.id, holder, r.cfg.TTL, opts)
@@ -788,7 +789,7 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
 		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
 	}
 	if err := run.stopped(); err != nil {
 		return err
@@ -814,7 +815,7 @@ func (run *Run) flowDB() *lease.FlowDB {
 // side effect in one transaction with the fences of the session, the
 // request and the tool; one registered with RegisterExternal records its
 // intent, acts outside the database with a stable effect key, and records
-// the result (see toolexec.Store.RunExternal). A tool's own failure is a
+// the result (see toolexec.Store.ExecuteExternal). A tool's own failure is a
 // *toolexec.FailedError (give its text to the model); an external effect
 // whose outcome is unknown is a *toolexec.UnknownOutcomeError; an unknown
 // tool is an error matching toolexec.ErrUnknownTool. ctx (with its values)
@@ -837,16 +838,16 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 	// One renewer per call: a run of the side effect after a transient
 	// error is watched again from the tool lease's last renewal.
 	var ren *heartbeat.LeaseRenewer[string]
-	return run.r.cfg.Tools.Run(ctx, run.r.tools, run.r.db, toolexec.Call{
+	return run.r.tools.Call(ctx, run.r.db, run.r.cfg.Tools, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
-	}, toolexec.RunOptions{
+	}, toolexec.ExecOptions{
 		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
 		Watch: func(g toolexec.Grant) func() {
 			if run.sup == nil {
 				return func() {}
 			}
 			if ren == nil || ren.Grant().Token != g.Token || ren.Grant().Generation != g.Generation {
-				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g, run.r.cfg.TTL)
+				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g)
 			}
 			return run.sup.Add(ren)
 		},
@@ -869,11 +870,13 @@ func (run *Run) stopped() error {
 	return nil
 }
 
-// Abandon stops the heartbeat and makes Handle return without writing or
+func init() { crash.Abandon = func(run any) { run.(*Run).abandon() } }
+
+// abandon stops the heartbeat and makes Handle return without writing or
 // releasing anything, as if the process had crashed: the leases expire
 // after their TTL and another run takes the request over. It is for crash
-// tests and hard shutdowns. The agent should return soon after.
-func (run *Run) Abandon() {
+// tests (rowleasetest.Crash). The agent should return soon after.
+func (run *Run) abandon() {
 	run.abandonOnce.Do(func() { close(run.abandoned) })
 	if run.sup != nil {
 		run.sup.Stop()
@@ -909,14 +912,14 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	// An interrupt asked by the run's own client is a cancel (cancel.go).
 	interrupt := func(cause error) { stop(run.stopCause(cause)) }
 	defer r.addLocal(run.id, stop)()
-	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess, r.cfg.TTL))
+	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess))
 	if r.batcher != nil {
 		// Batched: the request lease is renewed with every run's, and one
 		// read per round finds the runs asked to stop (checkInterrupts).
-		sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL))
+		sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req))
 		defer r.watchInterrupts(run.id, interrupt)()
 	} else {
-		sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req, r.cfg.TTL),
+		sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req),
 			r: r, run: run, cancel: interrupt})
 	}
 	work, err := sup.Start(ictx)
@@ -932,7 +935,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	}
 	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		// Stored, it would break every replay of the request.
-		aerr = &lease.ValidationError{Field: "answer result", Reason: "not valid JSON"}
+		aerr = &lease.ValidationError{Package: "request", Field: "answer result", Reason: "not valid JSON"}
 	}
 	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
 
@@ -979,7 +982,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 			set = append(set, lease.Set(schema.ColSteps, nil))
 		}
 		_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusError, Set: set,
+			From: []string{schema.StoredProcessing}, To: schema.StoredFailed, Set: set,
 		})
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		if errors.Is(merr, lease.ErrLost) {
@@ -992,7 +995,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		set = append(set, lease.Set(schema.ColResult, string(ans.Result)))
 	}
 	if _, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StatusProcessing}, To: schema.StatusSuccess, Set: set,
+		From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded, Set: set,
 	}); err != nil {
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		if errors.Is(err, lease.ErrLost) {
@@ -1022,7 +1025,7 @@ func (r *Runner) markInterrupted(ctx context.Context, run *Run, ie *InterruptedE
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
 	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StatusProcessing}, To: schema.StatusInterrupted,
+		From: []string{schema.StoredProcessing}, To: schema.StoredInterrupted,
 	})
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	if errors.Is(merr, lease.ErrLost) {
@@ -1039,19 +1042,24 @@ func (r *Runner) releaseAll(ctx context.Context, run *Run) {
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 }
 
-// Close stops the Runner's own work if Start started it (the dispatcher
-// and the sweeper, and the queued messages it runs, given up to
-// Config.ReleaseTimeout to finish: see Stop), then closes the prepared
-// statements of its session, request and tool-execution leases (see
-// lease.Lease.Close). It is safe to call while messages are being handled,
-// and more than once: a run in progress finishes, sending its statements as
-// text. Close the Runner before the database it was given.
-func (r *Runner) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.ReleaseTimeout)
-	defer cancel()
-	stopErr := r.Stop(ctx)
-	if errors.Is(stopErr, context.DeadlineExceeded) {
-		stopErr = fmt.Errorf("request: close: queued runs cancelled after %s (they resume on the next start): %w", r.cfg.ReleaseTimeout, stopErr)
+// Close shuts the Runner down; it is its one shutdown. It stops the
+// dispatcher and the sweeper at once, lets the runs that the Runner started
+// from the queue finish until ctx is done, then cancels the rest (their
+// context's cause is ErrClosed: they give their leases back, and their
+// requests stay processing and free, to be resumed by a dispatcher of any
+// process) and waits for them; then it closes the prepared statements of
+// its session, request and tool-execution leases (see lease.Lease.Close).
+// It returns an error matching ctx's error when it had to cancel runs.
+//
+// Close is safe to call while messages are being handled, without Start,
+// and more than once. After Close the Runner starts no queued message
+// itself, but still runs Handle calls (a run in progress finishes),
+// sending its statements as text. Close the Runner before the database it
+// was given.
+func (r *Runner) Close(ctx context.Context) error {
+	stopErr := r.stop(ctx)
+	if stopErr != nil {
+		stopErr = fmt.Errorf("request: close: queued runs cancelled (they resume on the next start): %w", stopErr)
 	}
 	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close())
 }

@@ -421,7 +421,7 @@ func TestCrashTakeoverDoesNotRepeatSideEffect(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, res.Reused)
 			crashed = run
-			run.Abandon() // the process dies here, holding its leases
+			run.abandon() // the process dies here, holding its leases
 			return Answer{}, errors.New("crashed")
 		})
 		require.ErrorIs(t, err, context.Canceled)

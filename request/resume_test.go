@@ -66,7 +66,7 @@ func (a *durableAgent) run(ctx context.Context, run *Run) (Answer, error) {
 		}
 	}
 	if a.crash != nil && a.crash(run) {
-		run.Abandon() // the process dies after the tool committed, before the reply
+		run.abandon() // the process dies after the tool committed, before the reply
 		return Answer{}, errors.New("crashed")
 	}
 	return Answer{Reply: fmt.Sprintf("wrote %d", c.Amount)}, nil
@@ -259,7 +259,7 @@ func TestNoOrphans(t *testing.T) {
 				want[key] = append(want[key], id)
 			}
 		}
-		require.NoError(t, a.Stop(ctx))
+		require.NoError(t, a.Close(ctx))
 		require.Equal(t, int64(sessions), ag.modelCalls.Load())
 		require.Equal(t, sessions, e.ledgerRows(t))
 

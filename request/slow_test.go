@@ -123,7 +123,7 @@ func TestSideEffectOfFiveTTLsCommits(t *testing.T) {
 		assert.Equal(t, int64(1), e.writes.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		status, stillHeld := e.status(t, "s", "c")
-		assert.Equal(t, schema.StatusSuccess, status)
+		assert.Equal(t, schema.StoredSucceeded, status)
 		assert.False(t, stillHeld)
 	})
 }

@@ -41,7 +41,7 @@ func TestInterruptReachesTheRunThatTookOver(t *testing.T) {
 			_, err := r.Handle(ctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
 				// The process stalls: its heartbeat stops and its leases
 				// lapse (given back here, so the test need not wait a TTL).
-				run.Abandon()
+				run.abandon()
 				r.releaseAll(ctx, run)
 				close(firstIn)
 				<-firstGo

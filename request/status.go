@@ -13,7 +13,11 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// State is the state of a request as Status reports it.
+// State is the state of a request as Status reports it. It is the one
+// vocabulary of the Go API and of the HTTP handlers (package httpapi). The
+// request table stores each state under its own name, except two that keep
+// the words of the first migration: StateSucceeded is stored as "success"
+// and StateFailed as "error" (schema.StoredSucceeded, schema.StoredFailed).
 type State string
 
 // The states of a request.
@@ -51,9 +55,9 @@ func (s State) Final() bool {
 
 func stateOf(status string) State {
 	switch status {
-	case schema.StatusSuccess:
+	case schema.StoredSucceeded:
 		return StateSucceeded
-	case schema.StatusError:
+	case schema.StoredFailed:
 		return StateFailed
 	}
 	return State(status)
@@ -158,9 +162,9 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 func validateKeys(sessionKey, clientRequestID string) error {
 	switch {
 	case sessionKey == "" || len(sessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(sessionKey):
-		return &lease.ValidationError{Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
+		return &lease.ValidationError{Package: "request", Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
 	case clientRequestID == "" || len(clientRequestID) > schema.MaxClientRequestIDLen || !utf8.ValidString(clientRequestID):
-		return &lease.ValidationError{Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
+		return &lease.ValidationError{Package: "request", Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
 	}
 	return nil
 }
@@ -202,4 +206,14 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		}
 		delay = min(delay*2, r.cfg.Queue.PollMax)
 	}
+}
+
+// checkText is lease.CheckText, with the error saying it is request's.
+func checkText(field, s string, maxBytes int) error {
+	err := lease.CheckText(field, s, maxBytes)
+	var ve *lease.ValidationError
+	if errors.As(err, &ve) {
+		ve.Package = "request"
+	}
+	return err
 }

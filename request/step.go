@@ -83,10 +83,10 @@ func decodeSteps(s string) ([]stepRecord, error) {
 // nothing is recorded.
 func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	if name == "" || len(name) > MaxStepNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
-		return nil, &lease.ValidationError{Field: "step name", Reason: "empty, longer than 128 bytes, not UTF-8 or with a NUL byte"}
+		return nil, &lease.ValidationError{Package: "request", Field: "step name", Reason: "empty, longer than 128 bytes, not UTF-8 or with a NUL byte"}
 	}
 	if fn == nil {
-		return nil, &lease.ValidationError{Field: "step function", Reason: "nil"}
+		return nil, &lease.ValidationError{Package: "request", Field: "step function", Reason: "nil"}
 	}
 	if err := run.stopped(); err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 	}
 	if run.stepBusy {
 		run.stepMu.Unlock()
-		return nil, &lease.ValidationError{Field: "step", Reason: "called while another step of the run is running"}
+		return nil, &lease.ValidationError{Package: "request", Field: "step", Reason: "called while another step of the run is running"}
 	}
 	pos := run.stepPos
 	if pos < len(run.steps) {
@@ -130,7 +130,7 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 		out = json.RawMessage("null")
 	}
 	if !json.Valid(out) {
-		return nil, &lease.ValidationError{Field: "step output", Reason: "not valid JSON"}
+		return nil, &lease.ValidationError{Package: "request", Field: "step output", Reason: "not valid JSON"}
 	}
 	if err := run.stopped(); err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func (run *Run) recordSteps(ctx context.Context, steps []stepRecord) error {
 	for attempt := 1; ; attempt++ {
 		var g lease.Grant[string]
 		g, err = r.req.Transition(ctx, run.flowDB(), run.req, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusProcessing, Keep: true, TTL: r.cfg.TTL,
+			From: []string{schema.StoredProcessing}, To: schema.StoredProcessing, Keep: true, TTL: r.cfg.TTL,
 			Set: []lease.Assignment{lease.Set(schema.ColSteps, string(b))},
 		})
 		if err == nil && g.Generation != run.req.Generation {
@@ -221,7 +221,7 @@ func (run *Run) StepsRecorded() int {
 func Step[T any](ctx context.Context, run *Run, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if fn == nil {
-		return zero, &lease.ValidationError{Field: "step function", Reason: "nil"}
+		return zero, &lease.ValidationError{Package: "request", Field: "step function", Reason: "nil"}
 	}
 	raw, err := run.Step(ctx, name, func(ctx context.Context) (json.RawMessage, error) {
 		v, err := fn(ctx)

@@ -71,7 +71,7 @@ func TestStepReplayedAfterTakeover(t *testing.T) {
 					return Answer{}, err
 				}
 				if crash {
-					run.Abandon()
+					run.abandon()
 					return Answer{}, errors.New("crashed")
 				}
 				return Answer{Reply: "paid " + call.Amount.String() + " " + string(note)}, nil
@@ -114,7 +114,7 @@ func TestStepUnrecordedRunsAgain(t *testing.T) {
 			}
 			_, err := run.Step(ctx, "b", func(context.Context) (json.RawMessage, error) {
 				second.Add(1)
-				run.Abandon() // dies inside the step, before its output is recorded
+				run.abandon() // dies inside the step, before its output is recorded
 				return nil, errors.New("crashed")
 			})
 			return Answer{}, err
@@ -154,7 +154,7 @@ func TestStepStaleRunCannotRecord(t *testing.T) {
 				return Answer{}, err
 			}
 			stale = run
-			run.Abandon()
+			run.abandon()
 			return Answer{}, errors.New("crashed")
 		})
 		require.ErrorIs(t, err, context.Canceled)
@@ -207,7 +207,7 @@ func TestStepDivergence(t *testing.T) {
 			if _, err := run.Step(ctx, "plan", one); err != nil {
 				return Answer{}, err
 			}
-			run.Abandon()
+			run.abandon()
 			return Answer{}, errors.New("crashed")
 		})
 		require.ErrorIs(t, err, context.Canceled)
@@ -261,7 +261,7 @@ func TestStepTyped(t *testing.T) {
 			if first, err = Step(ctx, run, "decide", decide); err != nil {
 				return Answer{}, err
 			}
-			run.Abandon()
+			run.abandon()
 			return Answer{}, errors.New("crashed")
 		})
 		require.ErrorIs(t, err, context.Canceled)

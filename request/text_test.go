@@ -42,8 +42,8 @@ func TestIDsWithTrailingSpaceOrNULRefused(t *testing.T) {
 			// A tool name ending with a space is refused the same way.
 			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "ok", Content: "x"},
 				func(ctx context.Context, run *Run) (Answer, error) {
-					_, err := run.r.tools.Run(ctx, run.r.db, toolexec.Call{SessionKey: "s", RequestID: run.id, Tool: "write ", Arguments: json.RawMessage(`{}`)},
-						toolexec.RunOptions{Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences()},
+					_, err := run.r.tools.Execute(ctx, run.r.db, toolexec.Call{SessionKey: "s", RequestID: run.id, Tool: "write ", Arguments: json.RawMessage(`{}`)},
+						toolexec.ExecOptions{Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences()},
 						func(context.Context, toolexec.Exec) (json.RawMessage, error) { t.Error("ran"); return nil, nil })
 					assert.ErrorIs(t, err, lease.ErrInvalid)
 					return Answer{Reply: "done"}, nil

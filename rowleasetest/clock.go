@@ -26,8 +26,7 @@ import (
 //     lease held in the database stays held for its TTL of real time,
 //     however far the Clock is advanced, and another holder still gets
 //     lease.ErrHeld. To test a takeover, use a short TTL and let it pass
-//     (request.Run.Abandon leaves a run's leases to expire, as a crash
-//     would).
+//     (Crash leaves a run's leases to expire, as a crash would).
 //   - It does not make timers fire sooner. The heartbeat waits on real
 //     timers set before the advance, so it sees the new time at its next
 //     wake-up: within one heartbeat interval of real time (request's

@@ -7,7 +7,7 @@
 //		db := rowleasetest.NewDB(t) // SQLite in t.TempDir(), schema applied, closed at cleanup
 //		_, err := db.Exec("CREATE TABLE ledger (request_id TEXT, amount INTEGER)")
 //		...
-//		res := rowleasetest.Run(t, myagent.Agent, // a request.Agent
+//		res := rowleasetest.Handle(t, myagent.Agent, // a request.Agent
 //			rowleasetest.WithDB(db),
 //			rowleasetest.WithTools(myagent.Tools(deps)), // or WithTool("book", fn)
 //			rowleasetest.WithMessage(request.Message{Content: "lunch 35"}))
@@ -52,7 +52,7 @@
 //     a test of expiry or takeover waits for a real (short) TTL. Keep such
 //     tests to waiting on signals — a done context, a returned Handle —
 //     not to fixed sleeps.
-//   - It does not check results: Run returns what Handle returned, and the
+//   - It does not check results: rowleasetest.Handle returns what Runner.Handle returned, and the
 //     test asserts.
 //
 // # Failure handling

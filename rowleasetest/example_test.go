@@ -53,10 +53,10 @@ func (e *exampleT) finish() {
 	}
 }
 
-// ExampleRun tests an agent in a few lines: it runs under a real
+// ExampleHandle tests an agent in a few lines: it runs under a real
 // request.Run on a throwaway SQLite database, its tool call goes through
 // toolexec, and the database shows what it did.
-func ExampleRun() {
+func ExampleHandle() {
 	t := newExampleT() // in a test: func TestLunch(t *testing.T)
 	defer t.finish()
 
@@ -73,7 +73,7 @@ func ExampleRun() {
 	if _, err := db.Exec("CREATE TABLE ledger (request_id TEXT, amount INTEGER)"); err != nil {
 		t.Fatalf("%v", err)
 	}
-	res := rowleasetest.Run(t, agent,
+	res := rowleasetest.Handle(t, agent,
 		rowleasetest.WithDB(db),
 		rowleasetest.WithTool("book", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			_, err := x.Tx.ExecContext(ctx, "INSERT INTO ledger VALUES (?, 35)", x.Call.RequestID)
@@ -108,7 +108,7 @@ func ExampleClock() {
 	defer t.finish()
 
 	clk := &rowleasetest.Clock{}
-	res := rowleasetest.Run(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		clk.Advance(time.Minute)
 		<-ctx.Done() // cancelled, with a *heartbeat.LostError as its cause
 		return request.Answer{}, context.Cause(ctx)

@@ -196,14 +196,14 @@ func count(t *testing.T, db *sql.DB, query string) int {
 	return n
 }
 
-// TestRun: the agent runs under a real Run — its tool call goes through
+// TestHandle: the agent runs under a real Run — its tool call goes through
 // toolexec and commits once — and what it did is in the Result and in the
 // database; the runner replays the message.
-func TestRun(t *testing.T) {
+func TestHandle(t *testing.T) {
 	db := rowleasetest.NewDB(t)
 	var toolRuns, agentRuns int
 	agent := bookAgent(&agentRuns)
-	res := rowleasetest.Run(t, agent, rowleasetest.WithDB(db), ledger(t, db, &toolRuns),
+	res := rowleasetest.Handle(t, agent, rowleasetest.WithDB(db), ledger(t, db, &toolRuns),
 		rowleasetest.WithMessage(request.Message{Content: "lunch"}))
 	require.NoError(t, res.Err)
 	assert.Equal(t, "booked 35 for lunch", res.Outcome.Reply)
@@ -226,10 +226,10 @@ func TestRun(t *testing.T) {
 	assert.Equal(t, 1, toolRuns)
 }
 
-// TestRunDefaults: without options Run opens its own database, sends the
+// TestHandleDefaults: without options Handle opens its own database, sends the
 // default message, and hands Handle's errors back without failing.
-func TestRunDefaults(t *testing.T) {
-	res := rowleasetest.Run(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+func TestHandleDefaults(t *testing.T) {
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		return request.Answer{}, errors.New("the model is down")
 	})
 	require.ErrorIs(t, res.Err, request.ErrAgentFailed)
@@ -238,7 +238,7 @@ func TestRunDefaults(t *testing.T) {
 	require.NotNil(t, res.Runner)
 	assert.Equal(t, 1, count(t, res.DB, "SELECT COUNT(*) FROM rowlease_request WHERE status = 'error' AND session_key = 'session-1' AND client_request_id = 'message-1'"))
 
-	res = rowleasetest.Run(t, nil)
+	res = rowleasetest.Handle(t, nil)
 	assert.ErrorIs(t, res.Err, lease.ErrInvalid, "a nil agent is Handle's error, not a failed test")
 }
 
@@ -250,7 +250,7 @@ func TestRunWithTools(t *testing.T) {
 		return json.RawMessage(`"mine"`), nil
 	}))
 	var sent []string
-	res := rowleasetest.Run(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		var out []string
 		for _, tool := range []string{"mine", "added", "notify"} {
 			r, err := run.CallTool(ctx, tool, json.RawMessage(`{}`))
@@ -333,12 +333,12 @@ func TestBadSetupFailsTheTest(t *testing.T) {
 		"nil option":     {[]rowleasetest.Option{nil}, "nil Option"},
 		"tool twice":     {[]rowleasetest.Option{rowleasetest.WithTool("t", noop), rowleasetest.WithTool("t", noop)}, `tool "t" registered twice`},
 		"nil tool":       {[]rowleasetest.Option{rowleasetest.WithTool("t", nil)}, "nil side effect"},
-		"interval > ttl": {[]rowleasetest.Option{rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.HeartbeatInterval = time.Second, time.Second })}, "request.New: lease: invalid interval"},
+		"interval > ttl": {[]rowleasetest.Option{rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.HeartbeatInterval = time.Second, time.Second })}, "request.New: heartbeat: invalid interval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ran := false
 			got := fatal(t, func(tb rowleasetest.TB) {
-				rowleasetest.Run(tb, func(context.Context, *request.Run) (request.Answer, error) {
+				rowleasetest.Handle(tb, func(context.Context, *request.Run) (request.Answer, error) {
 					ran = true
 					return request.Answer{}, nil
 				}, c.opts...)
@@ -359,7 +359,7 @@ func TestRunClockAdvance(t *testing.T) {
 	clk := &rowleasetest.Clock{}
 	rt := &logT{T: t}
 	ttl := 1500 * time.Millisecond // the heartbeat wakes every 500 ms
-	res := rowleasetest.Run(rt, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+	res := rowleasetest.Handle(rt, func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		clk.Advance(time.Hour)
 		// Cancelled within one heartbeat interval of real time; the
 		// timer only keeps a broken clock from hanging the test.
@@ -399,11 +399,40 @@ func TestRunOnEachDialect(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, schema.Apply(t.Context(), db, d))
 		var toolRuns, agentRuns int
-		res := rowleasetest.Run(t, bookAgent(&agentRuns), rowleasetest.WithDB(db.DB), ledger(t, db.DB, &toolRuns),
+		res := rowleasetest.Handle(t, bookAgent(&agentRuns), rowleasetest.WithDB(db.DB), ledger(t, db.DB, &toolRuns),
 			rowleasetest.WithMessage(request.Message{SessionKey: "s-" + db.DriverName(), Content: "taxi"}))
 		require.NoError(t, res.Err)
 		assert.Equal(t, "booked 35 for taxi", res.Outcome.Reply)
 		assert.Equal(t, 1, count(t, db.DB, "SELECT COUNT(*) FROM ledger"))
 		assert.Equal(t, 1, toolRuns)
 	})
+}
+
+// TestCrash: a run that Crash abandons writes nothing and keeps its leases
+// until they expire; the resend after the TTL takes the request over and
+// answers it.
+func TestCrash(t *testing.T) {
+	db := rowleasetest.NewDB(t)
+	const ttl = 300 * time.Millisecond
+	short := rowleasetest.WithConfig(func(c *request.Config) { c.TTL, c.HeartbeatInterval = ttl, ttl/4 })
+	res := rowleasetest.Handle(t, func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		rowleasetest.Crash(run)
+		return request.Answer{Reply: "never stored"}, nil
+	}, rowleasetest.WithDB(db), short)
+	require.ErrorIs(t, res.Err, context.Canceled)
+	assert.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM rowlease_request WHERE status = 'processing' AND token IS NOT NULL"), "left as a crash leaves it")
+	assert.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM rowlease_session WHERE token IS NOT NULL"), "the session is still held")
+
+	_, err := res.Runner.Handle(t.Context(), res.Message, func(context.Context, *request.Run) (request.Answer, error) {
+		return request.Answer{Reply: "answered"}, nil
+	})
+	require.ErrorIs(t, err, request.ErrInFlight, "the crashed run's lease is live until its TTL")
+
+	require.Eventually(t, func() bool {
+		out, err := res.Runner.Handle(t.Context(), res.Message, func(context.Context, *request.Run) (request.Answer, error) {
+			return request.Answer{Reply: "answered"}, nil
+		})
+		return err == nil && out.Reply == "answered" && out.Resumed
+	}, 30*time.Second, ttl/2, "a resend after the TTL takes the request over")
+	rowleasetest.Crash(nil) // a nil run is ignored
 }

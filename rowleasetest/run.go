@@ -12,7 +12,7 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// The message Run sends when WithMessage leaves these empty.
+// The message Handle sends when WithMessage leaves these empty.
 const (
 	SessionKey      = "session-1"
 	ClientRequestID = "message-1"
@@ -22,7 +22,7 @@ const (
 // holder columns read "rowleasetest/…".
 const HolderPrefix = "rowleasetest"
 
-// Option configures NewRunner and Run. Options apply in order.
+// Option configures NewRunner and Handle. Options apply in order.
 type Option func(*options)
 
 type options struct {
@@ -43,7 +43,7 @@ func (o *options) fail(err error) {
 
 // WithDB runs on db instead of a new NewDB database: one of your own
 // (with your tables next to the lock tables), or the Result.DB of an
-// earlier Run. It must have the lock tables (schema.Apply); any dialect
+// earlier Handle. It must have the lock tables (schema.Apply); any dialect
 // rowlease speaks works, detected from the driver. It is not closed here.
 func WithDB(db *sql.DB) Option {
 	return func(o *options) {
@@ -90,7 +90,7 @@ func WithClock(clk lease.Clock) Option {
 	return func(o *options) { o.clock = clk }
 }
 
-// WithMessage sets the message Run sends. An empty SessionKey or
+// WithMessage sets the message Handle sends. An empty SessionKey or
 // ClientRequestID is filled in with the constants of this package; the
 // other fields are sent as given. NewRunner ignores it.
 func WithMessage(m request.Message) Option {
@@ -170,7 +170,7 @@ func newRunner(t TB, o *options) (*request.Runner, *sql.DB) {
 	return r, db
 }
 
-// Result is what Run did.
+// Result is what Handle did.
 type Result struct {
 	// Outcome and Err are what request.Runner.Handle returned.
 	Outcome request.Outcome
@@ -186,13 +186,13 @@ type Result struct {
 	Runner *request.Runner
 }
 
-// Run runs agent under a real *request.Run: it makes a runner as
+// Handle runs agent under a real *request.Run: it makes a runner as
 // NewRunner does and hands one message (WithMessage, by default
 // SessionKey and ClientRequestID with empty content) to Handle, under
 // t.Context(). Handle's outcome and error come back in the Result and
 // never fail the test by themselves; a failed set-up (database, option,
 // Config) does, with t.Fatalf.
-func Run(t TB, agent request.Agent, opts ...Option) Result {
+func Handle(t TB, agent request.Agent, opts ...Option) Result {
 	t.Helper()
 	o := collect(opts)
 	r, db := newRunner(t, o)

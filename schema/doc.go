@@ -162,7 +162,7 @@
 //
 // The DDL has changed three times. Since migration 2 the status CHECK of
 // rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
-// 'started' (StatusStarted: the intent of an effect outside the database is
+// 'started' (StoredStarted: the intent of an effect outside the database is
 // recorded, its result not yet). Since migration 3 rowlease_request has the
 // columns content, queue_seq, on_busy and interrupted_by, the unique key
 // rowlease_request_session_queue_uq, the index

@@ -284,7 +284,7 @@ func TestMigrationsDownUp(t *testing.T) {
 			requireSameSchema(t, tool+" migrations 1-3", v3, tool+" 1-4, then 4 down", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s down 4 changed the rows", tool)
 			require.Equal(t, queued, queryRows(t, db, queueCols), "%s down 4 changed the queue columns", tool)
-			requireCheckViolation(t, insertRequest(ctx, db, "after-down-4", StatusCancelled), requestStatusCheck)
+			requireCheckViolation(t, insertRequest(ctx, db, "after-down-4", StoredCancelled), requestStatusCheck)
 
 			require.NoError(t, runMigration(t, db, d, tool, 4, true), "%s up 4 after down", tool)
 			requireSameSchema(t, "the DDL", v4, tool+" 4 down, then up", dumpSchema(t, db, d))
@@ -307,7 +307,7 @@ func TestMigrationsDownUp(t *testing.T) {
 
 			// A 'cancelled' request blocks down 4, loudly, and down changes
 			// nothing.
-			require.NoError(t, insertRequest(ctx, db, "blocks-cancelled", StatusCancelled))
+			require.NoError(t, insertRequest(ctx, db, "blocks-cancelled", StoredCancelled))
 			rows = tableRows(t, db)
 			err = runMigration(t, db, d, tool, 4, false)
 			requireCheckViolation(t, err, requestStatusCheck)
@@ -325,7 +325,7 @@ func TestMigrationsDownUp(t *testing.T) {
 			require.NoError(t, runMigration(t, db, d, tool, 3, false), "%s down 3", tool)
 			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" 1-3, then 3 down", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s down 3 changed the rows", tool)
-			requireCheckViolation(t, insertRequest(ctx, db, "after-down-3", StatusQueued), requestStatusCheck)
+			requireCheckViolation(t, insertRequest(ctx, db, "after-down-3", StoredQueued), requestStatusCheck)
 
 			require.NoError(t, runMigration(t, db, d, tool, 3, true), "%s up 3 after down", tool)
 			requireSameSchema(t, tool+" migrations 1-3", v3, tool+" 3 down, then up", dumpSchema(t, db, d))
@@ -343,7 +343,7 @@ func TestMigrationsDownUp(t *testing.T) {
 
 			// A 'queued' request blocks down 3, loudly, and down changes
 			// nothing; so do 'interrupted' and 'expired'.
-			for _, st := range []string{StatusQueued, StatusInterrupted, StatusExpired} {
+			for _, st := range []string{StoredQueued, StoredInterrupted, StoredExpired} {
 				require.NoError(t, insertRequest(ctx, db, "blocks-"+st, st))
 				rows = tableRows(t, db)
 				err = runMigration(t, db, d, tool, 3, false)
@@ -360,7 +360,7 @@ func TestMigrationsDownUp(t *testing.T) {
 			require.NoError(t, runMigration(t, db, d, tool, 2, false), "%s down 2", tool)
 			requireSameSchema(t, tool+" migration 1", v1, tool+" 1+2, then 2 down", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s down 2 changed the rows", tool)
-			requireCheckViolation(t, insertTool(ctx, db, "after-down", StatusStarted), toolStatusCheck)
+			requireCheckViolation(t, insertTool(ctx, db, "after-down", StoredStarted), toolStatusCheck)
 
 			require.NoError(t, runMigration(t, db, d, tool, 2, true), "%s up 2 after down", tool)
 			requireSameSchema(t, tool+" migrations 1+2", v2, tool+" 2 down, then up", dumpSchema(t, db, d))
@@ -371,7 +371,7 @@ func TestMigrationsDownUp(t *testing.T) {
 			require.Equal(t, rows, tableRows(t, db), "%s up 2 twice changed the rows", tool)
 
 			// A 'started' row blocks down, loudly, and down changes nothing.
-			require.NoError(t, insertTool(ctx, db, "started-1", StatusStarted))
+			require.NoError(t, insertTool(ctx, db, "started-1", StoredStarted))
 			rows = tableRows(t, db)
 			err = runMigration(t, db, d, tool, 2, false)
 			requireCheckViolation(t, err, toolStatusCheck)

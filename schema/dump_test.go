@@ -325,7 +325,7 @@ func seedRows(t *testing.T, db *sqlx.DB, d lease.Dialect) {
 	_, err := db.ExecContext(ctx, db.Rebind("INSERT INTO "+SessionTable+" (session_key, holder, token, expires_at, generation) VALUES (?, ?, ?, ?, ?)"),
 		"seed", "worker", uuid1, exp, int64(3))
 	require.NoError(t, err)
-	for i, status := range []string{StatusProcessing, StatusSuccess, StatusError} {
+	for i, status := range []string{StoredProcessing, StoredSucceeded, StoredFailed} {
 		id := fmt.Sprintf("seed-%d", i)
 		require.NoError(t, insertRequest(ctx, db, id, status))
 		require.NoError(t, insertTool(ctx, db, id, status))

@@ -512,14 +512,14 @@ func (h *harness) checkConstraints(t *testing.T) {
 	}
 
 	// Requests: (session_key, client_request_id) unique, status checked.
-	h.mustExec(t, insRequest, uuid1, "s1", "c1", hashA, StatusProcessing)
-	h.wantUnique(t, h.exec(t, insRequest, uuid2, "s1", "c1", hashB, StatusSuccess),
+	h.mustExec(t, insRequest, uuid1, "s1", "c1", hashA, StoredProcessing)
+	h.wantUnique(t, h.exec(t, insRequest, uuid2, "s1", "c1", hashB, StoredSucceeded),
 		RequestSessionClientUnique, RequestTable, ColSessionKey, ColClientRequestID)
-	h.mustExec(t, insRequest, uuid2, "s1", "c2", hashA, StatusSuccess)
-	h.mustExec(t, insRequest, uuid3, "s2", "c1", hashA, StatusError)
-	h.mustExec(t, insRequest, uuid4, "s1", "C1", hashA, StatusError)
-	h.wantUnique(t, h.exec(t, insRequest, uuid1, "s9", "c9", hashA, StatusSuccess), h.pkName(RequestTable), RequestTable, ColID)
-	for i, st := range []string{StatusQueued, StatusInterrupted, StatusExpired} {
+	h.mustExec(t, insRequest, uuid2, "s1", "c2", hashA, StoredSucceeded)
+	h.mustExec(t, insRequest, uuid3, "s2", "c1", hashA, StoredFailed)
+	h.mustExec(t, insRequest, uuid4, "s1", "C1", hashA, StoredFailed)
+	h.wantUnique(t, h.exec(t, insRequest, uuid1, "s9", "c9", hashA, StoredSucceeded), h.pkName(RequestTable), RequestTable, ColID)
+	for i, st := range []string{StoredQueued, StoredInterrupted, StoredExpired} {
 		h.mustExec(t, insRequest, fmt.Sprintf("q-%d", i), "s1", fmt.Sprintf("q%d", i), hashA, st)
 	}
 	h.mustExec(t, "UPDATE "+RequestTable+" SET queue_seq = ? WHERE id = ?", int64(1), "q-0")
@@ -528,20 +528,20 @@ func (h *harness) checkConstraints(t *testing.T) {
 	h.wantCheck(t, h.exec(t, insRequest, uuid5, "s1", "c5", hashA, "done"), "rowlease_request_status_ck")
 	h.wantCheck(t, h.exec(t, insRequest, uuid5, "s1", "c5", hashA, "Success"), "rowlease_request_status_ck")
 	require.Error(t, h.exec(t, insRequest, uuid5, "s1", "c5", hashA, nil), "status is NOT NULL")
-	require.Error(t, h.exec(t, insRequest, uuid5, "s1", nil, hashA, StatusSuccess), "client_request_id is NOT NULL")
+	require.Error(t, h.exec(t, insRequest, uuid5, "s1", nil, hashA, StoredSucceeded), "client_request_id is NOT NULL")
 	h.mustExec(t, "UPDATE "+RequestTable+" SET reply = ?, result = ?, error = ?, holder = ?, token = ?, generation = generation + 1 WHERE id = ?",
 		strings.Repeat("r", 100000), `{"ok":true}`, "none", "worker-1", uuid6, uuid1)
 
 	// Tool executions: both unique keys, status checked.
-	h.mustExec(t, insTool, uuid1, "s1", uuid1, "search", hashA, "idem-1", StatusProcessing)
-	h.wantUnique(t, h.exec(t, insTool, uuid2, "s1", uuid2, "fetch", hashB, "idem-1", StatusProcessing),
+	h.mustExec(t, insTool, uuid1, "s1", uuid1, "search", hashA, "idem-1", StoredProcessing)
+	h.wantUnique(t, h.exec(t, insTool, uuid2, "s1", uuid2, "fetch", hashB, "idem-1", StoredProcessing),
 		ToolExecutionIdemUnique, ToolExecutionTable, ColSessionKey, ColIdempotencyKey)
-	h.wantUnique(t, h.exec(t, insTool, uuid2, "s1", uuid1, "search", hashA, "idem-2", StatusProcessing),
+	h.wantUnique(t, h.exec(t, insTool, uuid2, "s1", uuid1, "search", hashA, "idem-2", StoredProcessing),
 		ToolExecutionCallUnique, ToolExecutionTable, ColRequestID, ColToolName, ColArgumentsHash)
-	h.mustExec(t, insTool, uuid2, "s2", uuid3, "search", hashA, "idem-1", StatusSuccess)
-	h.mustExec(t, insTool, uuid3, "s1", uuid1, "search", hashB, "idem-2", StatusError)
-	h.mustExec(t, insTool, uuid4, "s1", uuid1, "Search", hashA, "idem-3", StatusSuccess)
-	h.mustExec(t, insTool, uuid5, "s1", uuid2, "search", hashA, "IDEM-1", StatusSuccess) // key differs from idem-1 only in case
+	h.mustExec(t, insTool, uuid2, "s2", uuid3, "search", hashA, "idem-1", StoredSucceeded)
+	h.mustExec(t, insTool, uuid3, "s1", uuid1, "search", hashB, "idem-2", StoredFailed)
+	h.mustExec(t, insTool, uuid4, "s1", uuid1, "Search", hashA, "idem-3", StoredSucceeded)
+	h.mustExec(t, insTool, uuid5, "s1", uuid2, "search", hashA, "IDEM-1", StoredSucceeded) // key differs from idem-1 only in case
 	h.wantCheck(t, h.exec(t, insTool, uuid6, "s1", uuid2, "x", hashA, "idem-9", "failed"), "rowlease_tool_execution_status_ck")
 }
 
@@ -552,9 +552,9 @@ func (h *harness) checkTimes(t *testing.T) {
 	before := time.Now()
 	h.mustExec(t, "INSERT INTO "+SessionTable+" (session_key) VALUES (?)", "t-default")
 	h.mustExec(t, "INSERT INTO "+RequestTable+" (id, session_key, client_request_id, fingerprint, status) VALUES (?, ?, ?, ?, ?)",
-		uuid6, "t-default", "c", hashA, StatusProcessing)
+		uuid6, "t-default", "c", hashA, StoredProcessing)
 	h.mustExec(t, "INSERT INTO "+ToolExecutionTable+" (id, session_key, request_id, tool_name, arguments_hash, idempotency_key, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
-		uuid6, "t-default", uuid6, "tool", hashA, "k", StatusProcessing)
+		uuid6, "t-default", uuid6, "tool", hashA, "k", StoredProcessing)
 	after := time.Now()
 	for _, q := range []struct{ table, keyCol, key string }{
 		{SessionTable, ColSessionKey, "t-default"},

@@ -54,10 +54,10 @@ const (
 	// ColFingerprint is a 64-character hash (hex SHA-256) of the request
 	// payload in RequestTable.
 	ColFingerprint = "fingerprint"
-	// ColStatus is the state of a request (StatusQueued, StatusProcessing,
-	// StatusSuccess, StatusError, StatusInterrupted, StatusCancelled or
-	// StatusExpired) or of a tool execution (StatusProcessing,
-	// StatusStarted, StatusSuccess or StatusError); a CHECK constraint on
+	// ColStatus is the state of a request (StoredQueued, StoredProcessing,
+	// StoredSucceeded, StoredFailed, StoredInterrupted, StoredCancelled or
+	// StoredExpired) or of a tool execution (StoredProcessing,
+	// StoredStarted, StoredSucceeded or StoredFailed); a CHECK constraint on
 	// each table rejects anything else.
 	ColStatus = "status"
 	// ColReply is the reply text stored for a request (large text).
@@ -121,34 +121,40 @@ const (
 	RequestStatusUpdatedIndex = "rowlease_request_status_updated_idx"
 )
 
-// Values allowed in the status column of RequestTable and ToolExecutionTable.
-// StatusStarted is allowed in ToolExecutionTable only; StatusQueued,
-// StatusInterrupted, StatusCancelled and StatusExpired in RequestTable only.
+// Values allowed in the status column (ColStatus) of RequestTable and
+// ToolExecutionTable: how each state is stored. The Go names are the
+// states' names (request.StateSucceeded, request.StateFailed…); the stored
+// text of two of them keeps the words of the first migration, "success"
+// and "error", so that existing rows and CHECK constraints stay valid.
+// StoredStarted is allowed in ToolExecutionTable only; StoredQueued,
+// StoredInterrupted, StoredCancelled and StoredExpired in RequestTable only.
 const (
-	// StatusQueued marks a request stored to run when its session is free
+	// StoredQueued marks a request stored to run when its session is free
 	// (RequestTable, from migration 3 on).
-	StatusQueued = "queued"
-	// StatusProcessing marks work that has started and not yet finished.
-	StatusProcessing = "processing"
-	// StatusStarted marks a tool execution whose effect outside the database
+	StoredQueued = "queued"
+	// StoredProcessing marks work that has started and not yet finished.
+	StoredProcessing = "processing"
+	// StoredStarted marks a tool execution whose effect outside the database
 	// has its intent recorded and its result not yet. Only ToolExecutionTable
 	// allows it (from migration 2 on; Apply upgrades older tables).
-	StatusStarted = "started"
-	// StatusSuccess marks work that finished successfully.
-	StatusSuccess = "success"
-	// StatusError marks work that finished with an error.
-	StatusError = "error"
-	// StatusInterrupted marks a request that stopped because another
+	StoredStarted = "started"
+	// StoredSucceeded marks work that finished successfully (stored as
+	// "success").
+	StoredSucceeded = "success"
+	// StoredFailed marks work that finished with an error (stored as
+	// "error").
+	StoredFailed = "error"
+	// StoredInterrupted marks a request that stopped because another
 	// message of its session asked it to (RequestTable, from migration 3
 	// on).
-	StatusInterrupted = "interrupted"
-	// StatusCancelled marks a request cancelled by its client (Cancel):
-	// final, like StatusInterrupted (RequestTable, from migration 4 on).
-	StatusCancelled = "cancelled"
-	// StatusExpired marks the tombstone of a finished request whose
+	StoredInterrupted = "interrupted"
+	// StoredCancelled marks a request cancelled by its client (Cancel):
+	// final, like StoredInterrupted (RequestTable, from migration 4 on).
+	StoredCancelled = "cancelled"
+	// StoredExpired marks the tombstone of a finished request whose
 	// outcome the retention sweeper deleted (RequestTable, from migration 3
 	// on).
-	StatusExpired = "expired"
+	StoredExpired = "expired"
 )
 
 // Maximum lengths, in characters, of the VARCHAR columns on MySQL and
@@ -194,9 +200,9 @@ func ErrorText(msg string) string {
 // that is not lease.MySQL, lease.Postgres or lease.SQLite.
 var ErrUnknownDialect = errors.New("schema: unknown dialect")
 
-// ErrUnknownTool is wrapped by the error Migrations returns for a migration
+// ErrUnknownMigrationTool is wrapped by the error Migrations returns for a migration
 // tool other than golang-migrate (or migrate) and goose.
-var ErrUnknownTool = errors.New("schema: unknown migration tool")
+var ErrUnknownMigrationTool = errors.New("schema: unknown migration tool")
 
 // Execer runs one SQL statement. *sql.DB, *sql.Tx, *sql.Conn and *sqlx.DB
 // satisfy it.
@@ -257,9 +263,9 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 //
 // Tables that an earlier version of Apply created are upgraded first: if the
 // tool-execution table still has the status CHECK of migration 1 (without
-// StatusStarted), Apply runs the statements of migration 2; if the request
-// table does (without StatusQueued), those of migration 3; and if the
-// request table has the CHECK of migration 3 (without StatusCancelled),
+// StoredStarted), Apply runs the statements of migration 2; if the request
+// table does (without StoredQueued), those of migration 3; and if the
+// request table has the CHECK of migration 3 (without StoredCancelled),
 // those of migration 4 (see the package documentation, "Upgrading"). For that it reads the catalog through db's
 // QueryContext method, which *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms
 // have; a db with ExecContext alone gets no upgrade. Apply does not check or
@@ -369,7 +375,7 @@ func Migrations(dialect lease.Dialect, tool string) (fs.FS, error) {
 	case "goose":
 		dir = "goose"
 	default:
-		return nil, fmt.Errorf("%w %q (want golang-migrate or goose)", ErrUnknownTool, tool)
+		return nil, fmt.Errorf("%w %q (want golang-migrate or goose)", ErrUnknownMigrationTool, tool)
 	}
 	sub, err := fs.Sub(migrationFiles, "migrations/"+d+"/"+dir)
 	if err != nil {

@@ -96,10 +96,10 @@ func TestStatementsShape(t *testing.T) {
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
-		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StatusQueued+"', '"+
-			StatusProcessing+"', '"+StatusSuccess+"', '"+StatusError+"', '"+StatusInterrupted+"', '"+StatusCancelled+"', '"+StatusExpired+"'))", d)
+		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StoredQueued+"', '"+
+			StoredProcessing+"', '"+StoredSucceeded+"', '"+StoredFailed+"', '"+StoredInterrupted+"', '"+StoredCancelled+"', '"+StoredExpired+"'))", d)
 		assert.Contains(t, ddl, toolStatusCheck+" CHECK (status IN ('"+
-			StatusProcessing+"', '"+StatusStarted+"', '"+StatusSuccess+"', '"+StatusError+"'))", d)
+			StoredProcessing+"', '"+StoredStarted+"', '"+StoredSucceeded+"', '"+StoredFailed+"'))", d)
 	}
 }
 
@@ -211,7 +211,7 @@ func TestMigrationsFS(t *testing.T) {
 	}
 	_, err := Migrations(lease.SQLite, "flyway")
 	require.Error(t, err)
-	assert.ErrorIs(t, err, ErrUnknownTool)
+	assert.ErrorIs(t, err, ErrUnknownMigrationTool)
 	assert.Contains(t, err.Error(), `"flyway"`)
 }
 

@@ -16,11 +16,11 @@ import (
 func requireStartedAllowed(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	ctx := t.Context()
-	require.NoError(t, insertTool(ctx, db, "started-ok", StatusStarted), "a tool execution may be 'started'")
+	require.NoError(t, insertTool(ctx, db, "started-ok", StoredStarted), "a tool execution may be 'started'")
 	requireCheckViolation(t, insertTool(ctx, db, "bogus", "bogus"), toolStatusCheck)
 	requireCheckViolation(t, insertTool(ctx, db, "bogus-case", "Started"), toolStatusCheck)
-	requireCheckViolation(t, insertRequest(ctx, db, "req-started", StatusStarted), "rowlease_request_status_ck")
-	for _, s := range []string{StatusProcessing, StatusSuccess, StatusError} {
+	requireCheckViolation(t, insertRequest(ctx, db, "req-started", StoredStarted), "rowlease_request_status_ck")
+	for _, s := range []string{StoredProcessing, StoredSucceeded, StoredFailed} {
 		require.NoError(t, insertTool(ctx, db, "ok-"+s, s))
 	}
 }
@@ -40,7 +40,7 @@ func TestStartedStatus(t *testing.T) {
 			{"goose 1+2", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 2) }},
 			{"Apply on the tables of an older Apply", func(db *sqlx.DB) {
 				olderApply(t, d)(db)
-				requireCheckViolation(t, insertTool(ctx, db, "before", StatusStarted), toolStatusCheck)
+				requireCheckViolation(t, insertTool(ctx, db, "before", StoredStarted), toolStatusCheck)
 				require.NoError(t, Apply(ctx, db, d))
 			}},
 		}
@@ -61,7 +61,7 @@ func TestStartedStatus(t *testing.T) {
 func requireQueueStatusesAllowed(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	ctx := t.Context()
-	for _, s := range []string{StatusQueued, StatusProcessing, StatusSuccess, StatusError, StatusInterrupted, StatusCancelled, StatusExpired} {
+	for _, s := range []string{StoredQueued, StoredProcessing, StoredSucceeded, StoredFailed, StoredInterrupted, StoredCancelled, StoredExpired} {
 		require.NoError(t, insertRequest(ctx, db, "req-"+s, s), "a request may be %q", s)
 	}
 	requireCheckViolation(t, insertRequest(ctx, db, "req-bogus", "aborted"), requestStatusCheck)
@@ -90,7 +90,7 @@ func TestQueueStatuses(t *testing.T) {
 			{"goose 1-4", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 4) }},
 			{"Apply on the tables of the Apply of migration 2", func(db *sqlx.DB) {
 				applyOf(t, d, 2)(db)
-				requireCheckViolation(t, insertRequest(ctx, db, "before", StatusQueued), requestStatusCheck)
+				requireCheckViolation(t, insertRequest(ctx, db, "before", StoredQueued), requestStatusCheck)
 				require.NoError(t, Apply(ctx, db, d))
 			}},
 		}

@@ -38,7 +38,7 @@ type step struct {
 // has the status CHECK of the migration before it (step.old).
 var steps = []step{
 	{2, "000002_tool_execution_started.up.sql", ToolExecutionTable, "rowlease_tool_execution_status_ck",
-		"to allow status " + `"` + StatusStarted + `"`, migration1Statuses},
+		"to allow status " + `"` + StoredStarted + `"`, migration1Statuses},
 	{3, "000003_request_queue.up.sql", RequestTable, "rowlease_request_status_ck",
 		"for queued and interrupted requests and retention", migration1Statuses},
 	{4, "000004_request_steps.up.sql", RequestTable, "rowlease_request_status_ck",
@@ -47,11 +47,11 @@ var steps = []step{
 
 // migration1Statuses are the values the status CHECKs of migration 1
 // allow, sorted: the same on both tables.
-var migration1Statuses = []string{StatusError, StatusProcessing, StatusSuccess}
+var migration1Statuses = []string{StoredFailed, StoredProcessing, StoredSucceeded}
 
 // migration3RequestStatuses are the values the request table's status
 // CHECK of migration 3 allows, sorted.
-var migration3RequestStatuses = []string{StatusError, StatusExpired, StatusInterrupted, StatusProcessing, StatusQueued, StatusSuccess}
+var migration3RequestStatuses = []string{StoredFailed, StoredExpired, StoredInterrupted, StoredProcessing, StoredQueued, StoredSucceeded}
 
 // queryer reads rows. *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have
 // it; Apply upgrades older tables only through a value that has it.

@@ -238,10 +238,10 @@ func TestApplyUpgradeSQLiteKeepsUserObjects(t *testing.T) {
 				_, err := db.ExecContext(ctx, s)
 				require.NoError(t, err, s)
 			}
-			require.NoError(t, insertTool(ctx, db, "t1", StatusProcessing))
+			require.NoError(t, insertTool(ctx, db, "t1", StoredProcessing))
 			_, err := db.ExecContext(ctx, "INSERT INTO app_effect VALUES ('e1', 't1')")
 			require.NoError(t, err)
-			require.NoError(t, insertRequest(ctx, db, "r1", StatusSuccess))
+			require.NoError(t, insertRequest(ctx, db, "r1", StoredSucceeded))
 			_, err = db.ExecContext(ctx, "INSERT INTO app_reply VALUES ('p1', 'r1')")
 			require.NoError(t, err)
 

@@ -151,7 +151,7 @@ func (s *Locker) Release(ctx context.Context, db lease.DB, g Grant) error {
 func (s *Locker) Fence(g Grant) lease.Fence { return s.l.Fence("session", g) }
 
 // Inspect reads who holds the session and for how long.
-func (s *Locker) Inspect(ctx context.Context, db lease.DB, sessionKey string) (lease.Status, error) {
+func (s *Locker) Inspect(ctx context.Context, db lease.DB, sessionKey string) (lease.Snapshot, error) {
 	st, err := s.l.Inspect(ctx, db, sessionKey)
 	return st, wrap(err)
 }

@@ -24,14 +24,14 @@
 //
 // # Two forms of tool
 //
-// In the database (Store.Run, Registry.Register): the side effect writes in
+// In the database (Store.Execute, Registry.Register): the side effect writes in
 // the transaction it is given (Exec.Tx), which ends by confirming the
 // session's and the request's leases and marking the call success. It
 // commits if and only if the current owner of all three marks it done.
 // Use it whenever the effect is a write to the same database, however
 // long it takes.
 //
-// Outside the database (Store.RunExternal, Registry.RegisterExternal): a
+// Outside the database (Store.ExecuteExternal, Registry.RegisterExternal): a
 // payment provider, e-mail, a webhook. There is no shared transaction, so
 // the call is recorded in three steps: the intent (status started, with
 // the effect key) in a fenced transaction, then the act with no
@@ -58,10 +58,10 @@
 //	                                               │      (Again: Reconcile, Repeat, or
 //	                                               └───── ErrUnknownOutcome; never a new key)
 //
-// Run and RunExternal take these branches on an existing row: success → the
+// Execute and ExecuteExternal take these branches on an existing row: success → the
 // stored result, nothing run; error → run again; processing and expired →
-// taken over; started and free or expired → reconciled (RunExternal) or
-// ErrUnknownOutcome (Run); any live lease → ErrConflict.
+// taken over; started and free or expired → reconciled (ExecuteExternal) or
+// ErrUnknownOutcome (Execute); any live lease → ErrConflict.
 //
 // # Guarantees
 //
@@ -71,7 +71,7 @@
 //     tool's own token; then it commits. The lease rows are locked only for
 //     that end, so the flow's heartbeat renews them while a long side
 //     effect works (on SQLite, where one writer excludes all others, it
-//     renews inside the transaction: pass RunOptions.Flow, as request does).
+//     renews inside the transaction: pass ExecOptions.Flow, as request does).
 //     A side effect of any length commits if the flow keeps its leases, and
 //     never after a takeover.
 //   - Outside the database: nothing acts for a flow that lost its session or
@@ -84,7 +84,7 @@
 //     (deadlock, serialization failure, lock wait timeout, SQLite busy) is
 //     not the tool's failure: the transaction is run again, a few times
 //     with backoff, and then reported as ErrTransient. Each run is watched
-//     (RunOptions.Watch) until its final mark, so a run after a transient
+//     (ExecOptions.Watch) until its final mark, so a run after a transient
 //     error at the mark or at the commit is supervised as the first was.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
 //     surrogates, an integer a double does not hold exactly) give
@@ -104,7 +104,7 @@
 // On SQLite a side effect's transaction holds the database's only write
 // lock for as long as it runs: every other writer waits (busy timeout),
 // including other flows' heartbeats. Keep SQLite side effects short, or do
-// the slow part outside the database with RunExternal.
+// the slow part outside the database with ExecuteExternal.
 //
 // An external effect is exactly-once only if the remote side honours the
 // effect key (or is reconciled); toolexec cannot undo an effect whose

@@ -116,7 +116,7 @@ type ExternalOptions struct {
 	Repeat bool
 }
 
-// RunExternal runs a call whose effect happens outside the database, in
+// ExecuteExternal runs a call whose effect happens outside the database, in
 // three steps, each recorded on the tool execution's row:
 //
 //  1. the intent: processing → started, in a transaction fenced by o.Fences
@@ -132,9 +132,9 @@ type ExternalOptions struct {
 // of fn leaves it started and returns *UnknownOutcomeError. A lost fence
 // after the act leaves it started too, for the flow that owns the request
 // now to reconcile.
-func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
+func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o ExecOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Field: "external effect", Reason: "nil"}
+		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {
@@ -153,7 +153,7 @@ func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOp
 			return s.runFenced(ctx, db, call.Tool, "intent", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
 				Then: func(ctx context.Context, tx *sql.Tx) error {
 					_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-						From: []string{schema.StatusProcessing}, To: schema.StatusStarted, Keep: true, TTL: g.TTL,
+						From: []string{schema.StoredProcessing}, To: schema.StoredStarted, Keep: true, TTL: g.TTL,
 					})
 					return err
 				}}, func(*sql.Tx) error { return nil })
@@ -192,7 +192,7 @@ func (s *Store) RunExternal(ctx context.Context, db Beginner, call Call, o RunOp
 			Then: func(ctx context.Context, tx *sql.Tx) error {
 				unwatch()
 				_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-					From: []string{schema.StatusStarted}, To: schema.StatusSuccess,
+					From: []string{schema.StoredStarted}, To: schema.StoredSucceeded,
 					Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
 				})
 				return err
@@ -239,7 +239,7 @@ func (s *Store) unknown(call Call, g Grant, err error) error {
 
 // giveBack releases the tool lease (bounded, even when ctx is done) and
 // returns err: the row keeps its state for the next run.
-func (s *Store) giveBack(ctx context.Context, db Beginner, g Grant, o RunOptions, err error) error {
+func (s *Store) giveBack(ctx context.Context, db Beginner, g Grant, o ExecOptions, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {

@@ -69,13 +69,13 @@ func TestExternalRecordsIntentActsAndRecordsResult(t *testing.T) {
 		f := e.newFlow(t, "s1", ttl)
 		rcv := newReceiver()
 		var seen toolexec.External
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
 				seen = x
 				// The intent is committed before the act: another
 				// connection sees the call started, held, with its key.
 				row := e.toolRow(t, x.ExecutionID)
-				assert.Equal(t, schema.StatusStarted, row.State)
+				assert.Equal(t, schema.StoredStarted, row.State)
 				assert.True(t, row.Held)
 				return rcv.call(x.EffectKey), nil
 			})
@@ -87,12 +87,12 @@ func TestExternalRecordsIntentActsAndRecordsResult(t *testing.T) {
 		assert.Equal(t, map[string]int64{"session": f.sess.Generation, "request": f.req.Generation}, seen.Fences)
 		assert.JSONEq(t, `{"a":35}`, string(seen.Canonical))
 		row := e.toolRow(t, res.ExecutionID)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.False(t, row.Held)
 		assert.JSONEq(t, string(rcv.call(seen.EffectKey)), row.result)
 
 		// The same call again: the stored result, no act.
-		again, err := e.store.RunExternal(ctx, db, f.pay(`{"a":3.5e1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		again, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":3.5e1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(context.Context, toolexec.External) (json.RawMessage, error) {
 				t.Error("a recorded call acted again")
 				return nil, nil
@@ -111,7 +111,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 		rcv := newReceiver()
 		timeout := errors.New("read tcp: i/o timeout")
 		// The remote side performs the effect, but the answer is lost.
-		_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
 				rcv.call(x.EffectKey)
 				return nil, timeout
@@ -125,7 +125,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 		assert.Equal(t, ue.ExecutionID, key)
 		assert.True(t, rcv.performed(key))
 		row := e.toolRow(t, key)
-		assert.Equal(t, schema.StatusStarted, row.State, "left started")
+		assert.Equal(t, schema.StoredStarted, row.State, "left started")
 		assert.False(t, row.Held, "and free")
 
 		never := func(context.Context, toolexec.External) (json.RawMessage, error) {
@@ -133,16 +133,16 @@ func TestExternalUnknownOutcome(t *testing.T) {
 			return nil, nil
 		}
 		// Without a way to reconcile, it stays unknown: never a new act.
-		_, err = e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{}, never)
+		_, err = e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{}, never)
 		require.ErrorAs(t, err, &ue)
 		assert.Equal(t, key, ue.EffectKey)
 		// An in-transaction run of the same call refuses it too.
-		_, err = e.store.Run(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), e.ledger)
+		_, err = e.store.Execute(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), e.ledger)
 		assert.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
 		assert.Zero(t, e.ledgerRows(t))
 
 		// A reconciler that cannot tell keeps it unknown.
-		_, err = e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
+		_, err = e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
 			Reconcile: func(context.Context, toolexec.External) (json.RawMessage, error) {
 				return nil, errors.New("remote down")
 			},
@@ -151,7 +151,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 
 		// A reconciler that finds the effect records its result.
 		var asked toolexec.External
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":35}`), e.opts(f, ttl), toolexec.ExternalOptions{
 			Reconcile: func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				asked = x
 				rcv.mu.Lock()
@@ -167,7 +167,7 @@ func TestExternalUnknownOutcome(t *testing.T) {
 		assert.Equal(t, key, asked.EffectKey)
 		assert.Equal(t, key, res.ExecutionID)
 		assert.Equal(t, int64(1), rcv.effects.Load())
-		assert.Equal(t, schema.StatusSuccess, e.toolRow(t, key).State)
+		assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, key).State)
 	})
 }
 
@@ -193,14 +193,14 @@ func TestExternalRepeatAndReconcileNotPerformed(t *testing.T) {
 				f := e.newFlow(t, "s-"+tc.name, ttl)
 				rcv := newReceiver()
 				// The first act dies before reaching the remote side.
-				_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
+				_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
 					func(context.Context, toolexec.External) (json.RawMessage, error) {
 						return nil, errors.New("connection refused")
 					})
 				var ue *toolexec.UnknownOutcomeError
 				require.ErrorAs(t, err, &ue)
 				var again toolexec.External
-				res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
+				res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), tc.opts(rcv),
 					func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 						again = x
 						return rcv.call(x.EffectKey), nil
@@ -210,7 +210,7 @@ func TestExternalRepeatAndReconcileNotPerformed(t *testing.T) {
 				assert.Equal(t, ue.EffectKey, again.EffectKey, "acted again under the same key")
 				assert.Equal(t, []string{ue.EffectKey}, rcv.calls())
 				assert.Equal(t, int64(1), rcv.effects.Load())
-				assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+				assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 			})
 		}
 	})
@@ -223,7 +223,7 @@ func TestExternalNotPerformedIsAFailureRetriedWithTheSameKey(t *testing.T) {
 		f := e.newFlow(t, "s1", ttl)
 		var keys []string
 		declined := errors.New("card declined")
-		_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				keys = append(keys, x.EffectKey)
 				return nil, toolexec.NotPerformed(declined)
@@ -233,11 +233,11 @@ func TestExternalNotPerformedIsAFailureRetriedWithTheSameKey(t *testing.T) {
 		assert.ErrorIs(t, err, declined)
 		assert.NotErrorIs(t, err, toolexec.ErrUnknownOutcome)
 		row := e.toolRow(t, keys[0])
-		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, schema.StoredFailed, row.State)
 		assert.Contains(t, row.errText, "card declined")
 		assert.False(t, row.Held)
 
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				assert.False(t, x.Again, "a recorded failure is not an unknown outcome")
 				keys = append(keys, x.EffectKey)
@@ -256,7 +256,7 @@ func TestExternalLostFenceNeverActs(t *testing.T) {
 		ctx := bg(t)
 		f := e.newFlow(t, "s1", ttl)
 		require.NoError(t, e.sessions.Release(ctx, db, f.sess))
-		_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
+		_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":1}`), e.opts(f, ttl), toolexec.ExternalOptions{},
 			func(context.Context, toolexec.External) (json.RawMessage, error) {
 				t.Error("acted for a flow that lost its session")
 				return nil, nil
@@ -266,7 +266,7 @@ func TestExternalLostFenceNeverActs(t *testing.T) {
 		var id string
 		require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 		row := e.toolRow(t, id)
-		assert.Equal(t, schema.StatusProcessing, row.State, "no intent recorded")
+		assert.Equal(t, schema.StoredProcessing, row.State, "no intent recorded")
 		assert.False(t, row.Held)
 	})
 }
@@ -287,7 +287,7 @@ func TestExternalTakeoverAfterACrashReconcilesUnderTheSameKey(t *testing.T) {
 		o := e.opts(f, ttl)
 		o.TTL = short // the tool lease, never renewed here
 		go func() {
-			_, err := e.store.RunExternal(ctx, db, f.pay(`{"a":9}`), o, toolexec.ExternalOptions{Repeat: true},
+			_, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":9}`), o, toolexec.ExternalOptions{Repeat: true},
 				func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 					acting <- x
 					<-wake
@@ -301,7 +301,7 @@ func TestExternalTakeoverAfterACrashReconcilesUnderTheSameKey(t *testing.T) {
 			require.NoError(t, err)
 			return !st.Held
 		})
-		res, err := e.store.RunExternal(ctx, db, f.pay(`{"a":9}`), e.opts(f, ttl), toolexec.ExternalOptions{Repeat: true},
+		res, err := e.store.ExecuteExternal(ctx, db, f.pay(`{"a":9}`), e.opts(f, ttl), toolexec.ExternalOptions{Repeat: true},
 			func(_ context.Context, x toolexec.External) (json.RawMessage, error) {
 				assert.True(t, x.Again)
 				assert.Equal(t, x1.EffectKey, x.EffectKey)
@@ -315,6 +315,6 @@ func TestExternalTakeoverAfterACrashReconcilesUnderTheSameKey(t *testing.T) {
 		assert.ErrorIs(t, err, lease.ErrLost, "the woken flow cannot record its result")
 		assert.Equal(t, int64(1), rcv.effects.Load(), "one effect for two acts under one key")
 		assert.Equal(t, []string{x1.EffectKey, x1.EffectKey}, rcv.calls())
-		assert.Equal(t, schema.StatusSuccess, e.toolRow(t, x1.ExecutionID).State)
+		assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, x1.ExecutionID).State)
 	})
 }

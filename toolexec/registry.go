@@ -25,7 +25,7 @@ type tool struct {
 func NewRegistry() *Registry { return &Registry{tools: map[string]tool{}} }
 
 // Register adds a tool whose side effect writes in the database (see
-// Store.Run). An empty name, a nil side effect or a name already
+// Store.Execute). An empty name, a nil side effect or a name already
 // registered is an error.
 func (r *Registry) Register(name string, fn SideEffect) error {
 	if fn == nil {
@@ -35,7 +35,7 @@ func (r *Registry) Register(name string, fn SideEffect) error {
 }
 
 // RegisterExternal adds a tool whose effect happens outside the database
-// (see Store.RunExternal), reconciled with o when an earlier run left its
+// (see Store.ExecuteExternal), reconciled with o when an earlier run left its
 // outcome unknown. An empty name, a nil effect or a name already
 // registered is an error.
 func (r *Registry) RegisterExternal(name string, fn ExternalEffect, o ExternalOptions) error {
@@ -71,7 +71,7 @@ func (r *Registry) get(name string) (tool, error) {
 }
 
 // Lookup returns the side effect of a tool registered with Register, or an
-// error matching ErrUnknownTool (also for an external tool: use Run).
+// error matching ErrUnknownTool (also for an external tool: use Store.Call).
 func (r *Registry) Lookup(name string) (SideEffect, error) {
 	t, err := r.get(name)
 	if err != nil {
@@ -89,18 +89,19 @@ func (r *Registry) External(name string) bool {
 	return err == nil && t.ext != nil
 }
 
-// Run runs call.Tool as registered: Store.Run for a side effect in the
-// database, Store.RunExternal for an external one. An unregistered tool
-// gives an error matching ErrUnknownTool and writes nothing.
-func (r *Registry) Run(ctx context.Context, s *Store, db Beginner, call Call, o RunOptions) (Result, error) {
-	t, err := r.get(call.Tool)
+// Call executes call.Tool as tools registered it: Execute for a side
+// effect in the database, ExecuteExternal for an external one. An
+// unregistered tool gives an error matching ErrUnknownTool and writes
+// nothing.
+func (s *Store) Call(ctx context.Context, db Beginner, tools *Registry, call Call, o ExecOptions) (Result, error) {
+	t, err := tools.get(call.Tool)
 	if err != nil {
 		return Result{}, err
 	}
 	if t.ext != nil {
-		return s.RunExternal(ctx, db, call, o, t.opts, t.ext)
+		return s.ExecuteExternal(ctx, db, call, o, t.opts, t.ext)
 	}
-	return s.Run(ctx, db, call, o, t.fx)
+	return s.Execute(ctx, db, call, o, t.fx)
 }
 
 // Names lists the registered tools, sorted.

@@ -29,13 +29,13 @@ import (
 func (s *Store) ReleaseForRequest(ctx context.Context, db lease.DB, sessionKey, requestID string) (int64, error) {
 	switch {
 	case db == nil || reflect.ValueOf(db).Kind() == reflect.Pointer && reflect.ValueOf(db).IsNil():
-		return 0, &lease.ValidationError{Field: "db", Reason: "nil"}
+		return 0, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	case sessionKey == "" || len(sessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(sessionKey):
-		return 0, &lease.ValidationError{Field: "session key", Reason: "empty, too long or not UTF-8"}
+		return 0, &lease.ValidationError{Package: "toolexec", Field: "session key", Reason: "empty, too long or not UTF-8"}
 	case requestID == "" || len(requestID) > 36:
-		return 0, &lease.ValidationError{Field: "request id", Reason: "empty or longer than 36"}
+		return 0, &lease.ValidationError{Package: "toolexec", Field: "request id", Reason: "empty or longer than 36"}
 	}
-	res, err := db.ExecContext(ctx, s.releaseForRequestQuery(), sessionKey, requestID, schema.StatusProcessing, schema.StatusStarted)
+	res, err := db.ExecContext(ctx, s.releaseForRequestQuery(), sessionKey, requestID, schema.StoredProcessing, schema.StoredStarted)
 	if err != nil {
 		return 0, err
 	}

@@ -17,14 +17,14 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// claimed inserts a tool execution held by holder, as Store.Run's claim
+// claimed inserts a tool execution held by holder, as Store.Execute's claim
 // does before running the side effect.
 func (e *env) claimed(t *testing.T, sessionKey, requestID, holder, args string) toolexec.Grant {
 	t.Helper()
 	_, hash, err := toolexec.CanonicalArguments([]byte(args))
 	require.NoError(t, err)
 	g, err := e.store.Lease().Create(bg(t), e.db, uuid.NewString(), holder, time.Minute, lease.CreateOptions{
-		State: schema.StatusProcessing, Set: []lease.Assignment{
+		State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColRequestID, requestID),
 			lease.Set(schema.ColToolName, "create_transaction"), lease.Set(schema.ColArgumentsHash, hash),
 			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, "create_transaction", hash)),
@@ -45,7 +45,7 @@ func TestReleaseForRequest(t *testing.T) {
 		b := e.claimed(t, "s1", f.requestID, f.holder, `{"a":2}`)
 		done := e.claimed(t, "s1", f.requestID, f.holder, `{"a":3}`)
 		_, err := e.store.Lease().Transition(ctx, db, done, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing}, To: schema.StatusSuccess, Set: []lease.Assignment{lease.Set(schema.ColResult, `{}`)},
+			From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded, Set: []lease.Assignment{lease.Set(schema.ColResult, `{}`)},
 		})
 		require.NoError(t, err)
 		otherRequest := e.claimed(t, "s1", uuid.NewString(), "other", `{"a":1}`)
@@ -62,12 +62,12 @@ func TestReleaseForRequest(t *testing.T) {
 			row := e.toolRow(t, g.Key)
 			assert.False(t, row.Held)
 			assert.Empty(t, row.Holder)
-			assert.Equal(t, schema.StatusProcessing, row.State, "still to be run")
+			assert.Equal(t, schema.StoredProcessing, row.State, "still to be run")
 			assert.Equal(t, g.Generation, row.Generation)
-			_, err := e.store.Lease().Transition(ctx, db, g, lease.ChangeOptions{From: []string{schema.StatusProcessing}, To: schema.StatusSuccess})
+			_, err := e.store.Lease().Transition(ctx, db, g, lease.ChangeOptions{From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded})
 			assert.ErrorIs(t, err, lease.ErrLost, "the old holder marks nothing")
 		}
-		assert.Equal(t, schema.StatusSuccess, e.toolRow(t, done.Key).State)
+		assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, done.Key).State)
 		for _, g := range []toolexec.Grant{otherRequest, otherSession} {
 			row := e.toolRow(t, g.Key)
 			assert.True(t, row.Held)
@@ -75,7 +75,7 @@ func TestReleaseForRequest(t *testing.T) {
 		}
 
 		// The new owner claims the call at once, under a new generation.
-		ng, err := e.store.Lease().AcquireWith(ctx, db, a.Key, "new-owner", time.Minute, lease.AcquireOptions{InStates: []string{schema.StatusProcessing}})
+		ng, err := e.store.Lease().AcquireWith(ctx, db, a.Key, "new-owner", time.Minute, lease.AcquireOptions{InStates: []string{schema.StoredProcessing}})
 		require.NoError(t, err)
 		assert.Greater(t, ng.Generation, a.Generation)
 

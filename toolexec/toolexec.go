@@ -147,7 +147,7 @@ func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, 
 		var end func(error, ...lease.Attr)
 		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
 			{Key: lease.AttrTool, Value: tool}, {Key: "rowlease.phase", Value: phase}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrOutcome, Value: lease.OutcomeOf(err, lease.OutcomeOK)}) }()
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
 	}
 	return lease.RunFenced(ctx, db, o, fn)
 }
@@ -174,8 +174,8 @@ func New(cfg Config) (*Store, error) {
 // Lease returns the underlying lease.
 func (s *Store) Lease() *lease.Lease[string] { return s.l }
 
-// RunOptions carry what a call needs besides the call itself.
-type RunOptions struct {
+// ExecOptions carry what a call needs besides the call itself.
+type ExecOptions struct {
 	Holder string        // the flow running the call
 	TTL    time.Duration // the tool lease's TTL
 	// Fences are checked, in order, inside the side effect's transaction
@@ -184,7 +184,7 @@ type RunOptions struct {
 	Fences []lease.Fence
 	// Watch, when set, is called with the tool grant while the tool runs
 	// (e.g. to add it to a heartbeat); the returned func is called after.
-	// Run calls it again, with the same grant, for each run of the side
+	// Execute calls it again, with the same grant, for each run of the side
 	// effect's transaction after a transient error (the previous stop
 	// called first): the watch should carry on from the lease's last
 	// renewal, as request.Run's does (one heartbeat.LeaseRenewer per call).
@@ -200,7 +200,7 @@ type RunOptions struct {
 }
 
 // db is where the clean-up writes go: through the flow, if there is one.
-func (o RunOptions) db(db Beginner) lease.DB {
+func (o ExecOptions) db(db Beginner) lease.DB {
 	if o.Flow != nil {
 		return o.Flow
 	}
@@ -216,17 +216,17 @@ func IdempotencyKey(requestID, tool, argsHash string) string {
 }
 
 func validateCall(c Call) error {
-	if err := lease.CheckText("session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
+	if err := checkText("session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
 		return err
 	}
-	if err := lease.CheckText("request id", c.RequestID, 36); err != nil {
+	if err := checkText("request id", c.RequestID, 36); err != nil {
 		return err
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
-	return lease.CheckText("tool name", c.Tool, schema.MaxToolNameLen)
+	return checkText("tool name", c.Tool, schema.MaxToolNameLen)
 }
 
-// Run runs one tool call with exactly-once commit of its side effect:
+// Execute runs one tool call with exactly-once commit of its side effect:
 //
 //   - a previous success returns its stored result without running fn;
 //   - a previous error is retried;
@@ -244,9 +244,9 @@ func validateCall(c Call) error {
 // database error is run again a few times, then returned as
 // *TransientError. Invalid arguments give ErrInvalidArguments and write
 // nothing.
-func (s *Store) Run(ctx context.Context, db Beginner, call Call, o RunOptions, fn SideEffect) (Result, error) {
+func (s *Store) Execute(ctx context.Context, db Beginner, call Call, o ExecOptions, fn SideEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Field: "side effect", Reason: "nil"}
+		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {
@@ -297,9 +297,9 @@ func (c claimed) result(err error) (Result, error) {
 
 // start validates a call (before any SQL) and claims it (see claim). It
 // fills in o's defaults.
-func (s *Store) start(ctx context.Context, db Beginner, call Call, o *RunOptions) (claimed, error) {
+func (s *Store) start(ctx context.Context, db Beginner, call Call, o *ExecOptions) (claimed, error) {
 	if db == nil {
-		return claimed{}, &lease.ValidationError{Field: "db", Reason: "nil"}
+		return claimed{}, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	}
 	if err := validateCall(call); err != nil {
 		return claimed{}, err
@@ -319,7 +319,7 @@ func (s *Store) start(ctx context.Context, db Beginner, call Call, o *RunOptions
 // returned unwatch is idempotent; call it before the statement that marks
 // or releases the lease, or a renewal racing that statement would report a
 // loss.
-func watch(o RunOptions, g Grant) (unwatch func()) {
+func watch(o ExecOptions, g Grant) (unwatch func()) {
 	if o.Watch == nil {
 		return func() {}
 	}
@@ -363,13 +363,13 @@ func backoff(ctx context.Context, attempt int) bool {
 // lost fence, a database error, a cancelled run) gives the tool lease back,
 // so the flow that owns the request now can take the call over at once.
 // Its writes run with a bounded context, even when ctx is done.
-func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Grant, o RunOptions, err error) error {
+func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Grant, o ExecOptions, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	var failed *FailedError
 	if errors.As(err, &failed) {
 		_, merr := s.l.Transition(cctx, o.db(db), g, lease.ChangeOptions{
-			From: []string{schema.StatusProcessing, schema.StatusStarted}, To: schema.StatusError,
+			From: []string{schema.StoredProcessing, schema.StoredStarted}, To: schema.StoredFailed,
 			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
 		return errors.Join(err, merr)
@@ -388,10 +388,10 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Gr
 
 // claim inserts the call held, or deals with the existing row. It returns
 // either a grant to run under, or a stored result.
-func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o RunOptions) (g Grant, started bool, res *Result, err error) {
+func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o ExecOptions) (g Grant, started bool, res *Result, err error) {
 	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
 	id := uuid.NewString()
-	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 		lease.Set(schema.ColIdempotencyKey, idem),
@@ -411,7 +411,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		if err != nil {
 			return Grant{}, false, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
 		}
-		if status == schema.StatusSuccess {
+		if status == schema.StoredSucceeded {
 			return Grant{}, false, &Result{ExecutionID: id, Output: json.RawMessage(result), Reused: true, Generation: generation}, nil
 		}
 		// error → retry; processing → take over if its lease expired;
@@ -419,14 +419,14 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		// external effect is unknown. The acquire itself decides: a live
 		// lease makes it a conflict.
 		opts := lease.AcquireOptions{InStates: []string{status}}
-		if status == schema.StatusError {
-			opts.SetState = schema.StatusProcessing
+		if status == schema.StoredFailed {
+			opts.SetState = schema.StoredProcessing
 			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 		}
 		g, err := s.l.AcquireWith(ctx, db, id, o.Holder, o.TTL, opts)
 		switch {
 		case err == nil:
-			return g, status == schema.StatusStarted, nil, nil
+			return g, status == schema.StoredStarted, nil, nil
 		case errors.Is(err, lease.ErrHeld):
 			return Grant{}, false, nil, fmt.Errorf("%w: %w", ErrConflict, err)
 		case errors.Is(err, lease.ErrState):
@@ -438,7 +438,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 	return Grant{}, false, nil, fmt.Errorf("%w: the call kept changing state", ErrConflict)
 }
 
-func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o RunOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
+func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o ExecOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
 	gens := generations(o.Fences)
 	err = s.runFenced(ctx, db, call.Tool, "effect", lease.FencedTx{
 		Fences: o.Fences,
@@ -451,7 +451,7 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		Then: func(ctx context.Context, tx *sql.Tx) error {
 			unwatch()
 			_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-				From: []string{schema.StatusProcessing}, To: schema.StatusSuccess,
+				From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded,
 				Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
 			})
 			return err
@@ -487,3 +487,13 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 // Store, and more than once; the Store stays usable and sends text from
 // then on. Close it before the pools it was used with.
 func (s *Store) Close() error { return s.l.Close() }
+
+// checkText is lease.CheckText, with the error saying it is toolexec's.
+func checkText(field, s string, maxBytes int) error {
+	err := lease.CheckText(field, s, maxBytes)
+	var ve *lease.ValidationError
+	if errors.As(err, &ve) {
+		ve.Package = "toolexec"
+	}
+	return err
+}

@@ -81,7 +81,7 @@ func (e *env) newFlow(t *testing.T, sessionKey string, ttl time.Duration) *flow 
 	ctx := bg(t)
 	f := &flow{sessionKey: sessionKey, requestID: uuid.NewString(), holder: "flow-" + uuid.NewString()[:8]}
 	var err error
-	f.req, err = e.req.Create(ctx, e.db, f.requestID, f.holder, ttl, lease.CreateOptions{State: schema.StatusProcessing, Set: []lease.Assignment{
+	f.req, err = e.req.Create(ctx, e.db, f.requestID, f.holder, ttl, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColClientRequestID, "client-"+f.requestID),
 		lease.Set(schema.ColFingerprint, "fp"),
 	}})
@@ -95,8 +95,8 @@ func (e *env) fences(f *flow) []lease.Fence {
 	return []lease.Fence{e.sessions.Fence(f.sess), e.req.Fence("request", f.req)}
 }
 
-func (e *env) opts(f *flow, ttl time.Duration) toolexec.RunOptions {
-	return toolexec.RunOptions{Holder: f.holder, TTL: ttl, Fences: e.fences(f)}
+func (e *env) opts(f *flow, ttl time.Duration) toolexec.ExecOptions {
+	return toolexec.ExecOptions{Holder: f.holder, TTL: ttl, Fences: e.fences(f)}
 }
 
 func (f *flow) call(args string) toolexec.Call {
@@ -128,9 +128,9 @@ func (e *env) count(t *testing.T, table string) int {
 
 func (e *env) ledgerRows(t *testing.T) int { return e.count(t, "ledger") }
 
-// row reads a tool execution's lease status and its result and error.
+// row reads a tool execution's lease snapshot and its result and error.
 type toolRow struct {
-	lease.Status
+	lease.Snapshot
 	result, errText string
 	resultNull      bool
 	errNull         bool
@@ -141,7 +141,7 @@ func (e *env) toolRow(t *testing.T, id string) toolRow {
 	ctx := bg(t)
 	st, err := e.store.Lease().Inspect(ctx, e.db, id)
 	require.NoError(t, err)
-	r := toolRow{Status: st}
+	r := toolRow{Snapshot: st}
 	var res, msg *string
 	require.NoError(t, e.db.QueryRowContext(ctx, e.d.Rebind("SELECT result, error FROM "+schema.ToolExecutionTable+" WHERE id = ?"), id).Scan(&res, &msg))
 	r.resultNull, r.errNull = res == nil, msg == nil
@@ -183,7 +183,7 @@ func TestNewThenReused(t *testing.T) {
 		ctx := bg(t)
 		f := e.newFlow(t, "s1", ttl)
 
-		first, err := e.store.Run(ctx, db, f.call(`{"b":1,"a":35}`), e.opts(f, ttl), e.ledger)
+		first, err := e.store.Execute(ctx, db, f.call(`{"b":1,"a":35}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, first.Reused)
 		assert.Equal(t, int64(1), first.Generation)
@@ -191,14 +191,14 @@ func TestNewThenReused(t *testing.T) {
 		assert.Equal(t, int64(1), e.calls.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		row := e.toolRow(t, first.ExecutionID)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.False(t, row.Held, "a finished call holds no lease")
 		assert.Equal(t, "", row.Holder)
 		assert.JSONEq(t, string(first.Output), row.result)
 		assert.True(t, row.errNull)
 
 		// The same call, spelled differently: the stored result, not a re-run.
-		again, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1,"b":1.0}`), e.opts(f, ttl), e.ledger)
+		again, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1,"b":1.0}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.True(t, again.Reused)
 		assert.Equal(t, first.ExecutionID, again.ExecutionID)
@@ -209,13 +209,13 @@ func TestNewThenReused(t *testing.T) {
 		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 
 		// Other arguments, or another tool, are another call.
-		other, err := e.store.Run(ctx, db, f.call(`{"a":36,"b":1}`), e.opts(f, ttl), e.ledger)
+		other, err := e.store.Execute(ctx, db, f.call(`{"a":36,"b":1}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, other.Reused)
 		assert.NotEqual(t, first.ExecutionID, other.ExecutionID)
 		c := f.call(`{"b":1,"a":35}`)
 		c.Tool = "create_transaction_v2"
-		other, err = e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+		other, err = e.store.Execute(ctx, db, c, e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, other.Reused)
 		assert.Equal(t, int64(3), e.calls.Load())
@@ -223,10 +223,10 @@ func TestNewThenReused(t *testing.T) {
 
 		// A side effect that returns nothing stores JSON null.
 		c.Tool = "noop"
-		res, err := e.store.Run(ctx, db, c, e.opts(f, ttl), func(context.Context, toolexec.Exec) (json.RawMessage, error) { return nil, nil })
+		res, err := e.store.Execute(ctx, db, c, e.opts(f, ttl), func(context.Context, toolexec.Exec) (json.RawMessage, error) { return nil, nil })
 		require.NoError(t, err)
 		assert.Equal(t, "null", string(res.Output))
-		res, err = e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+		res, err = e.store.Execute(ctx, db, c, e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.True(t, res.Reused)
 		assert.Equal(t, "null", string(res.Output))
@@ -247,7 +247,7 @@ func TestFailedThenRetried(t *testing.T) {
 			return nil, boom
 		}
 
-		_, err := e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), failing)
+		_, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), failing)
 		var fe *toolexec.FailedError
 		require.ErrorAs(t, err, &fe)
 		assert.ErrorIs(t, err, toolexec.ErrToolFailed)
@@ -257,13 +257,13 @@ func TestFailedThenRetried(t *testing.T) {
 		assert.Equal(t, 0, e.ledgerRows(t), "the failed side effect's writes rolled back")
 		id := e.onlyToolID(t)
 		row := e.toolRow(t, id)
-		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, schema.StoredFailed, row.State)
 		assert.False(t, row.Held)
 		assert.Equal(t, "bank says no", row.errText)
 		assert.Equal(t, int64(1), row.Generation)
 
 		// A result that is not JSON is a failure too, and rolls back.
-		_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			if _, err := e.ledger(ctx, x); err != nil {
 				return nil, err
 			}
@@ -272,12 +272,12 @@ func TestFailedThenRetried(t *testing.T) {
 		require.ErrorIs(t, err, toolexec.ErrToolFailed)
 		assert.Equal(t, 0, e.ledgerRows(t))
 		row = e.toolRow(t, id)
-		assert.Equal(t, schema.StatusError, row.State)
+		assert.Equal(t, schema.StoredFailed, row.State)
 		assert.Equal(t, int64(2), row.Generation, "the retry took the call with a new generation")
 
 		// Retried: it runs, in the same row, with the next generation.
 		before := e.calls.Load()
-		res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+		res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 		require.NoError(t, err)
 		assert.False(t, res.Reused)
 		assert.Equal(t, id, res.ExecutionID)
@@ -285,7 +285,7 @@ func TestFailedThenRetried(t *testing.T) {
 		assert.Equal(t, before+1, e.calls.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		row = e.toolRow(t, id)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.True(t, row.errNull, "the error is cleared on retry")
 		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 	})
@@ -328,13 +328,13 @@ func TestLiveConflict(t *testing.T) {
 				}
 				done := make(chan outcome, 1)
 				go func() {
-					res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), o, fn)
+					res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), o, fn)
 					done <- outcome{res, err}
 				}()
 				<-entered
 
-				other := toolexec.RunOptions{Holder: "other-flow", TTL: ttl, Fences: e.fences(f)}
-				_, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1}`), other, e.ledger)
+				other := toolexec.ExecOptions{Holder: "other-flow", TTL: ttl, Fences: e.fences(f)}
+				_, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1}`), other, e.ledger)
 				require.Error(t, err)
 				assert.ErrorIs(t, err, toolexec.ErrConflict)
 				assert.ErrorIs(t, err, lease.ErrHeld)
@@ -345,7 +345,7 @@ func TestLiveConflict(t *testing.T) {
 				assert.Greater(t, ce.Remaining, time.Duration(0))
 				id := e.onlyToolID(t)
 				row := e.toolRow(t, id)
-				assert.Equal(t, schema.StatusProcessing, row.State)
+				assert.Equal(t, schema.StoredProcessing, row.State)
 				assert.True(t, row.Held)
 				assert.Equal(t, f.holder, row.Holder, "the loser changed nothing")
 
@@ -358,7 +358,7 @@ func TestLiveConflict(t *testing.T) {
 				assert.Equal(t, 1, e.ledgerRows(t))
 
 				// Now the other holder gets the stored result.
-				res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), other, e.ledger)
+				res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), other, e.ledger)
 				require.NoError(t, err)
 				assert.True(t, res.Reused)
 				assert.Equal(t, int64(1), e.calls.Load())
@@ -379,7 +379,7 @@ func TestExpiredTakenOver(t *testing.T) {
 		require.NoError(t, err)
 		id := uuid.NewString()
 		_, err = e.store.Lease().Create(ctx, db, id, "crashed-flow", 50*time.Millisecond, lease.CreateOptions{
-			State: schema.StatusProcessing, Set: []lease.Assignment{
+			State: schema.StoredProcessing, Set: []lease.Assignment{
 				lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 				lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 				lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(call.RequestID, call.Tool, hash)),
@@ -394,7 +394,7 @@ func TestExpiredTakenOver(t *testing.T) {
 		var watched toolexec.Grant
 		o := e.opts(f, ttl)
 		o.Watch = func(g toolexec.Grant) func() { watched = g; return func() {} }
-		res, err := e.store.Run(ctx, db, f.call(`{"a":3.5e1,"b":1}`), o, e.ledger)
+		res, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1,"b":1}`), o, e.ledger)
 		require.NoError(t, err)
 		assert.False(t, res.Reused)
 		assert.Equal(t, id, res.ExecutionID, "the crashed row is taken over, not duplicated")
@@ -404,7 +404,7 @@ func TestExpiredTakenOver(t *testing.T) {
 		assert.Equal(t, int64(1), e.calls.Load())
 		assert.Equal(t, 1, e.ledgerRows(t))
 		row := e.toolRow(t, id)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.Equal(t, int64(2), row.Generation)
 		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 	})
@@ -423,7 +423,7 @@ func TestFenceLost(t *testing.T) {
 			require.NoError(t, err)
 
 			calls := e.calls.Load()
-			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+			_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, lease.ErrLost)
 			assert.NotErrorIs(t, err, toolexec.ErrToolFailed)
@@ -435,7 +435,7 @@ func TestFenceLost(t *testing.T) {
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 			row := e.toolRow(t, id)
-			assert.Equal(t, schema.StatusProcessing, row.State, "left processing")
+			assert.Equal(t, schema.StoredProcessing, row.State, "left processing")
 			assert.False(t, row.Held, "and free")
 			assert.Equal(t, "", row.Holder)
 		})
@@ -450,19 +450,19 @@ func TestFenceLost(t *testing.T) {
 			var err error
 			g.sess, err = e.sessions.Acquire(ctx, db, f.sessionKey, f.requestID, ttl)
 			require.NoError(t, err)
-			g.req, err = e.req.AcquireWith(ctx, db, f.requestID, g.holder, ttl, lease.AcquireOptions{InStates: []string{schema.StatusProcessing}})
+			g.req, err = e.req.AcquireWith(ctx, db, f.requestID, g.holder, ttl, lease.AcquireOptions{InStates: []string{schema.StoredProcessing}})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), g.req.Generation)
 
 			calls := e.calls.Load()
-			_, err = e.store.Run(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
+			_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, lease.ErrLost)
 			assert.Equal(t, calls+1, e.calls.Load(), "it ran, and rolled back at the fence")
 			assert.Equal(t, 0, e.ledgerRows(t))
 
 			// The new owner takes the call over at once (no TTL wait) and
 			// runs it once.
-			res, err := e.store.Run(ctx, db, g.call(`{"a":35}`), e.opts(g, ttl), e.ledger)
+			res, err := e.store.Execute(ctx, db, g.call(`{"a":35}`), e.opts(g, ttl), e.ledger)
 			require.NoError(t, err)
 			assert.False(t, res.Reused)
 			assert.Equal(t, int64(2), res.Generation)
@@ -504,7 +504,7 @@ func TestExecFields(t *testing.T) {
 			}
 		}
 		call := f.call(`{ "b" : 1, "a" : 35 }`)
-		res, err := e.store.Run(ctx, db, call, o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		res, err := e.store.Execute(ctx, db, call, o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			got = x
 			assert.Equal(t, 1, watchCalls, "watched before the side effect runs")
 			assert.Equal(t, 0, stopCalls)
@@ -512,8 +512,8 @@ func TestExecFields(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Equal(t, 1, watchCalls)
-		assert.Equal(t, 1, stopCalls, "stop is called once, before Run returns")
-		assert.Equal(t, schema.StatusProcessing, stateAtStop)
+		assert.Equal(t, 1, stopCalls, "stop is called once, before Execute returns")
+		assert.Equal(t, schema.StoredProcessing, stateAtStop)
 
 		assert.Equal(t, watched.Generation, got.Generation)
 		assert.Equal(t, res.Generation, got.Generation)
@@ -529,7 +529,7 @@ func TestExecFields(t *testing.T) {
 
 		// Stop is called on the failure path too.
 		watchCalls, stopCalls = 0, 0
-		_, err = e.store.Run(ctx, db, f.call(`{"a":1}`), o, func(context.Context, toolexec.Exec) (json.RawMessage, error) {
+		_, err = e.store.Execute(ctx, db, f.call(`{"a":1}`), o, func(context.Context, toolexec.Exec) (json.RawMessage, error) {
 			return nil, errors.New("no")
 		})
 		require.ErrorIs(t, err, toolexec.ErrToolFailed)
@@ -539,14 +539,14 @@ func TestExecFields(t *testing.T) {
 		// And when a fence fails (the side effect never runs).
 		watchCalls, stopCalls = 0, 0
 		require.NoError(t, e.sessions.Release(ctx, db, f.sess))
-		_, err = e.store.Run(ctx, db, f.call(`{"a":2}`), o, e.ledger)
+		_, err = e.store.Execute(ctx, db, f.call(`{"a":2}`), o, e.ledger)
 		require.ErrorIs(t, err, lease.ErrLost)
 		assert.Equal(t, 1, watchCalls)
 		assert.Equal(t, 1, stopCalls)
 
 		// A reused result is not watched: nothing runs.
 		watchCalls, stopCalls = 0, 0
-		res, err = e.store.Run(ctx, db, call, o, e.ledger)
+		res, err = e.store.Execute(ctx, db, call, o, e.ledger)
 		require.NoError(t, err)
 		assert.True(t, res.Reused)
 		assert.Equal(t, 0, watchCalls)
@@ -560,7 +560,7 @@ func TestInvalidInput(t *testing.T) {
 		f := e.newFlow(t, "s1", ttl)
 		for _, args := range []string{`[1]`, `{"a":`, `{"a":1,"a":2}`, `"x"`, ``, `null`, `{"a":"\ud800"}`, `{"a":1} {}`,
 			`{"id":9007199254740993}`} {
-			_, err := e.store.Run(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
+			_, err := e.store.Execute(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, toolexec.ErrInvalidArguments, "arguments %q", args)
 		}
 		for name, c := range map[string]toolexec.Call{
@@ -570,14 +570,14 @@ func TestInvalidInput(t *testing.T) {
 				Arguments: json.RawMessage(`{}`)},
 			"no tool": {SessionKey: "s1", RequestID: f.requestID, Arguments: json.RawMessage(`{}`)},
 		} {
-			_, err := e.store.Run(ctx, db, c, e.opts(f, ttl), e.ledger)
+			_, err := e.store.Execute(ctx, db, c, e.opts(f, ttl), e.ledger)
 			assert.ErrorIs(t, err, lease.ErrInvalid, name)
 		}
-		_, err := e.store.Run(ctx, db, f.call(`{}`), e.opts(f, ttl), nil)
+		_, err := e.store.Execute(ctx, db, f.call(`{}`), e.opts(f, ttl), nil)
 		assert.ErrorIs(t, err, lease.ErrInvalid, "nil side effect")
-		_, err = e.store.Run(ctx, nil, f.call(`{}`), e.opts(f, ttl), e.ledger)
+		_, err = e.store.Execute(ctx, nil, f.call(`{}`), e.opts(f, ttl), e.ledger)
 		assert.ErrorIs(t, err, lease.ErrInvalid, "nil db")
-		_, err = e.store.Run(ctx, db, f.call(`{}`), toolexec.RunOptions{Holder: f.holder}, e.ledger)
+		_, err = e.store.Execute(ctx, db, f.call(`{}`), toolexec.ExecOptions{Holder: f.holder}, e.ledger)
 		assert.ErrorIs(t, err, lease.ErrInvalid, "zero TTL")
 
 		assert.Equal(t, int64(0), e.calls.Load())
@@ -606,7 +606,7 @@ func TestConcurrentSameCall(t *testing.T) {
 				<-start
 				o := e.opts(f, ttl)
 				o.Holder = fmt.Sprintf("flow-%d", i)
-				res, err := e.store.Run(ctx, db, f.call(`{"a":35}`), o, e.ledger)
+				res, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), o, e.ledger)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -660,8 +660,8 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		require.NoError(t, err)
 		f := e.newFlow(t, "s1", hbTTL)
 		flow := lease.NewFlowDB(db, e.d)
-		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flow, f.sess, hbTTL))
-		sup.Add(heartbeat.ForLease("request", e.req, flow, f.req, hbTTL))
+		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flow, f.sess))
+		sup.Add(heartbeat.ForLease("request", e.req, flow, f.req))
 		work, err := sup.Start(ctx)
 		require.NoError(t, err)
 		defer sup.Stop()
@@ -674,9 +674,9 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		var toolGen int64
 		o.Watch = func(g toolexec.Grant) func() {
 			toolGen = g.Generation
-			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), flow, g, hbTTL))
+			return sup.Add(heartbeat.ForLease("tool", e.store.Lease(), flow, g))
 		}
-		res, err := e.store.Run(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		res, err := e.store.Execute(work, db, f.call(`{"a":35}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			timer := time.NewTimer(hold)
 			defer timer.Stop()
 			select {
@@ -704,9 +704,9 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		assert.GreaterOrEqual(t, renewed["session"], 3)
 		assert.GreaterOrEqual(t, renewed["request"], 3)
 		mu.Unlock()
-		for name, check := range map[string]func() (lease.Status, error){
-			"session": func() (lease.Status, error) { return e.sessions.Inspect(ctx, db, f.sessionKey) },
-			"request": func() (lease.Status, error) { return e.req.Inspect(ctx, db, f.requestID) },
+		for name, check := range map[string]func() (lease.Snapshot, error){
+			"session": func() (lease.Snapshot, error) { return e.sessions.Inspect(ctx, db, f.sessionKey) },
+			"request": func() (lease.Snapshot, error) { return e.req.Inspect(ctx, db, f.requestID) },
 		} {
 			st, err := check()
 			require.NoError(t, err)
@@ -714,7 +714,7 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 			assert.Equal(t, int64(1), st.Generation, name)
 		}
 		row := e.toolRow(t, res.ExecutionID)
-		assert.Equal(t, schema.StatusSuccess, row.State)
+		assert.Equal(t, schema.StoredSucceeded, row.State)
 		assert.False(t, row.Held)
 	})
 }

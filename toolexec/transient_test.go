@@ -57,7 +57,7 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 		t.Run("retried", func(t *testing.T) {
 			f := e.newFlow(t, "s-retried", ttl)
 			runs := 0
-			res, err := e.store.Run(ctx, db, f.call(`{"a":1}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			res, err := e.store.Execute(ctx, db, f.call(`{"a":1}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 				runs++
 				if _, err := e.ledger(ctx, x); err != nil {
 					return nil, err
@@ -69,7 +69,7 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 			})
 			require.NoError(t, err)
 			assert.Equal(t, 3, runs)
-			assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+			assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 			var n int
 			require.NoError(t, db.GetContext(ctx, &n, e.d.Rebind("SELECT COUNT(*) FROM ledger WHERE request_id = ?"), f.requestID))
 			assert.Equal(t, 1, n, "the rolled-back runs left nothing")
@@ -78,7 +78,7 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 		t.Run("persistent", func(t *testing.T) {
 			f := e.newFlow(t, "s-persistent", ttl)
 			runs := 0
-			_, err := e.store.Run(ctx, db, f.call(`{"a":2}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			_, err := e.store.Execute(ctx, db, f.call(`{"a":2}`), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 				runs++
 				return nil, raiseTransient(ctx, x, e.d)
 			})
@@ -90,17 +90,17 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 			row := e.toolRow(t, id)
-			assert.Equal(t, schema.StatusProcessing, row.State, "not marked error")
+			assert.Equal(t, schema.StoredProcessing, row.State, "not marked error")
 			assert.False(t, row.Held, "free for a retry")
 			assert.True(t, row.errNull)
 		})
 	})
 }
 
-// TestRunAfterAFailedMarkIsWatched: the success mark (made after Run let
+// TestRunAfterAFailedMarkIsWatched: the success mark (made after Execute let
 // go of the watch) ends in a transient error, so the side effect's
 // transaction runs again. The side effect runs under a watch every time:
-// Run calls Watch again, with the same grant, after stopping the first.
+// Execute calls Watch again, with the same grant, after stopping the first.
 func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d.String(), func(t *testing.T) {
@@ -130,7 +130,7 @@ func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 				return func() { once.Do(func() { stops.Add(1); active.Add(-1) }) }
 			}
 			var watchedRuns []int64
-			res, err := e.store.Run(ctx, db, f.call(`{"a":3}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			res, err := e.store.Execute(ctx, db, f.call(`{"a":3}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 				watchedRuns = append(watchedRuns, active.Load())
 				return e.ledger(ctx, x)
 			})
@@ -143,7 +143,7 @@ func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 			require.Len(t, grants, 2)
 			assert.Equal(t, grants[0].Generation, grants[1].Generation)
 			assert.Equal(t, res.ExecutionID, grants[1].Key)
-			assert.Equal(t, schema.StatusSuccess, e.toolRow(t, res.ExecutionID).State)
+			assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 		})
 	}
 }

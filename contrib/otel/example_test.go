@@ -1,6 +1,7 @@
-package rowleaseotel_test
+package otel_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 
@@ -29,6 +30,6 @@ func ExampleNew() {
 		fmt.Println("no runner:", err != nil)
 		return
 	}
-	defer runner.Close()
+	defer runner.Close(context.Background())
 	// Output: no runner: true
 }

@@ -1,11 +1,11 @@
-package rowleaseotel
+package otel
 
 import (
 	"context"
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel"
+	otelglobal "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
@@ -19,14 +19,14 @@ const ScopeName = "github.com/rowlease/rowlease/contrib/otel"
 
 // Metric names.
 const (
-	MetricLeaseOps      = "rowlease.lease.operations"     // counter: op, outcome, table
-	MetricLeaseDuration = "rowlease.lease.duration"       // histogram (s): op, outcome — renew latency is op=renew
+	MetricLeaseOps      = "rowlease.lease.operations"     // counter: op, verdict, table
+	MetricLeaseDuration = "rowlease.lease.duration"       // histogram (s): op, verdict — renew latency is op=renew
 	MetricLosses        = "rowlease.lease.losses"         // counter: reason, lease
 	MetricRenewRetries  = "rowlease.heartbeat.retries"    // counter: lease
 	MetricConflicts     = "rowlease.conflicts"            // counter: kind
-	MetricHandled       = "rowlease.requests"             // counter: outcome (answered, replayed, resumed, conflict, failed…)
+	MetricHandled       = "rowlease.requests"             // counter: verdict (answered, replayed, resumed, conflict, failed…)
 	MetricReplays       = "rowlease.replays"              // counter
-	MetricToolCalls     = "rowlease.tool.executions"      // counter: tool, kind, outcome
+	MetricToolCalls     = "rowlease.tool.executions"      // counter: tool, kind, verdict
 	MetricModelRounds   = "rowlease.model_round.duration" // histogram (s)
 )
 
@@ -61,10 +61,10 @@ var _ lease.Observer = (*Observer)(nil)
 func New(o Options) (*Observer, error) {
 	tp, mp := o.TracerProvider, o.MeterProvider
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		tp = otelglobal.GetTracerProvider()
 	}
 	if mp == nil {
-		mp = otel.GetMeterProvider()
+		mp = otelglobal.GetMeterProvider()
 	}
 	m := mp.Meter(ScopeName)
 	ob := &Observer{tracer: tp.Tracer(ScopeName)}
@@ -79,17 +79,17 @@ func New(o Options) (*Observer, error) {
 			*dst, err = m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"))
 		}
 	}
-	counter(&ob.ops, MetricLeaseOps, "Lease operations by operation and outcome.")
+	counter(&ob.ops, MetricLeaseOps, "Lease operations by operation and verdict.")
 	histogram(&ob.opDur, MetricLeaseDuration, "Duration of lease operations; op=renew is the renew latency.")
 	counter(&ob.losses, MetricLosses, "Supervised leases lost, by reason.")
 	counter(&ob.retries, MetricRenewRetries, "Renewals that failed transiently and were retried.")
 	counter(&ob.conflicts, MetricConflicts, "Messages refused because a lock was held, by kind.")
-	counter(&ob.handled, MetricHandled, "Messages handled, by outcome.")
+	counter(&ob.handled, MetricHandled, "Messages handled, by verdict.")
 	counter(&ob.replays, MetricReplays, "Messages answered from a stored reply, taking no lock.")
-	counter(&ob.toolCalls, MetricToolCalls, "Tool executions by tool, kind and outcome.")
+	counter(&ob.toolCalls, MetricToolCalls, "Tool executions by tool, kind and verdict.")
 	histogram(&ob.modelRound, MetricModelRounds, "Duration of model rounds reported by agents.")
 	if err != nil {
-		return nil, fmt.Errorf("rowleaseotel: %w", err)
+		return nil, fmt.Errorf("otel: %w", err)
 	}
 	return ob, nil
 }
@@ -142,11 +142,11 @@ func (o *Observer) Start(ctx context.Context, s lease.Span) (context.Context, fu
 
 // count turns the end of a span into metrics.
 func (o *Observer) count(ctx context.Context, s lease.Span, end []lease.Attr, d time.Duration) {
-	outcome, _ := find(end, lease.AttrOutcome)
+	verdict, _ := find(end, lease.AttrVerdict)
 	switch s.Name {
 	case lease.SpanHandle:
-		o.handled.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
-		if outcome == "replayed" {
+		o.handled.Add(ctx, 1, metric.WithAttributes(attribute.String("verdict", verdict)))
+		if verdict == "replayed" {
 			o.replays.Add(ctx, 1)
 		}
 		if kind, ok := find(end, lease.AttrConflict); ok {
@@ -156,21 +156,21 @@ func (o *Observer) count(ctx context.Context, s lease.Span, end []lease.Attr, d 
 		tool, _ := find(s.Attrs, lease.AttrTool)
 		kind, _ := find(s.Attrs, lease.AttrToolKind)
 		o.toolCalls.Add(ctx, 1, metric.WithAttributes(attribute.String("tool", tool), attribute.String("kind", kind),
-			attribute.String("outcome", outcome)))
+			attribute.String("verdict", verdict)))
 	case lease.SpanModelRound:
 		o.modelRound.Record(ctx, d.Seconds())
 	}
 }
 
 // Op records a lease operation: a child span with the operation's own
-// start and end, a count by outcome and its duration.
+// start and end, a count by verdict and its duration.
 func (o *Observer) Op(ctx context.Context, op lease.Op) {
-	attrs := []attribute.KeyValue{attribute.String("op", op.Name), attribute.String("outcome", op.Outcome), attribute.String(lease.AttrTable, op.Table)}
+	attrs := []attribute.KeyValue{attribute.String("op", op.Name), attribute.String("verdict", op.Verdict), attribute.String(lease.AttrTable, op.Table)}
 	o.ops.Add(ctx, 1, metric.WithAttributes(attrs...))
 	o.opDur.Record(ctx, op.Duration.Seconds(), metric.WithAttributes(attrs[:2]...))
 	_, span := o.tracer.Start(ctx, "rowlease.lease."+op.Name, trace.WithTimestamp(op.Start),
 		trace.WithAttributes(append(attrs, attribute.Int64(lease.AttrGeneration, op.Generation))...))
-	if op.Outcome == lease.OutcomeError {
+	if op.Verdict == lease.VerdictError {
 		span.SetStatus(codes.Error, op.Err.Error())
 	}
 	span.End(trace.WithTimestamp(op.Start.Add(op.Duration)))

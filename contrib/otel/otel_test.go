@@ -1,4 +1,4 @@
-package rowleaseotel_test
+package otel_test
 
 import (
 	"context"
@@ -101,8 +101,8 @@ func TestSpansAndMetricsOfOneFlow(t *testing.T) {
 	if leaseOps == 0 {
 		t.Errorf("no lease operation spans in %v", names(got))
 	}
-	if v, ok := attr(handles[1].Attributes, lease.AttrOutcome); !ok || v != request.OutcomeReplayed {
-		t.Errorf("the second handle's outcome = %q", v)
+	if v, ok := attr(handles[1].Attributes, lease.AttrVerdict); !ok || v != request.VerdictReplayed {
+		t.Errorf("the second handle's verdict = %q", v)
 	}
 	// No attribute anywhere carries a token (UUIDs of the flow's tokens
 	// never reach the observer; request ids do).

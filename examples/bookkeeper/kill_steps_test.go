@@ -220,11 +220,11 @@ func (k *stepKillTest) drive(c *killChild, m *stepMsg, done chan struct{}) {
 		m.resumes++
 		for {
 			switch k.db.status(k.sid, m.id) {
-			case schema.StatusSuccess:
+			case schema.StoredSucceeded:
 				m.finished, m.byService = true, true
 				close(done)
 				return
-			case schema.StatusError:
+			case schema.StoredFailed:
 				// Its runs died ResumeConfig.MaxAttempts times: the
 				// service gave up on it and marked it failed. Its client
 				// may still resend it.
@@ -329,7 +329,7 @@ func (k *stepKillTest) live(c *killChild, p stepPlan) (string, *stepMsg) {
 		// accepted at all (a message killed before its request row was
 		// written is not the service's to finish: its client sends it
 		// again).
-		m.leftAlone = k.db.status(k.sid, m.id) == schema.StatusProcessing && k.rng.IntN(2) == 0
+		m.leftAlone = k.db.status(k.sid, m.id) == schema.StoredProcessing && k.rng.IntN(2) == 0
 		if m.leftAlone {
 			label += ", then left alone (resumed by the service)"
 		} else if !m.finished {
@@ -348,7 +348,7 @@ func (k *stepKillTest) observe(c *killChild, m *stepMsg, baseSteps int) string {
 	switch {
 	case status == "":
 		return "before the message was accepted"
-	case status == schema.StatusSuccess:
+	case status == schema.StoredSucceeded:
 		m.finished = true
 		return "after the request finished"
 	case k.db.replyStored(k.sid, m.id):

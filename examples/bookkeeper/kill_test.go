@@ -347,19 +347,19 @@ func (k *killTest) observe(m *killMsg) string {
 		" WHERE r.session_key = ? AND r.client_request_id = ?"), agent.ToolNotify, k.sid, m.id).Scan(&reqStatus, &toolID, &toolStatus)
 	_, performed, answered := k.rcv.Seen(toolID)
 	switch {
-	case reqStatus == schema.StatusSuccess:
+	case reqStatus == schema.StoredSucceeded:
 		return "request finished (reply stored)"
 	case k.txOf(m) == "":
 		return "before the ledger row"
-	case toolStatus == "" || toolStatus == schema.StatusProcessing:
+	case toolStatus == "" || toolStatus == schema.StoredProcessing:
 		return "ledger row committed, notification not yet announced"
-	case toolStatus == schema.StatusStarted && !performed:
+	case toolStatus == schema.StoredStarted && !performed:
 		return "notification announced, not performed by the receiver"
-	case toolStatus == schema.StatusStarted && !answered:
+	case toolStatus == schema.StoredStarted && !answered:
 		return "receiver performed, answer not yet sent"
-	case toolStatus == schema.StatusStarted:
+	case toolStatus == schema.StoredStarted:
 		return "receiver answered, result not yet recorded"
-	case toolStatus == schema.StatusSuccess:
+	case toolStatus == schema.StoredSucceeded:
 		return "result recorded, reply not yet stored"
 	}
 	return "notification " + toolStatus
@@ -448,7 +448,7 @@ func (k *killTest) check(kills, resent int, took time.Duration) {
 	require.NoError(t, rows.Err())
 	rows.Close()
 	for _, e := range effects {
-		assert.Equal(t, schema.StatusSuccess, execs[e.Key], "the effect's key is a notify_webhook execution that succeeded")
+		assert.Equal(t, schema.StoredSucceeded, execs[e.Key], "the effect's key is a notify_webhook execution that succeeded")
 	}
 	st := k.rcv.Stats()
 

@@ -216,7 +216,7 @@ func TestRestartInTheMiddleOfARequest(t *testing.T) {
 	first.waitExit(t, 10*time.Second)
 	r := <-sent
 	require.Error(t, r.err, "the client lost its connection: %+v", r.a)
-	assert.Equal(t, 1, count(t, st, "SELECT COUNT(*) FROM "+schema.RequestTable+" WHERE status = ?", schema.StatusProcessing),
+	assert.Equal(t, 1, count(t, st, "SELECT COUNT(*) FROM "+schema.RequestTable+" WHERE status = ?", schema.StoredProcessing),
 		"the request was still running when the process died")
 
 	second := startChild(t, "-db", "sqlite:"+path, "-lease-ttl", "2s", "-llm-latency", "50ms")

@@ -40,7 +40,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer runner.Close()
+	defer runner.Close(ctx) // stops its background work and closes its statements
 
 	// One user message: session "chat-1", the client's request id "msg-1".
 	msg := request.Message{SessionKey: "chat-1", ClientRequestID: "msg-1", Content: "lunch 12"}

@@ -395,7 +395,7 @@ func (r *leaseRound) expirer(ctx context.Context) {
 }
 
 func (r *leaseRound) read(ctx context.Context, client int, key string, db lease.DB, must bool) {
-	var st lease.Status
+	var st lease.Snapshot
 	var err error
 	call := r.h.Now()
 	if must {

@@ -42,7 +42,7 @@ func measureHeartbeat(ctx context.Context, d lease.Dialect, runs int, batched bo
 	if err != nil {
 		return heartbeatPoint{}, err
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	started := make(chan struct{}, runs)
 	release := make(chan struct{})
 	starting := make(chan struct{}, 8) // runs start as traffic arrives, a few at a time
@@ -137,7 +137,7 @@ func measureLockPath(ctx context.Context, d lease.Dialect, n int) (lockPathPoint
 	if err != nil {
 		return lockPathPoint{}, err
 	}
-	defer r.Close()
+	defer r.Close(context.Background())
 	agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		res, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":35}`))
 		if err != nil {

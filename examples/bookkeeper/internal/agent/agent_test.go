@@ -23,6 +23,7 @@ import (
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -273,7 +274,7 @@ func TestResumeAfterCrash(t *testing.T) {
 			if n == 1 {
 				return calls(call("call_1", llm.ToolCreateTransaction, `{"type":"expense","amount":35,"category_name":"餐饮","note":"中午吃粉"}`)), nil
 			}
-			crashing.Abandon() // the process dies in the second round
+			rowleasetest.Crash(crashing) // the process dies in the second round
 			return llm.Message{}, errors.New("crashed")
 		}
 		e := newEnv(t, db, m, ttl)
@@ -345,7 +346,7 @@ func TestResumeWithAVaryingModel(t *testing.T) {
 			m := &scripted{next: func(n int, req llm.Request) (llm.Message, error) {
 				asked++
 				if n == 2 {
-					crashing.Abandon() // the process dies in the second round
+					rowleasetest.Crash(crashing) // the process dies in the second round
 					return llm.Message{}, errors.New("crashed")
 				}
 				r, err := vary.Complete(context.Background(), req)

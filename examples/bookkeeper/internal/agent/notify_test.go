@@ -20,6 +20,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/toolexec"
 )
@@ -82,7 +83,7 @@ func TestNotifyOncePerBookedMessage(t *testing.T) {
 		require.NoError(t, db.Get(&key, db.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE tool_name = ? AND request_id = ?"),
 			agent.ToolNotify, n.RequestID))
 		assert.Equal(t, key, effects[0].Key, "the effect key is the tool execution's id")
-		assert.Equal(t, map[string]int{schema.StatusSuccess: 2}, notifyRows(t, e))
+		assert.Equal(t, map[string]int{schema.StoredSucceeded: 2}, notifyRows(t, e))
 		assert.Equal(t, webhook.Stats{Requests: 2, Effects: 2}, r.Stats())
 	})
 }
@@ -118,7 +119,7 @@ func TestNotifyUnknownOutcomeFailsUntilRetried(t *testing.T) {
 		var ue *toolexec.UnknownOutcomeError
 		require.ErrorAs(t, err, &ue)
 		assert.Equal(t, 1, e.count(t))
-		assert.Equal(t, map[string]int{schema.StatusStarted: 1}, notifyRows(t, e))
+		assert.Equal(t, map[string]int{schema.StoredStarted: 1}, notifyRows(t, e))
 		require.Len(t, r.Effects(), 1)
 		assert.Equal(t, ue.EffectKey, r.Effects()[0].Key)
 
@@ -129,7 +130,7 @@ func TestNotifyUnknownOutcomeFailsUntilRetried(t *testing.T) {
 		assert.Contains(t, out.Reply, "Webhook notified (receipt r-000001).")
 		assert.Len(t, r.Effects(), 1, "the same key again: no second effect")
 		assert.Equal(t, webhook.Stats{Requests: 2, Effects: 1, Replays: 1}, r.Stats())
-		assert.Equal(t, map[string]int{schema.StatusSuccess: 1}, notifyRows(t, e))
+		assert.Equal(t, map[string]int{schema.StoredSucceeded: 1}, notifyRows(t, e))
 		assert.Equal(t, 1, e.count(t))
 	})
 }
@@ -149,7 +150,7 @@ func TestNotifyRefused(t *testing.T) {
 		require.NotNil(t, res.TransactionID)
 		assert.Contains(t, out.Reply, "Recorded expense 42.50")
 		assert.Contains(t, out.Reply, "The webhook refused the notification (HTTP 400); the transaction is recorded.")
-		assert.Equal(t, map[string]int{schema.StatusError: 1}, notifyRows(t, e))
+		assert.Equal(t, map[string]int{schema.StoredFailed: 1}, notifyRows(t, e))
 		assert.Equal(t, 1, e.count(t))
 	})
 }
@@ -184,7 +185,7 @@ func TestCrashAfterTheEffectSendsTheSameKey(t *testing.T) {
 		var crashed atomic.Bool
 		r, s := receiver(t, webhook.ReceiverConfig{Hook: func(stage webhook.Stage, key string) error {
 			if stage == webhook.Performed && !crashed.Swap(true) {
-				crashing.Load().Abandon()
+				rowleasetest.Crash(crashing.Load())
 			}
 			return nil
 		}})
@@ -196,7 +197,7 @@ func TestCrashAfterTheEffectSendsTheSameKey(t *testing.T) {
 		})
 		require.ErrorIs(t, err, context.Canceled)
 		require.Len(t, r.Effects(), 1)
-		assert.Equal(t, map[string]int{schema.StatusStarted: 1}, notifyRows(t, e))
+		assert.Equal(t, map[string]int{schema.StoredStarted: 1}, notifyRows(t, e))
 
 		var out request.Outcome
 		deadline := time.Now().Add(20 * time.Second)
@@ -213,7 +214,7 @@ func TestCrashAfterTheEffectSendsTheSameKey(t *testing.T) {
 		assert.Equal(t, "已记账：支出 80.00 元（娱乐）\n已推送通知（回执 r-000001）。", out.Reply)
 		assert.Len(t, r.Effects(), 1)
 		assert.Equal(t, 1, r.Stats().Replays)
-		assert.Equal(t, map[string]int{schema.StatusSuccess: 1}, notifyRows(t, e))
+		assert.Equal(t, map[string]int{schema.StoredSucceeded: 1}, notifyRows(t, e))
 		assert.Equal(t, 1, e.count(t))
 	})
 }

@@ -76,6 +76,10 @@ type Server struct {
 	log *slog.Logger
 	mux *http.ServeMux
 
+	// messages and status are rowlease's handlers of POST …/messages and
+	// GET …/messages/{client_request_id} (package httpapi).
+	messages, status http.Handler
+
 	// work is the parent of every agent run; Close cancels it.
 	work       context.Context
 	cancelWork context.CancelCauseFunc
@@ -105,6 +109,30 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, st: cfg.Store, log: cfg.Logger, mux: http.NewServeMux(), drained: make(chan struct{})}
 	s.work, s.cancelWork = context.WithCancelCause(context.Background())
+	var err error
+	s.messages, err = httpapi.MessageHandler(httpapi.MessageConfig{
+		Runner:      cfg.Runner,
+		Agent:       cfg.Agent.Handle,
+		Message:     s.readMessage,
+		Location:    func(m request.Message) string { return messageLocation(m.SessionKey, m.ClientRequestID) },
+		MaxWait:     cfg.MaxWait,
+		RunContext:  s.runContext,
+		WriteAnswer: s.writeAnswer,
+		Fail:        s.fail,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.status, err = httpapi.StatusHandler(httpapi.StatusConfig{
+		Runner:      cfg.Runner,
+		Keys:        s.messageKeys,
+		MaxWait:     cfg.MaxWait,
+		WriteStatus: s.writeStatus,
+		Fail:        s.fail,
+	})
+	if err != nil {
+		return nil, err
+	}
 	notFound := func(w http.ResponseWriter, r *http.Request) {
 		httpapi.Write(w, r, httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "no such endpoint"))
 	}
@@ -115,8 +143,8 @@ func New(cfg Config) (*Server, error) {
 	}{
 		{"/api/sessions", map[string]http.HandlerFunc{http.MethodPost: s.createSession}},
 		{"/api/sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getSession}},
-		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.postMessage, http.MethodGet: s.listMessages}},
-		{"/api/sessions/{id}/messages/{client_request_id}", map[string]http.HandlerFunc{http.MethodGet: s.getMessage, http.MethodDelete: s.cancelMessage}},
+		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.messages.ServeHTTP, http.MethodGet: s.listMessages}},
+		{"/api/sessions/{id}/messages/{client_request_id}", map[string]http.HandlerFunc{http.MethodGet: s.status.ServeHTTP, http.MethodDelete: s.cancelMessage}},
 		{"/api/sessions/{id}/transactions", map[string]http.HandlerFunc{http.MethodGet: s.listTransactions}},
 		{"/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz}},
 		{"/{$}", map[string]http.HandlerFunc{http.MethodGet: page}},           // the chat page (package web)
@@ -211,10 +239,14 @@ func (s *Server) end() {
 	}
 }
 
-// runContext is the context of one agent run: not cancelled when the
-// client goes away (WithoutCancel), but cancelled by Close and bounded by
-// RunTimeout.
-func (s *Server) runContext(r *http.Request) (context.Context, context.CancelFunc) {
+// runContext is the context of one agent run (httpapi.MessageConfig's
+// RunContext): not cancelled when the client goes away (WithoutCancel),
+// but cancelled by Close and bounded by RunTimeout. After Close it refuses
+// new runs with ErrShuttingDown.
+func (s *Server) runContext(r *http.Request) (context.Context, func(), error) {
+	if !s.begin() {
+		return nil, nil, ErrShuttingDown
+	}
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
 	stop := context.AfterFunc(s.work, func() { cancel(context.Cause(s.work)) })
 	tctx, tcancel := context.WithTimeoutCause(ctx, s.cfg.RunTimeout, errRunTimeout)
@@ -222,7 +254,8 @@ func (s *Server) runContext(r *http.Request) (context.Context, context.CancelFun
 		tcancel()
 		stop()
 		cancel(nil)
-	}
+		s.end()
+	}, nil
 }
 
 // sessionJSON is a session as the API shows it.
@@ -244,17 +277,22 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 
 // session reads the {id} session, answering 404 when it does not exist.
 func (s *Server) session(w http.ResponseWriter, r *http.Request) (store.Session, bool) {
-	id := r.PathValue("id")
-	if id == "" || len(id) > schema.MaxSessionKeyLen || !utf8.ValidString(id) {
-		s.fail(w, r, session.ErrNotFound)
-		return store.Session{}, false
-	}
-	sess, err := s.st.GetSession(r.Context(), s.st.DB, id)
+	sess, err := s.sessionOf(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return store.Session{}, false
 	}
 	return sess, true
+}
+
+// sessionOf reads the {id} session; one that does not exist is an error
+// that fail answers with 404.
+func (s *Server) sessionOf(r *http.Request) (store.Session, error) {
+	id := r.PathValue("id")
+	if id == "" || len(id) > schema.MaxSessionKeyLen || !utf8.ValidString(id) {
+		return store.Session{}, session.ErrNotFound
+	}
+	return s.st.GetSession(r.Context(), s.st.DB, id)
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -345,42 +383,32 @@ func decodeMessage(w http.ResponseWriter, r *http.Request) (MessageRequest, erro
 	return in, nil
 }
 
-func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
-	sess, ok := s.session(w, r)
-	if !ok {
-		return
+// readMessage reads the message of POST /api/sessions/{id}/messages
+// (httpapi.MessageConfig's Message): the session must exist, and the body
+// be a valid MessageRequest.
+func (s *Server) readMessage(w http.ResponseWriter, r *http.Request) (request.Message, error) {
+	sess, err := s.sessionOf(r)
+	if err != nil {
+		return request.Message{}, err
 	}
 	in, err := decodeMessage(w, r)
 	if err != nil {
-		httpapi.Write(w, r, httpapi.NewProblem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", err.Error()))
-		return
+		return request.Message{}, err
 	}
-	if !s.begin() {
-		s.fail(w, r, ErrShuttingDown)
-		return
-	}
-	defer s.end()
-	ctx, cancel := s.runContext(r)
-	defer cancel()
 	onBusy, _ := request.ParsePolicy(in.OnBusy) // checked by decodeMessage
-	out, err := s.cfg.Runner.Handle(ctx, request.Message{SessionKey: sess.ID, ClientRequestID: in.ClientRequestID,
-		Content: in.Content, OnBusy: onBusy}, s.cfg.Agent.Handle)
-	out, err = s.waitIfAsked(w, r, sess.ID, in.ClientRequestID, out, err)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if out.Queued {
-		s.writeQueued(w, sess.ID, in.ClientRequestID, out.Position)
-		return
-	}
+	return request.Message{SessionKey: sess.ID, ClientRequestID: in.ClientRequestID, Content: in.Content, OnBusy: onBusy}, nil
+}
+
+// writeAnswer answers a message with its reply and the transaction it
+// recorded (httpapi.MessageConfig's WriteAnswer).
+func (s *Server) writeAnswer(w http.ResponseWriter, _ *http.Request, out request.Outcome) error {
 	res, err := agent.ParseResult(out.Result)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("api: stored result: %w", err))
-		return
+		return fmt.Errorf("api: stored result: %w", err)
 	}
 	writeJSON(w, http.StatusOK, MessageResponse{Reply: out.Reply, TransactionID: res.TransactionID,
 		Replayed: out.Replayed, Resumed: res.Resumed})
+	return nil
 }
 
 // MessageJSON is a chat message as the API shows it.
@@ -472,7 +500,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 // database. Retry-After is capped by MaxRetryAfter.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := httpapi.ProblemFor(err)
+	var bad *badRequest
 	switch {
+	case errors.As(err, &bad):
+		p = httpapi.NewProblem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", bad.Error())
 	case errors.Is(err, ErrShuttingDown):
 		p = httpapi.NewProblem(http.StatusServiceUnavailable, ProblemShuttingDown, "Shutting down",
 			"the server is shutting down; retry with the same client_request_id (the work done so far is kept)")

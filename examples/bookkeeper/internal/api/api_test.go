@@ -289,7 +289,7 @@ func TestClientDisconnectDoesNotCancelTheRun(t *testing.T) {
 		waitFor(t, "the abandoned request to finish", func() bool {
 			var status string
 			err := db.QueryRow(db.Rebind("SELECT status FROM "+schema.RequestTable+" WHERE client_request_id = ?"), "gone").Scan(&status)
-			return err == nil && status == schema.StatusSuccess
+			return err == nil && status == schema.StoredSucceeded
 		})
 		r := e.send(sid, "lunch 42", "gone")
 		require.Equal(t, http.StatusOK, r.status, string(r.raw))

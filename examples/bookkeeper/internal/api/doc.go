@@ -16,6 +16,12 @@
 //	GET  /                                  200 the chat page (package web)
 //	GET  /assets/{name}                     200 its script, style sheet and icon
 //
+// POST …/messages and GET …/messages/{client_request_id} are rowlease's
+// handlers (httpapi.MessageHandler, httpapi.StatusHandler), given the
+// example's own reading of the request (the session must exist; the body
+// is checked as below) and its own bodies and problems, so that the
+// contract here is the example's.
+//
 // A message is {"content": "…", "client_request_id": "…", "on_busy":
 // "reject" | "queue" | "interrupt"}; the client request id is the client's
 // idempotency key. Sending it again — a retry, a second device, a replay

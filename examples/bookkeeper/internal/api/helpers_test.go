@@ -61,7 +61,7 @@ func newEnv(t *testing.T, db *sqlx.DB, opts ...option) *env {
 		ts.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = svc.Runner.Stop(ctx) // the queued messages it runs
+		_ = svc.Runner.Close(ctx) // the queued messages it runs
 	})
 	return &env{t: t, url: ts.URL, svc: svc, st: st, hc: &http.Client{Timeout: time.Minute}}
 }

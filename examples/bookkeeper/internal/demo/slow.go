@@ -276,7 +276,7 @@ func (sn *slowRun) report(w io.Writer, slow time.Duration) []check {
 		{sn.conflicts >= 1 && inFlight == sn.conflicts && sn.laptop.status == http.StatusOK && sn.laptop.replayed &&
 			sn.laptop.txID != "" && sn.laptop.txID == sn.phone.txID,
 			fmt.Sprintf("the duplicate from the second device got 409 request-in-flight while the tool ran (%d times), then the stored reply with the same transaction_id", inFlight)},
-		{sn.phone.status == http.StatusOK && !sn.phone.replayed && sn.effects == 1 && sn.notifyStatus == schema.StatusSuccess &&
+		{sn.phone.status == http.StatusOK && !sn.phone.replayed && sn.effects == 1 && sn.notifyStatus == schema.StoredSucceeded &&
 			strings.Contains(sn.phone.reply, "r-000001"),
 			fmt.Sprintf("the slow tool completed: one effect at the receiver, the notification recorded (%s), its receipt in the reply", sn.notifyStatus)},
 		{len(sn.toolGens) == 1 && len(sn.reqGens) == 1 && sn.toolHolders == 1 && sn.renewals >= int(slow/slowTTL),

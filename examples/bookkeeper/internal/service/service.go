@@ -218,12 +218,13 @@ func newModel(cfg Config) (llm.Model, time.Duration, error) {
 func (s *Service) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	if err := s.Runner.Stop(ctx); err != nil {
-		s.log.Warn("queued messages still running were cancelled; they resume on the next start", "err", err)
+	rerr := s.Runner.Close(ctx)
+	if errors.Is(rerr, context.DeadlineExceeded) {
+		s.log.Warn("closing the runner: queued messages still running were cancelled; they resume on the next start", "err", rerr)
+		rerr = nil
 	}
-	// The Runner's prepared statements (Close after Stop stops nothing
-	// more), then the pool they live on.
-	return errors.Join(s.Runner.Close(), s.Store.Close())
+	// Then the pool the Runner's statements lived on.
+	return errors.Join(rerr, s.Store.Close())
 }
 
 // Serve serves HTTP on ln until ctx is done, then shuts down: it stops
@@ -261,7 +262,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener) error {
 	err := hs.Shutdown(gctx)
 	// Queued messages this process is running get what is left of the
 	// grace; then they are cancelled and resume elsewhere.
-	if serr := s.Runner.Stop(gctx); serr != nil {
+	if serr := s.Runner.Close(gctx); serr != nil {
 		s.log.Warn("shutdown grace over: cancelling the queued messages still running; they resume on the next start")
 	}
 	cancel()
