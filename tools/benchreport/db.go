@@ -22,6 +22,12 @@ import (
 // fresh is a new database (MySQL), schema (PostgreSQL) or file (SQLite)
 // with close, which drops it. With c, every round trip is counted.
 func fresh(ctx context.Context, d lease.Dialect, c *countdb.Counter) (*sqlx.DB, func(), error) {
+	return freshWith(ctx, d, c, nil)
+}
+
+// freshWith is fresh with tweak applied to a MySQL pool's configuration
+// (after the defaults of the report: parseTime, interpolateParams).
+func freshWith(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak func(*mysql.Config)) (*sqlx.DB, func(), error) {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "rl_bench_" + hex.EncodeToString(b)
@@ -66,6 +72,9 @@ func fresh(ctx context.Context, d lease.Dialect, c *countdb.Counter) (*sqlx.DB, 
 			return nil, nil, err
 		}
 		cfg.DBName, cfg.ParseTime, cfg.InterpolateParams = name, true, true
+		if tweak != nil {
+			tweak(cfg)
+		}
 		db, err := open("mysql", cfg.FormatDSN())
 		if err != nil {
 			return nil, nil, err

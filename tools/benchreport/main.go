@@ -26,6 +26,9 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rowlease/rowlease/lease"
@@ -36,6 +39,9 @@ func main() {
 	point := flag.Duration("point", 1500*time.Millisecond, "measuring time of one throughput point")
 	quick := flag.Bool("quick", false, "fewer points (a smoke run)")
 	from := flag.String("from", "", "draw the charts of this report.json instead of measuring")
+	flowPoint := flag.Duration("flow-point", time.Second, "measuring time of one end-to-end throughput point (messages per second)")
+	flowSessions := flag.String("flow-sessions", "1,4,16,64,256", "concurrent sessions of the end-to-end throughput points")
+	only := flag.String("only", "", "measure only these parts, comma-separated: locks, heartbeat, lockpath, flow, mysqldsn (default all)")
 	flag.Parse()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
@@ -68,10 +74,23 @@ func main() {
 		conc, runs, requests = []int{1, 8}, []int{10, 100}, 30
 		*point = 300 * time.Millisecond
 	}
+	sessions, err := parseInts(*flowSessions)
+	if err != nil {
+		log.Fatalf("-flow-sessions: %v", err)
+	}
+	if *quick {
+		sessions, *flowPoint = []int{1, 16}, 300*time.Millisecond
+	}
+	want := func(part string) bool {
+		return *only == "" || slices.Contains(strings.Split(*only, ","), part)
+	}
 	ctx := context.Background()
 	var rep report
 	rep.Started = time.Now().UTC()
 	for _, d := range dialects {
+		if !want("locks") {
+			break
+		}
 		for _, k := range kindsFor(d) {
 			for _, c := range conc {
 				p, err := measureLocks(ctx, d, k, c, *point)
@@ -84,6 +103,9 @@ func main() {
 		}
 	}
 	for _, d := range dialects {
+		if !want("heartbeat") {
+			break
+		}
 		for _, batched := range []bool{true, false} {
 			for _, n := range runs {
 				p, err := measureHeartbeat(ctx, d, n, batched)
@@ -96,12 +118,42 @@ func main() {
 		}
 	}
 	for _, d := range dialects {
+		if !want("lockpath") {
+			break
+		}
 		p, err := measureLockPath(ctx, d, requests)
 		if err != nil {
 			log.Fatalf("%s lock path: %v", d, err)
 		}
 		log.Printf("lockpath %-8s p50 %v p99 %v, %.1f statements", d, time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements)
 		rep.LockPath = append(rep.LockPath, p)
+	}
+	for _, d := range dialects {
+		if !want("flow") {
+			break
+		}
+		for _, k := range flowKinds {
+			pts, err := measureThroughput(ctx, d, k, sessions, *flowPoint)
+			if err != nil {
+				log.Fatalf("%s flow %s: %v", d, k, err)
+			}
+			for _, p := range pts {
+				log.Printf("flow %-8s %-17s x%-3d %7.0f msg/s  p50 %v p99 %v  %.1f statements (%.1f round trips)", d, k, p.Sessions, p.PerSec,
+					time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements, p.RoundTrips)
+			}
+			rep.Throughput = append(rep.Throughput, pts...)
+		}
+	}
+	if want("mysqldsn") && slices.Contains(dialects, lease.MySQL) {
+		pts, err := measureMySQLDSN(ctx, *point)
+		if err != nil {
+			log.Fatalf("mysql dsn: %v", err)
+		}
+		for _, p := range pts {
+			log.Printf("mysqldsn interpolateParams=%-5v x%-2d %8.0f pairs/s  p50 %v  %.1f round trips per pair", p.Interpolate, p.Workers, p.PerSec,
+				time.Duration(p.P50Micros)*time.Microsecond, p.RoundTrips)
+		}
+		rep.MySQLDSN = pts
 	}
 	rep.Finished = time.Now().UTC()
 	if err := draw(*out, rep); err != nil {
@@ -123,4 +175,18 @@ type report struct {
 	Locks             []lockPoint
 	Heartbeat         []heartbeatPoint
 	LockPath          []lockPathPoint
+	Throughput        []throughputPoint
+	MySQLDSN          []mysqlDSNPoint
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
