@@ -30,6 +30,11 @@ func draw(dir string, rep report) error {
 	if err := lockPathChart(dir, rep.LockPath); err != nil {
 		return err
 	}
+	for _, d := range dialectOrder {
+		if err := throughputChart(dir, d, rep.Throughput); err != nil {
+			return err
+		}
+	}
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(summary(rep)), 0o644)
 }
 
@@ -176,6 +181,107 @@ func lockPathChart(dir string, pts []lockPathPoint) error {
 	return p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "lockpath.svg"))
 }
 
+// throughputChart draws messages per second against concurrent sessions
+// for the three designs on dialect d (flow-throughput-d.svg).
+func throughputChart(dir, d string, pts []throughputPoint) error {
+	byKind := map[string]plotter.XYs{}
+	for _, pt := range pts {
+		if pt.Dialect == d {
+			byKind[pt.Kind] = append(byKind[pt.Kind], plotter.XY{X: float64(pt.Sessions), Y: pt.PerSec})
+		}
+	}
+	if len(byKind) == 0 {
+		return nil
+	}
+	p := newPlot("new messages per second, one tool call each, "+dialectTitle[d], "concurrent sessions (each its own)", "messages per second (log)")
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = powersOfTwo{}, plot.LogTicks{Prec: -1}
+	var args []any
+	for _, k := range flowKinds {
+		if xy, ok := byKind[k]; ok {
+			args = append(args, k, xy)
+		}
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	p.Y.Max *= 8 // room for the legend above the lines
+	p.Legend.YOffs = -vg.Points(6)
+	return p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "flow-throughput-"+d+".svg"))
+}
+
+// flowSummary is the end-to-end table and its ratios.
+func flowSummary(b *strings.Builder, rep report) {
+	if len(rep.Throughput) == 0 {
+		return
+	}
+	find := func(d, k string, s int) *throughputPoint {
+		for i := range rep.Throughput {
+			if p := &rep.Throughput[i]; p.Dialect == d && p.Kind == k && p.Sessions == s {
+				return p
+			}
+		}
+		return nil
+	}
+	ratio := func(a, o *throughputPoint) string {
+		if a == nil || o == nil || o.PerSec == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", a.PerSec/o.PerSec)
+	}
+	b.WriteString("\n## End to end: new messages per second through Runner.Handle\n\n" +
+		"Each session sends one new message after another; the agent has no model latency and makes one tool call " +
+		"that writes one ledger row. *article* is the article's design written by hand (its statements, tables of its shape, " +
+		"two model rounds each between two ownership checks); *floor* is the ledger row alone in one transaction, no lock.\n\n" +
+		"| dialect | sessions | rowlease msg/s | ÷ article | ÷ floor | p50 / p99 rowlease | p50 / p99 article | p50 / p99 floor | statements (round trips) per message: rowlease / article / floor |\n" +
+		"|---|---|---|---|---|---|---|---|---|\n")
+	ms := func(p *throughputPoint) string {
+		if p == nil {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f / %.2f ms", float64(p.P50Micros)/1000, float64(p.P99Micros)/1000)
+	}
+	st := func(p *throughputPoint) string {
+		if p == nil {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f (%.1f)", p.Statements, p.RoundTrips)
+	}
+	for _, d := range dialectOrder {
+		for _, pt := range rep.Throughput {
+			if pt.Dialect != d || pt.Kind != flowLibrary {
+				continue
+			}
+			a, f := find(d, flowArticle, pt.Sessions), find(d, flowFloor, pt.Sessions)
+			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s / %s / %s |\n", d, pt.Sessions, pt.PerSec, ratio(&pt, a), ratio(&pt, f),
+				ms(&pt), ms(a), ms(f), st(&pt), st(a), st(f))
+		}
+	}
+	var lines []string
+	for _, d := range []string{"mysql", "postgres"} {
+		l, a := find(d, flowLibrary, 64), find(d, flowArticle, 64)
+		if l != nil && a != nil {
+			lines = append(lines, fmt.Sprintf("%s %s", d, ratio(l, a)))
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(b, "\nrowlease ÷ article at 64 sessions: %s.\n", strings.Join(lines, ", "))
+	}
+}
+
+// mysqlDSNSummary is the interpolateParams table.
+func mysqlDSNSummary(b *strings.Builder, rep report) {
+	if len(rep.MySQLDSN) == 0 {
+		return
+	}
+	b.WriteString("\n## MySQL DSN: interpolateParams (rowlease acquire+release pair)\n\n" +
+		"| workers | interpolateParams | pairs/s | p50 | p99 | round trips per pair | of which prepares |\n|---|---|---|---|---|---|---|\n")
+	for _, p := range rep.MySQLDSN {
+		fmt.Fprintf(b, "| %d | %v | %.0f | %.2f ms | %.2f ms | %.1f | %.1f |\n", p.Workers, p.Interpolate, p.PerSec,
+			float64(p.P50Micros)/1000, float64(p.P99Micros)/1000, p.RoundTrips, p.Prepares)
+	}
+}
+
 // summary is the run's figures as Markdown: ratios first, as the README
 // quotes them.
 func summary(rep report) string {
@@ -238,5 +344,7 @@ func summary(rep report) string {
 			}
 		}
 	}
+	flowSummary(&b, rep)
+	mysqlDSNSummary(&b, rep)
 	return b.String()
 }
