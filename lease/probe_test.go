@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -309,6 +311,70 @@ func TestSQLMockCheckStatement(t *testing.T) {
 					sqlmock.NewRows([]string{"h", "g", "s", "held", "us"}).AddRow("", int64(0), "", int64(0), int64(0)))
 				_, err := l.Inspect(context.Background(), db, "k")
 				require.NoError(t, err)
+			}
+		})
+	}
+}
+
+// TestCheckMySQLInterpolateParams: on MySQL, a pool whose DSN leaves
+// interpolateParams off (go-sql-driver's default: every statement with
+// arguments is prepared, run and closed: two round trips where one
+// does) is logged as a warning at first use, once per pool however many
+// Leases use it; a pool with interpolateParams=true, or a Lease that keeps
+// its statements prepared (PrepareAlways), logs nothing. The check still
+// sends its one statement and still judges the expiry column.
+func TestCheckMySQLInterpolateParams(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.Open(t, lease.MySQL)
+	e := conformance.Setup(t, db, lease.Options{SkipCheck: true})
+	e.Insert(t, "k")
+	pools := mysqlPools(t, db)
+	for _, c := range []struct {
+		pool    string
+		prepare lease.PrepareMode
+		warned  bool
+	}{
+		{"changedRows", lease.PrepareAuto, true},
+		{"clientFoundRows", lease.PrepareAuto, true},
+		{"interpolateParams", lease.PrepareAuto, false},
+		{"changedRows", lease.PrepareAlways, false},
+	} {
+		t.Run(fmt.Sprintf("%s/prepare=%d", c.pool, c.prepare), func(t *testing.T) {
+			pool := pools[c.pool]
+			if c.pool == "changedRows" && c.prepare == lease.PrepareAlways {
+				// A pool of its own: the warning is once per pool.
+				cfg, err := mysql.ParseDSN(os.Getenv(testdb.MySQLEnv))
+				require.NoError(t, err)
+				var name string
+				require.NoError(t, db.Get(&name, "SELECT DATABASE()"))
+				cfg.DBName, cfg.ParseTime = name, true
+				pool, err = sql.Open("mysql", cfg.FormatDSN())
+				require.NoError(t, err)
+				t.Cleanup(func() { pool.Close() })
+			}
+			var log syncBuffer
+			for range 3 { // three Leases on one pool, as the request flow has
+				l, err := lease.New[string](lease.MySQL, lease.MustTable(conformance.ItemTable, conformance.ItemColumns),
+					lease.Options{Logger: slog.New(slog.NewTextHandler(&log, nil)), Prepare: c.prepare})
+				require.NoError(t, err)
+				require.NoError(t, l.Check(ctx, pool), "a warning, not a refusal")
+				g, err := l.Acquire(ctx, pool, "k", "a", time.Minute)
+				require.NoError(t, err)
+				require.NoError(t, l.Release(ctx, pool, g))
+				assert.NotContains(t, log.String(), g.Token.Secret())
+				if c.prepare == lease.PrepareAlways {
+					require.NoError(t, l.Close())
+				}
+			}
+			out := log.String()
+			if c.warned {
+				assert.Equal(t, 1, strings.Count(out, "level=WARN"), "warned once per pool:\n%s", out)
+				assert.Contains(t, out, "interpolateParams=true")
+				if cfg, err := mysql.ParseDSN(os.Getenv(testdb.MySQLEnv)); err == nil && cfg.Passwd != "" {
+					assert.NotContains(t, out, cfg.Passwd, "no DSN in the log")
+				}
+			} else {
+				assert.Empty(t, out)
 			}
 		})
 	}
