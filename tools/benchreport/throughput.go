@@ -46,7 +46,11 @@ type throughputPoint struct {
 	P99Micros  int64
 	Statements float64 // per message, the ledger row included
 	RoundTrips float64 // per message: statements, BEGIN, COMMIT, ROLLBACK, prepares
-	ElapsedSec float64
+	// ClientCPUMicros is this process's CPU time (user + system) per
+	// message: the Go side of the design and the driver (SQLite's engine
+	// included, as it runs in process; the servers' own CPU is not).
+	ClientCPUMicros float64
+	ElapsedSec      float64
 }
 
 // ledgerDDL is the business table all three designs write to.
@@ -139,6 +143,7 @@ func runThroughput(ctx context.Context, c *countdb.Counter, msg message, session
 		next[s] = *v.(*int)
 	}
 	c.Reset()
+	cpu0 := processCPU()
 	start := time.Now()
 	stop := start.Add(dur)
 	var wg sync.WaitGroup
@@ -157,6 +162,7 @@ func runThroughput(ctx context.Context, c *countdb.Counter, msg message, session
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	st := c.Stats()
 	var all []int64
 	for s := range sessions {
@@ -171,9 +177,10 @@ func runThroughput(ctx context.Context, c *countdb.Counter, msg message, session
 	n := float64(max(len(all), 1))
 	return throughputPoint{Sessions: sessions, Messages: len(all), PerSec: float64(len(all)) / elapsed.Seconds(),
 		P50Micros: quantile(all, 0.50), P99Micros: quantile(all, 0.99),
-		Statements: float64(st.Statements) / n,
-		RoundTrips: float64(st.Statements+st.Begins+st.Commits+st.Rollbacks+st.Prepares) / n,
-		ElapsedSec: elapsed.Seconds()}, nil
+		Statements:      float64(st.Statements) / n,
+		RoundTrips:      float64(st.Statements+st.Begins+st.Commits+st.Rollbacks+st.Prepares) / n,
+		ClientCPUMicros: float64(cpu.Microseconds()) / n,
+		ElapsedSec:      elapsed.Seconds()}, nil
 }
 
 func reqID(s, n int) string { return "s" + strconv.Itoa(s) + "-c" + strconv.Itoa(n) }
