@@ -9,7 +9,18 @@
 //   - heartbeat statements per interval against runs in flight, batched
 //     (heartbeat.Batcher, request.Runner's default) and unbatched;
 //   - the lock-path latency of one request (two model rounds, one tool
-//     call).
+//     call);
+//   - end to end: new messages per second through request.Runner.Handle
+//     (no model latency, one tool call writing one ledger row) at 1–256
+//     concurrent sessions, beside the article's design written by hand
+//     (its statements, tables of its shape) and the floor (the ledger row
+//     alone in one transaction, no lock), with p50/p99 latency,
+//     statements and round trips per message and the client's CPU per
+//     message (-flow-point, -flow-sessions size it);
+//   - MySQL: the library's acquire+release pair with and without
+//     interpolateParams=true in the DSN (round trips, prepares, rate).
+//
+// -only runs some parts alone (report.md then holds those alone).
 //
 // It reads ROWLEASE_MYSQL_DSN and ROWLEASE_POSTGRES_DSN (as the tests do;
 // make bench-report starts throwaway servers and sets them) and always
