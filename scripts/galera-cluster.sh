@@ -77,10 +77,13 @@ galera_node_cmd() {
         --wsrep-sst-method=rsync --wsrep-sst-receive-address="127.0.0.1:${GALERA_SST[$k]}" --wsrep-slave-threads=2
 }
 
-# galera_start_node I [EXTRA...]: start node I in the background.
+# galera_start_node I [EXTRA...]: start node I in the background; its pid
+# in GALERA_LAST_PID. Disowned: a node killed on purpose is not reported.
 galera_start_node() {
     local i=$1; shift
     eval "$(galera_node_cmd "$i")" '"$@"' '</dev/null >>"$GALERA_DIR/n$i.log" 2>&1 &'
+    GALERA_LAST_PID=$!
+    disown "$GALERA_LAST_PID" 2>/dev/null || true
 }
 
 # galera_wait_synced I: wait (max 60s) until node I answers and is Synced.
@@ -133,7 +136,7 @@ galera_start() {
     # Bootstrap node 1 alone, add the test user, stop it cleanly: its
     # grastate.dat then records the cluster's state, which nodes 2 and 3 copy.
     galera_start_node 1 --wsrep-new-cluster
-    local pid1=$!
+    local pid1=$GALERA_LAST_PID
     galera_wait_synced 1
     mariadb --no-defaults -S "$GALERA_DIR/n1.sock" -uroot <<'SQL'
 CREATE USER 'rowlease'@'127.0.0.1' IDENTIFIED BY 'rowlease';
@@ -141,7 +144,7 @@ CREATE USER 'rowlease'@'localhost' IDENTIFIED BY 'rowlease';
 GRANT ALL PRIVILEGES ON *.* TO 'rowlease'@'127.0.0.1', 'rowlease'@'localhost';
 SQL
     mariadb-admin --no-defaults -S "$GALERA_DIR/n1.sock" -uroot shutdown
-    wait "$pid1" 2>/dev/null || true
+    for _ in $(seq 1 600); do kill -0 "$pid1" 2>/dev/null || break; sleep 0.1; done
     for i in 2 3; do cp -a "$GALERA_DIR/n1" "$GALERA_DIR/n$i"; done
     [[ $(id -u) -eq 0 ]] && chown -R mysql: "$GALERA_DIR"
     sed -i 's/^safe_to_bootstrap:.*/safe_to_bootstrap: 1/' "$GALERA_DIR/n1/grastate.dat"

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -30,7 +31,9 @@ type fault struct {
 	// A cut: what a client of the cut-off node saw, from a probe that
 	// reads on it every 20ms from the cut until it is served again.
 	refused     int           // statements refused with 1047
-	notUnavail  int           // errors httpapi.IsUnavailable did not recognise
+	lockWait    int           // statements that waited out innodb_lock_wait_timeout (1205) while the cluster stalled
+	not503      int           // errors httpapi.ProblemFor does not answer 503
+	unknown     []string      // their texts
 	firstRefuse time.Duration // from the cut to the first 1047
 	served      time.Duration // from letting it back to the first read served
 }
@@ -61,8 +64,12 @@ func probe(ctx context.Context, db *sql.DB, cut time.Time, back <-chan time.Time
 				}
 				f.refused++
 			}
-			if !httpapi.IsUnavailable(err) {
-				f.notUnavail++
+			if errors.As(err, &my) && my.Number == 1205 {
+				f.lockWait++
+			}
+			if httpapi.ProblemFor(err).Status != http.StatusServiceUnavailable {
+				f.not503++
+				f.unknown = append(f.unknown, err.Error())
 			}
 		}
 		select {
@@ -118,8 +125,12 @@ func TestGaleraNodeFaults(t *testing.T) {
 	var mu sync.Mutex
 	var done []*fault
 	inject := func() error {
+		mu.Lock()
+		k := len(done)
+		mu.Unlock()
+		// Kills and cuts alternate, on a node drawn at random.
 		f := &fault{node: rng.IntN(3), kind: "kill", from: time.Now()}
-		if rng.IntN(2) == 0 {
+		if k%2 == 1 {
 			f.kind = "cut"
 		}
 		hold := 500*time.Millisecond + time.Duration(rng.Int64N(int64(2500*time.Millisecond)))
@@ -216,13 +227,17 @@ func TestGaleraNodeFaults(t *testing.T) {
 	}
 	kinds := map[string]int{}
 	var recover, firstRefuse, served []time.Duration
-	refused, notUnavail := 0, 0
+	refused, lockWait, not503 := 0, 0, 0
 	for _, f := range done {
 		kinds[f.kind]++
 		recover = append(recover, f.to.Sub(f.from))
 		if f.kind == "cut" {
 			refused += f.refused
-			notUnavail += f.notUnavail
+			lockWait += f.lockWait
+			not503 += f.not503
+			for _, u := range f.unknown {
+				t.Errorf("a client of the cut-off node saw an error httpapi does not answer 503: %s", u)
+			}
 			if f.refused > 0 {
 				firstRefuse = append(firstRefuse, f.firstRefuse)
 			}
@@ -230,8 +245,8 @@ func TestGaleraNodeFaults(t *testing.T) {
 		}
 	}
 	t.Logf("failover galera: %d faults %v landed at %v", len(done), kinds, rep.RestartLanded)
-	t.Logf("failover galera: fault → the node Synced again %s; cut-off node: %d reads refused with 1047 (%d errors httpapi.IsUnavailable did not know), cut → first 1047 %s, let back → served again %s",
-		stats(recover), refused, notUnavail, stats(firstRefuse), stats(served))
+	t.Logf("failover galera: fault → the node Synced again %s; cut-off node: %d reads refused with 1047, %d ran into the lock wait timeout (1205) while the cluster stalled, %d errors not answered 503; cut → first 1047 %s, let back → served again %s",
+		stats(recover), refused, lockWait, not503, stats(firstRefuse), stats(served))
 	t.Logf("failover galera: errors answered instead of a reply (resent): %v", rep.Refusals)
 	for msg, n := range rep.Others {
 		t.Logf("failover galera: %d× %s", n, msg)
@@ -242,7 +257,7 @@ func TestGaleraNodeFaults(t *testing.T) {
 	for _, e := range rep.Errors {
 		t.Error(e)
 	}
-	if rep.Stale+rep.Duplicates+rep.Unanswered+rep.LostPosts+rep.Reruns+rep.StillHeld+rep.StuckTools+falseLoss+notUnavail > 0 {
+	if rep.Stale+rep.Duplicates+rep.Unanswered+rep.LostPosts+rep.Reruns+rep.StillHeld+rep.StuckTools+falseLoss+not503 > 0 {
 		t.Fatal("an invariant does not hold under node faults")
 	}
 	if kinds["cut"] > 0 && refused == 0 {
