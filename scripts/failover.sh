@@ -18,7 +18,9 @@
 # FAILOVER_KILLS sets the number of primary kills per PostgreSQL mode and of
 # node faults on Galera (default 5, the short run; the long run is 30);
 # FAILOVER_SEED replays a run's kill instants (each run prints its seed);
-# FAILOVER_ONLY=postgres or galera runs one half. The summary lines are
+# FAILOVER_ONLY=postgres or galera runs one half; FAILOVER_TTL sets the
+# workers' lease TTL in seconds (default 3 on PostgreSQL, 15 on Galera,
+# where a node fault stalls the whole cluster for evs.suspect_timeout). The summary lines are
 # printed; the whole log only on a failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

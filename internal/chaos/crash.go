@@ -113,7 +113,7 @@ type CrashConfig struct {
 	// at a random instant lands in every part of the flow, and leases
 	// are renewed meanwhile.
 	Dwell time.Duration
-	// InFlow, when set, makes each restart wait (up to 5s) until a
+	// InFlow, when set, makes each restart wait (up to 6 TTLs) until a
 	// worker is inside a request's flow — it announced a stage other
 	// than "handled" last — and then up to Dwell more, at random: else
 	// most restarts land while workers wait on each other's locks.
@@ -321,7 +321,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	if restart != nil {
 		restart = func() error {
 			if cfg.InFlow {
-				inFlow(ctx, &liveMu, &live, cfg.Dwell)
+				inFlow(ctx, &liveMu, &live, cfg.Dwell, max(5*time.Second, 6*cfg.TTL))
 			}
 			liveMu.Lock()
 			if cfg.Restarts > 0 && len(rep.RestartTimes) >= cfg.Restarts {
@@ -584,9 +584,9 @@ func checkPosted(ctx context.Context, e *Env, posted map[string]bool, rep *Crash
 }
 
 // inFlow waits until a live worker's last line is a stage of the flow
-// (not "handled"), at most 5s, then up to dwell more.
-func inFlow(ctx context.Context, mu *sync.Mutex, live *[]*proc, dwell time.Duration) {
-	deadline := time.Now().Add(5 * time.Second)
+// (not "handled"), at most limit, then up to dwell more.
+func inFlow(ctx context.Context, mu *sync.Mutex, live *[]*proc, dwell, limit time.Duration) {
+	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		mu.Lock()
 		found := false

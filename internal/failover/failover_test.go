@@ -155,7 +155,7 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 		mu.Unlock()
 		return nil
 	}
-	const ttl = 3 * time.Second
+	ttl := time.Duration(envInt("FAILOVER_TTL", 3)) * time.Second
 	rep, err := chaos.RunCrash(ctx, chaos.CrashConfig{
 		Env: env, Sessions: 12, PerSession: 1, Procs: 4, TTL: ttl, MaxRounds: 100000,
 		Restart: restart, Restarts: kills,
@@ -200,8 +200,8 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 	for msg, n := range rep.Others {
 		t.Logf("failover %s: %d× %s", mode, n, msg)
 	}
-	t.Logf("failover summary: postgres-%s kills=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | lost: grants(takenover)=%d tool-calls=%d replies=%d intents(acted again under a new key)=%d | still-held=%d stuck=%d",
-		mode, len(done), rep.Requests, rep.Answered, rep.Verified, rep.Stale, rep.DBDuplicates, rep.ExtDuplicates, rep.Unanswered,
+	t.Logf("failover summary: postgres-%s ttl=%s kills=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | lost: grants(takenover)=%d tool-calls=%d replies=%d intents(acted again under a new key)=%d | still-held=%d stuck=%d",
+		mode, ttl, len(done), rep.Requests, rep.Answered, rep.Verified, rep.Stale, rep.DBDuplicates, rep.ExtDuplicates, rep.Unanswered,
 		takenover, rep.LostPosts, rep.Reruns, rep.ExtDuplicates, rep.StillHeld, rep.StuckTools)
 	if rep.Unanswered > 0 || rep.Stale > 0 {
 		for _, e := range rep.Errors {

@@ -188,7 +188,7 @@ func TestGaleraNodeFaults(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	const ttl = 3 * time.Second
+	ttl := time.Duration(envInt("FAILOVER_TTL", 15)) * time.Second
 	rep, err := chaos.RunCrash(ctx, chaos.CrashConfig{
 		Env: env, Sessions: 12, PerSession: 1, Procs: 4, TTL: ttl, MaxRounds: 100000,
 		Restart: inject, Restarts: faults,
@@ -251,8 +251,8 @@ func TestGaleraNodeFaults(t *testing.T) {
 	for msg, n := range rep.Others {
 		t.Logf("failover galera: %d× %s", n, msg)
 	}
-	t.Logf("failover summary: galera faults=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | losses: false=%d on-a-faulted-node=%d trust-deadline=%d | lost: tool-calls=%d replies=%d | still-held=%d stuck=%d",
-		len(done), rep.Requests, rep.Answered, rep.Verified, rep.Stale, rep.DBDuplicates, rep.ExtDuplicates, rep.Unanswered,
+	t.Logf("failover summary: galera ttl=%s faults=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | losses: false=%d on-a-faulted-node=%d trust-deadline=%d | lost: tool-calls=%d replies=%d | still-held=%d stuck=%d",
+		ttl, len(done), rep.Requests, rep.Answered, rep.Verified, rep.Stale, rep.DBDuplicates, rep.ExtDuplicates, rep.Unanswered,
 		falseLoss, faultedLoss, deadlineLoss, rep.LostPosts, rep.Reruns, rep.StillHeld, rep.StuckTools)
 	for _, e := range rep.Errors {
 		t.Error(e)
