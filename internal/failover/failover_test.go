@@ -107,7 +107,14 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 	}
 	_ = os.Chmod(dir, 0o755)
 	t0 := time.Now()
-	c, err := NewPGCluster(ctx, bin, dir, synchronous)
+	// FAILOVER_REPL_LATENCY_MS (default 10; 0 for none) delays the
+	// replication stream, as a standby in another zone.
+	ms := 10
+	if v, err := strconv.Atoi(os.Getenv("FAILOVER_REPL_LATENCY_MS")); err == nil && v >= 0 {
+		ms = v
+	}
+	latency := time.Duration(ms) * time.Millisecond
+	c, err := NewPGCluster(ctx, bin, dir, synchronous, latency)
 	if c != nil {
 		defer c.Stop()
 	}
@@ -121,7 +128,7 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("failover %s: primary and two standbys up in %s", mode, time.Since(t0).Round(time.Millisecond))
+	t.Logf("failover %s: primary and two standbys up in %s (replication stream delayed %s)", mode, time.Since(t0).Round(time.Millisecond), latency)
 	db, err := sqlx.Open("pgx", c.DSN())
 	if err != nil {
 		t.Fatal(err)

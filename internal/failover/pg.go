@@ -16,6 +16,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+
+	"github.com/rowlease/rowlease/internal/faults"
 )
 
 // PGCluster is a throwaway PostgreSQL primary with two streaming standbys
@@ -30,6 +32,11 @@ type PGCluster struct {
 	Sync    bool
 	Ports   [3]int
 	Primary int
+	// Latency, when set, delays the replication stream: each standby
+	// reaches its primary through a proxy (package faults) that holds
+	// every chunk that long, as a standby in another zone or region.
+	Latency time.Duration
+	proxies [3]*faults.Proxy
 	runAs   []string
 }
 
@@ -76,8 +83,8 @@ func freePort() (int, error) {
 // NewPGCluster initialises node 0 as the primary, with the rowlease role
 // and database, and clones nodes 1 and 2 from it as standbys. Run as root,
 // the servers run as the postgres user.
-func NewPGCluster(ctx context.Context, bin, dir string, sync bool) (*PGCluster, error) {
-	c := &PGCluster{Bin: bin, Dir: dir, Sync: sync}
+func NewPGCluster(ctx context.Context, bin, dir string, sync bool, latency time.Duration) (*PGCluster, error) {
+	c := &PGCluster{Bin: bin, Dir: dir, Sync: sync, Latency: latency}
 	if os.Geteuid() == 0 {
 		if _, err := user.Lookup("postgres"); err != nil {
 			return nil, errors.New("failover: running as root needs a postgres user")
@@ -93,6 +100,14 @@ func NewPGCluster(ctx context.Context, bin, dir string, sync bool) (*PGCluster, 
 			return nil, err
 		}
 		c.Ports[i] = p
+		if latency > 0 {
+			px, err := faults.Listen("127.0.0.1:" + strconv.Itoa(p))
+			if err != nil {
+				return c, err
+			}
+			px.SetLatency(latency, 0)
+			c.proxies[i] = px
+		}
 	}
 	if err := c.run(ctx, "initdb", "-D", c.data(0), "-U", "postgres", "--auth-local=trust", "--auth-host=trust",
 		"--no-sync", "-E", "UTF8", "--locale=C.UTF-8"); err != nil {
@@ -184,7 +199,12 @@ func (c *PGCluster) chown(path string) {
 }
 
 func (c *PGCluster) conninfo(primary, i int) string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=n%d", c.Ports[primary], i)
+	addr := "127.0.0.1:" + strconv.Itoa(c.Ports[primary])
+	if px := c.proxies[primary]; px != nil {
+		addr = px.Addr()
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	return fmt.Sprintf("host=%s port=%s user=postgres application_name=n%d", host, port, i)
 }
 
 // pointAt writes node i's primary_conninfo (in postgresql.auto.conf, the
@@ -365,8 +385,15 @@ func (c *PGCluster) probeCommit(ctx context.Context) error {
 	}
 }
 
-// Stop stops every node (immediate shutdown).
+// Stop stops every node (immediate shutdown) and the proxies.
 func (c *PGCluster) Stop() {
+	defer func() {
+		for _, px := range c.proxies {
+			if px != nil {
+				px.Close()
+			}
+		}
+	}()
 	for i := range 3 {
 		if _, err := os.Stat(filepath.Join(c.data(i), "postmaster.pid")); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
