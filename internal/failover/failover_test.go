@@ -186,10 +186,14 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 	// From each kill to the first answer after the promotion (an answer
 	// that arrives before it was given before the kill).
 	var promote, writable, library, first, rebuild []time.Duration
+	recloned := 0
 	for _, k := range done {
 		promote = append(promote, k.f.Promote)
 		writable = append(writable, k.f.Writable)
 		rebuild = append(rebuild, k.f.Rebuild)
+		if k.f.Recloned {
+			recloned++
+		}
 		pa := k.at.Add(k.f.Promote)
 		i := sort.Search(len(rep.AnswerTimes), func(i int) bool { return rep.AnswerTimes[i].After(pa) })
 		if i == len(rep.AnswerTimes) {
@@ -199,17 +203,18 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 		first = append(first, d)
 		library = append(library, max(0, d-k.f.Writable))
 	}
-	takenover := len(rep.Losses)
+	lostGone := gone(rep.Losses)
+	lostDeadline := len(rep.Losses) - lostGone
 	t.Logf("failover %s: %d kills landed at %v", mode, len(done), rep.RestartLanded)
-	t.Logf("failover %s: kill → promoted %s; kill → a commit answered on the new primary (harness) %s; then → first answered message (library) %s; kill → first answered message %s; re-cloning the killed node %s",
-		mode, stats(promote), stats(writable), stats(library), stats(first), stats(rebuild))
+	t.Logf("failover %s: kill → promoted %s; kill → a commit answered on the new primary (harness) %s; then → first answered message (library) %s; kill → first answered message %s; re-cloning the killed node %s; the other standby could not follow and was cloned again %d times",
+		mode, stats(promote), stats(writable), stats(library), stats(first), stats(rebuild), recloned)
 	t.Logf("failover %s: errors answered instead of a reply (resent): %v", mode, rep.Refusals)
 	for msg, n := range rep.Others {
 		t.Logf("failover %s: %d× %s", mode, n, msg)
 	}
-	t.Logf("failover summary: postgres-%s ttl=%s kills=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | lost: grants(takenover)=%d tool-calls=%d replies=%d intents(acted again under a new key)=%d | still-held=%d stuck=%d",
+	t.Logf("failover summary: postgres-%s ttl=%s kills=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | lost: grants(token gone)=%d tool-calls=%d replies=%d intents(acted again under a new key)=%d | runs aborted at their trust deadline=%d | still-held=%d stuck=%d",
 		mode, ttl, len(done), rep.Requests, rep.Answered, rep.Verified, rep.Stale, rep.DBDuplicates, rep.ExtDuplicates, rep.Unanswered,
-		takenover, rep.LostPosts, rep.Reruns, rep.ExtDuplicates, rep.StillHeld, rep.StuckTools)
+		lostGone, rep.LostPosts, rep.Reruns, rep.ExtDuplicates, lostDeadline, rep.StillHeld, rep.StuckTools)
 	if rep.Unanswered > 0 || rep.Stale > 0 {
 		for _, e := range rep.Errors {
 			t.Error(e)

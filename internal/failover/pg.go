@@ -229,6 +229,36 @@ func (c *PGCluster) pointAt(i, primary int) error {
 	return nil
 }
 
+// waitStreaming is WaitStreaming for at most d.
+func (c *PGCluster) waitStreaming(ctx context.Context, n int, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return c.WaitStreaming(ctx, n)
+}
+
+// waitNoReceiver waits until standby i's WAL receiver no longer streams.
+func (c *PGCluster) waitNoReceiver(ctx context.Context, i int) error {
+	db, err := sql.Open("pgx", c.NodeDSN(i))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&n)
+		if err == nil && n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("failover: standby %d still streaming (%v)", i, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // WaitStreaming waits until the primary sees n standbys streaming.
 func (c *PGCluster) WaitStreaming(ctx context.Context, n int) error {
 	db, err := sql.Open("pgx", c.NodeDSN(c.Primary))
@@ -307,13 +337,17 @@ type Failover struct {
 	Promote  time.Duration // from the kill to pg_ctl promote returning (the new primary takes writes)
 	Writable time.Duration // from the kill to a commit answered on the new primary (in sync mode: a standby streams to it again)
 	Rebuild  time.Duration // re-cloning the killed node, after Writable
+	// Recloned: the other standby could not follow the promoted one
+	// (it had WAL the promoted one lacked) and was cloned again.
+	Recloned bool
 }
 
 // Promote runs after KillPrimary: it promotes the standby that received
 // the most WAL (so that in sync mode it has every acknowledged commit, and
 // the other standby can follow it), re-points the other standby at it
-// (primary_conninfo, reload: PostgreSQL 13+ restarts its WAL receiver,
-// which follows the new timeline, recovery_target_timeline being latest),
+// (primary_conninfo and a restart; it follows the new timeline,
+// recovery_target_timeline being latest; one that cannot — it has WAL
+// the promoted one lacks — is cloned again, and Recloned says so),
 // waits until a commit is answered on it, then re-clones the killed node
 // as a standby of the new primary. start is the instant of the kill.
 func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, error) {
@@ -323,6 +357,14 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 	for i := range 3 {
 		if i != dead {
 			s = append(s, i)
+		}
+	}
+	// WAL still in flight to a standby (in the kernel, in a delaying
+	// proxy) may land after a first look: wait until neither standby
+	// streams any more, then compare.
+	for _, i := range s {
+		if err := c.waitNoReceiver(ctx, i); err != nil {
+			return f, err
 		}
 	}
 	l0, err0 := c.receiveLSN(ctx, s[0])
@@ -343,18 +385,36 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 	if err := c.pointAt(other, next); err != nil {
 		return f, err
 	}
-	if err := c.run(ctx, "pg_ctl", "-D", c.data(other), "reload"); err != nil {
+	if err := c.run(ctx, "pg_ctl", "-D", c.data(other), "-m", "fast", "-w", "-t", "60", "restart",
+		"-o", fmt.Sprintf("-p %d", c.Ports[other])); err != nil {
 		return f, err
+	}
+	if c.Sync {
+		// Commits wait for a synchronous standby: the other one.
+		if err := c.waitStreaming(ctx, 1, 30*time.Second); err != nil {
+			f.Recloned = true
+			if err := c.Clone(ctx, other); err != nil {
+				return f, err
+			}
+		}
 	}
 	if err := c.probeCommit(ctx); err != nil {
 		return f, err
 	}
 	f.Writable = time.Since(start)
+	if !c.Sync {
+		if err := c.waitStreaming(ctx, 1, 30*time.Second); err != nil {
+			f.Recloned = true
+			if err := c.Clone(ctx, other); err != nil {
+				return f, err
+			}
+		}
+	}
 	t := time.Now()
 	if err := c.Clone(ctx, dead); err != nil {
 		return f, err
 	}
-	if err := c.WaitStreaming(ctx, 2); err != nil {
+	if err := c.waitStreaming(ctx, 2, time.Minute); err != nil {
 		return f, err
 	}
 	f.Rebuild = time.Since(t)
