@@ -385,7 +385,7 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 	if err := c.pointAt(other, next); err != nil {
 		return f, err
 	}
-	if err := c.run(ctx, "pg_ctl", "-D", c.data(other), "-m", "fast", "-w", "-t", "60", "restart",
+	if err := c.run(ctx, "pg_ctl", "-D", c.data(other), "-l", c.data(other)+".log", "-m", "fast", "-w", "-t", "60", "restart",
 		"-o", fmt.Sprintf("-p %d", c.Ports[other])); err != nil {
 		return f, err
 	}
