@@ -317,6 +317,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	// The workers in flight, for where a restart lands.
 	var liveMu sync.Mutex
 	var live []*proc
+	var restartErr error // a restart that failed ends the run
 	restart := cfg.Restart
 	if restart != nil {
 		restart = func() error {
@@ -347,7 +348,13 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 			}
 			rep.RestartTimes = append(rep.RestartTimes, time.Now())
 			liveMu.Unlock()
-			return cfg.Restart()
+			err := cfg.Restart()
+			if err != nil {
+				liveMu.Lock()
+				restartErr = err
+				liveMu.Unlock()
+			}
+			return err
 		}
 	}
 	stopRestarts := restarts(ctx, restart, cfg.RestartEvery, cfg.RestartDelay)
@@ -355,9 +362,9 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	for round := 0; ctx.Err() == nil; round++ {
 		if len(pending) == 0 {
 			liveMu.Lock()
-			restarted := len(rep.RestartTimes)
+			restarted, failed := len(rep.RestartTimes), restartErr != nil
 			liveMu.Unlock()
-			if rep.TotalKills() >= cfg.Kills && restarted >= cfg.Restarts || round >= cfg.MaxRounds {
+			if rep.TotalKills() >= cfg.Kills && restarted >= cfg.Restarts || failed || round >= cfg.MaxRounds {
 				break
 			}
 			addRequests(cfg.Sessions * cfg.PerSession)

@@ -175,6 +175,9 @@ func (c *PGCluster) start(ctx context.Context, i int) error {
 // Clone (re)makes node i a standby of the current primary: a fresh
 // pg_basebackup (its old data, if any, is removed), then started.
 func (c *PGCluster) Clone(ctx context.Context, i int) error {
+	if _, err := os.Stat(filepath.Join(c.data(i), "postmaster.pid")); err == nil {
+		_ = c.run(ctx, "pg_ctl", "-D", c.data(i), "-m", "immediate", "-w", "stop")
+	}
 	if err := os.RemoveAll(c.data(i)); err != nil {
 		return err
 	}
