@@ -181,6 +181,9 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 		t.Fatal(err)
 	}
 	if len(done) < kills {
+		for _, e := range rep.Errors {
+			t.Error(e)
+		}
 		t.Fatalf("%d failovers, want %d", len(done), kills)
 	}
 	// From each kill to the first answer after the promotion (an answer

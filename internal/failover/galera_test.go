@@ -204,6 +204,9 @@ func TestGaleraNodeFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(done) < faults {
+		for _, e := range rep.Errors {
+			t.Error(e)
+		}
 		t.Fatalf("%d faults, want %d", len(done), faults)
 	}
 	// A loss is false when the worker's node was not faulted while it ran.
