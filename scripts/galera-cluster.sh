@@ -118,7 +118,9 @@ galera_start() {
         chown mysql: "$GALERA_DIR"
     fi
     # Ports: SQL, group communication, IST, SST for each node.
-    local p=34306 g=45567 i k
+    # Below the kernel's ephemeral range (32768-60999): a port an outgoing
+    # connection holds there is "free" to connect to but cannot be bound.
+    local p=24306 g=25567 i k
     GALERA_SQL=(); GALERA_GC=(); GALERA_IST=(); GALERA_SST=()
     for i in 1 2 3; do
         p=$(galera_free_port "$p"); GALERA_SQL+=("$p"); p=$((p + 1))
