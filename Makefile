@@ -11,7 +11,7 @@ export PATH := $(PATH):/usr/local/go/bin
 # the workspace a nested module's newer requirement would win).
 NESTED = $(shell go list -m -f '{{if ne .Dir "$(CURDIR)"}}{{.Dir}}/...{{end}}')
 
-.PHONY: test test-galera test-sqlite bench bench-report servers screenshot chaos fmt vet lint
+.PHONY: test test-galera test-failover test-sqlite bench bench-report servers screenshot chaos fmt vet lint
 
 test:
 	bash scripts/test.sh
@@ -22,6 +22,17 @@ test:
 # fenced writes against takeovers on other nodes. About a minute.
 test-galera:
 	bash scripts/galera.sh
+
+# When the database itself fails over (scripts/failover.sh,
+# internal/failover): a PostgreSQL primary killed with SIGKILL at random
+# instants of the request flow and a standby promoted, in synchronous and
+# asynchronous replication; Galera nodes killed and cut off while clients
+# use them. Starts and stops its own servers. FAILOVER_KILLS kills per
+# PostgreSQL mode and Galera faults (5 here, a few minutes; the long run is
+# FAILOVER_KILLS=30); FAILOVER_SEED replays a run.
+FAILOVER_KILLS ?= 5
+test-failover:
+	FAILOVER_KILLS=$(FAILOVER_KILLS) bash scripts/failover.sh
 
 # Unit + SQLite tests only: MySQL/Postgres tests skip without their DSNs.
 test-sqlite:

@@ -81,7 +81,8 @@
 // # A database that cannot be reached
 //
 // IsUnavailable recognises network errors, broken connections, servers
-// that are shutting down or have too many connections, and SQLite files
+// that are shutting down or have too many connections, Galera nodes cut
+// off from the primary component (MySQL error 1047), and SQLite files
 // that cannot be opened or are locked (the list is in its documentation);
 // PostgreSQL and SQLite errors through their methods, so this package
 // links no driver but go-sql-driver/mysql (which lease already links).

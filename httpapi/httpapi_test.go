@@ -125,6 +125,8 @@ func TestIsUnavailable(t *testing.T) {
 		{"mysql too many connections", &mysql.MySQLError{Number: 1040}, true},
 		{"mysql shutdown", &mysql.MySQLError{Number: 1053}, true},
 		{"mysql killed", &mysql.MySQLError{Number: 1927}, true},
+		{"galera non-primary node", &mysql.MySQLError{Number: 1047, SQLState: [5]byte{'0', '8', 'S', '0', '1'}, Message: "WSREP has not yet prepared node for application use"}, true},
+		{"galera non-primary node, wrapped", wrap(errors.New("request: session"), &mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"}), true},
 		{"mysql duplicate", &mysql.MySQLError{Number: 1062}, false},
 		{"mysql deadlock", &mysql.MySQLError{Number: 1213}, false},
 		{"postgres connection failure", sqlState("08006"), true},
@@ -152,6 +154,12 @@ func TestIsUnavailable(t *testing.T) {
 		})
 	}
 	assert.Nil(t, httpapi.Unavailable(nil))
+	// A Galera node cut off from the primary component refuses every
+	// statement with 1047: the client is told to resend (503), not that
+	// its lease is lost or that the server failed (500).
+	nonPrimary := fmt.Errorf("request: %w", &mysql.MySQLError{Number: 1047, Message: "WSREP has not yet prepared node for application use"})
+	assert.Equal(t, http.StatusServiceUnavailable, httpapi.ProblemFor(nonPrimary).Status)
+	assert.NotZero(t, httpapi.ProblemFor(nonPrimary).RetryAfter)
 	assert.ErrorIs(t, httpapi.Unavailable(driver.ErrBadConn), driver.ErrBadConn, "the mark keeps the error")
 }
 

@@ -76,8 +76,12 @@ func Ping(ctx context.Context, db Pinger, timeout time.Duration) error {
 //     *net.DNSError, or one of the errnos ECONNREFUSED, ECONNRESET,
 //     ECONNABORTED, EPIPE, ETIMEDOUT, EHOSTUNREACH, ENETUNREACH,
 //     EHOSTDOWN, ENETDOWN;
-//   - MySQL/MariaDB errors 1040 (too many connections), 1053 (server
-//     shutdown in progress), 1927 (connection killed);
+//   - MySQL/MariaDB errors 1040 (too many connections), 1047
+//     (ER_UNKNOWN_COM_ERROR: what a Galera node outside the primary
+//     component — cut off from the others, or still joining — answers to
+//     every statement, "WSREP has not yet prepared node for application
+//     use"; nothing of the statement ran), 1053 (server shutdown in
+//     progress), 1927 (connection killed);
 //   - PostgreSQL SQLSTATE class 08 (connection exception), 53300 (too many
 //     connections), 57P01, 57P02 (the server is shutting down or crashed),
 //     57P03 (it cannot accept connections yet);
@@ -156,7 +160,7 @@ func unavailableNode(err error) bool {
 		}
 		return false
 	case *mysql.MySQLError:
-		return e.Number == 1040 || e.Number == 1053 || e.Number == 1927
+		return e.Number == 1040 || e.Number == 1047 || e.Number == 1053 || e.Number == 1927
 	case interface{ SQLState() string }:
 		s := e.SQLState()
 		return strings.HasPrefix(s, "08") || s == "53300" || s == "57P01" || s == "57P02" || s == "57P03"

@@ -1047,3 +1047,43 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLMockGaleraNonPrimaryNotLost: a Galera node cut off from the
+// primary component answers every statement with error 1047 before running
+// it. A renewal refused that way says nothing about the lease: it is
+// returned as it is, never as ErrLost (the holder keeps trying until its
+// trust deadline, and a renewal that reaches a node of the primary
+// component succeeds), and it is not one of the errors this package sends
+// again by itself.
+func TestSQLMockGaleraNonPrimaryNotLost(t *testing.T) {
+	nonPrimary := &mysql.MySQLError{Number: 1047, SQLState: [5]byte{'0', '8', 'S', '0', '1'}, Message: "WSREP has not yet prepared node for application use"}
+	assert.False(t, lease.IsRetryable(nonPrimary))
+	assert.False(t, lease.IsTransient(nonPrimary))
+	for _, mp := range []bool{false, true} {
+		t.Run(fmt.Sprintf("multi-primary=%v", mp), func(t *testing.T) {
+			db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherRegexp))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			l, err := lease.New[string](lease.MySQL, mockTable, lease.Options{Prepare: lease.PrepareNever, MultiPrimary: mp})
+			require.NoError(t, err)
+			g := mockGrant(t)
+			mock.ExpectExec("UPDATE").WillReturnError(nonPrimary)
+			g2, err := l.Renew(context.Background(), db, g, 5*time.Second)
+			require.ErrorIs(t, err, nonPrimary)
+			assert.NotErrorIs(t, err, lease.ErrLost)
+			assert.Equal(t, g, g2, "the grant comes back unchanged")
+
+			// A batch: the node refuses its first statement, whichever
+			// that is.
+			gs := mockGrants(t, "a", "b")
+			mock.MatchExpectationsInOrder(false)
+			mock.ExpectBegin().WillReturnError(nonPrimary)
+			mock.ExpectExec("UPDATE").WillReturnError(nonPrimary)
+			_, errs := l.RenewMany(context.Background(), db, gs, 5*time.Second)
+			for i, err := range errs {
+				require.ErrorIs(t, err, nonPrimary, "grant %d", i)
+				assert.NotErrorIs(t, err, lease.ErrLost, "grant %d", i)
+			}
+		})
+	}
+}

@@ -101,7 +101,28 @@ type CrashConfig struct {
 	// while workers run (kill -9 and start on the same data).
 	Restart      func() error
 	RestartEvery time.Duration
-	Log          func(format string, args ...any)
+	// Restarts, when set, keeps the run going (with new requests) until
+	// that many restarts were made, and makes no more.
+	Restarts int
+	// RestartDelay, when set, draws each wait before a restart instead
+	// of RestartEvery (a seeded source, so that a run can be replayed).
+	RestartDelay func() time.Duration
+	// Dwell, when set, makes each worker stay up to that long (at
+	// random) at every stage it announces — in the tool's open
+	// transaction, after the external act, and so on — so that a fault
+	// at a random instant lands in every part of the flow, and leases
+	// are renewed meanwhile.
+	Dwell time.Duration
+	// InFlow, when set, makes each restart wait (up to 6 TTLs) until a
+	// worker is inside a request's flow — it announced a stage other
+	// than "handled" last — and then up to Dwell more, at random: else
+	// most restarts land while workers wait on each other's locks.
+	InFlow bool
+	// Verify, when set, resends every answered request once more after
+	// the run, with no fault: each must be answered with its stored
+	// reply (Replayed); one that runs again had its reply lost.
+	Verify bool
+	Log    func(format string, args ...any)
 }
 
 // CrashReport sums up RunCrash.
@@ -114,13 +135,48 @@ type CrashReport struct {
 	StillHeld          int            // lease rows still held a TTL after the last worker ended
 	StuckTools         int            // tool executions left processing or started
 	Restarts           int            // database server restarts
+	// RestartLanded counts, over the restarts, the stage each worker
+	// in flight had announced last ("no request in flight" when none).
+	RestartLanded map[string]int
+	// RestartTimes are the instants the restarts began.
+	RestartTimes []time.Time
+	// AnswerTimes are the instants answers arrived, in order.
+	AnswerTimes []time.Time
+	// DBDuplicates and ExtDuplicates split Duplicates: calls whose row
+	// committed more than once, calls performed under more than one
+	// effect key.
+	DBDuplicates, ExtDuplicates int
+	// Stale counts effect rows whose tool execution is not recorded as
+	// a success: a fenced write that committed without its execution.
+	Stale int
+	// LostPosts counts post calls a worker saw commit (it printed the
+	// effect's id) whose row is not in the database at the end.
+	LostPosts int
+	// Reruns counts requests answered that ran again on the
+	// verification resend (their stored reply was lost); Verified those
+	// answered with their stored reply.
+	Reruns, Verified int
 	// Refusals counts the errors workers answered instead of a reply, by
 	// class (busy, inflight, takenover, unknown-outcome, agent-failed,
 	// other): each is resent.
 	Refusals map[string]int
-	// Others counts the "other" errors by their first words, for the log.
+	// Losses are the requests workers answered with a lost lease
+	// (class takenover), with the worker's node and lifetime.
+	Losses []Loss
+	// Others counts the "other" and "takenover" errors by their class
+	// and first words, for the log.
 	Others map[string]int
 	Errors []string
+}
+
+// Loss is a request a worker answered with a lost lease.
+type Loss struct {
+	Node       int // the worker's index in Env.WorkerDSNs, or -1
+	Start, End time.Time
+	// Gone: a renewal or a fenced write found the token gone (rather
+	// than the trust deadline passing with no renewal).
+	Gone bool
+	Msg  string
 }
 
 // TotalKills is the number of processes killed.
@@ -137,11 +193,14 @@ func (r CrashReport) TotalKills() int {
 var killStages = []string{StageAgent, StageToolTx, StageToolDone, StageActed, StageAgentDone, StageHandled, "random", "random"}
 
 type proc struct {
-	cmd   *exec.Cmd
-	jobs  []string
-	lines []string
-	done  chan struct{}
-	mu    sync.Mutex
+	cmd     *exec.Cmd
+	jobs    []string
+	lines   []string
+	answers []time.Time // when each "answer" line arrived
+	node    int         // index in Env.WorkerDSNs, or -1
+	start   time.Time
+	done    chan struct{}
+	mu      sync.Mutex
 }
 
 func (p *proc) last(prefix string) string {
@@ -162,15 +221,26 @@ func (p *proc) snapshot() []string {
 }
 
 // startWorker runs the test binary again as a worker with jobs and plans.
-func startWorker(e *Env, recv *Receiver, ttl time.Duration, jobs []string, kill, pause plan) (*proc, error) {
+func startWorker(e *Env, recv *Receiver, ttl time.Duration, jobs []string, kill, pause plan, dwell ...time.Duration) (*proc, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), WorkerEnv+"=1", envDriver+"="+e.Direct.DriverName(), envDSN+"="+e.DirectDSN,
+	dsn, node := e.DirectDSN, -1
+	if len(e.WorkerDSNs) > 0 {
+		node = int(e.nextWorker.Add(1)-1) % len(e.WorkerDSNs)
+		dsn = e.WorkerDSNs[node]
+	}
+	cmd.Env = append(os.Environ(), WorkerEnv+"=1", envDriver+"="+e.Direct.DriverName(), envDSN+"="+dsn,
 		envRecv+"="+recv.URL(), envJobs+"="+strings.Join(jobs, ","), envKill+"="+kill.String(),
 		envPause+"="+pause.String(), envTTL+"="+strconv.Itoa(int(ttl.Milliseconds())))
+	if e.MultiPrimary {
+		cmd.Env = append(cmd.Env, envMulti+"=1")
+	}
+	if len(dwell) > 0 && dwell[0] > 0 {
+		cmd.Env = append(cmd.Env, envDwell+"="+strconv.Itoa(int(dwell[0].Milliseconds())))
+	}
 	cmd.Stderr = os.Stderr
 	// Each worker in its own process group: when a worker exits, the
 	// kernel sends SIGCONT to every stopped member of an orphaned process
@@ -180,7 +250,7 @@ func startWorker(e *Env, recv *Receiver, ttl time.Duration, jobs []string, kill,
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: cmd, jobs: jobs, done: make(chan struct{})}
+	p := &proc{cmd: cmd, jobs: jobs, done: make(chan struct{}), node: node, start: time.Now()}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -190,6 +260,9 @@ func startWorker(e *Env, recv *Receiver, ttl time.Duration, jobs []string, kill,
 		for sc.Scan() {
 			p.mu.Lock()
 			p.lines = append(p.lines, sc.Text())
+			if strings.HasPrefix(sc.Text(), "answer ") {
+				p.answers = append(p.answers, time.Now())
+			}
 			p.mu.Unlock()
 		}
 		_ = cmd.Wait()
@@ -227,7 +300,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	e := cfg.Env
 	recv := NewReceiver()
 	defer recv.Close()
-	rep := CrashReport{Kills: map[string]int{}, Refusals: map[string]int{}, Others: map[string]int{}}
+	rep := CrashReport{Kills: map[string]int{}, Refusals: map[string]int{}, Others: map[string]int{}, RestartLanded: map[string]int{}}
 	var pending []string
 	next := 0
 	addRequests := func(n int) {
@@ -240,11 +313,58 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	}
 	addRequests(cfg.Sessions * cfg.PerSession)
 	answered := map[string]string{}
-	stopRestarts := restarts(ctx, cfg.Restart, cfg.RestartEvery)
+	posted := map[string]bool{} // effect ids workers saw committed
+	// The workers in flight, for where a restart lands.
+	var liveMu sync.Mutex
+	var live []*proc
+	var restartErr error // a restart that failed ends the run
+	restart := cfg.Restart
+	if restart != nil {
+		restart = func() error {
+			if cfg.InFlow {
+				inFlow(ctx, &liveMu, &live, cfg.Dwell, max(5*time.Second, 6*cfg.TTL))
+			}
+			liveMu.Lock()
+			if cfg.Restarts > 0 && len(rep.RestartTimes) >= cfg.Restarts {
+				liveMu.Unlock()
+				return nil
+			}
+			inFlight := 0
+			for _, p := range live {
+				select {
+				case <-p.done:
+					continue
+				default:
+				}
+				inFlight++
+				where := "before any stage"
+				if l := p.last("stage "); l != "" {
+					where = "after " + strings.Fields(l)[1]
+				}
+				rep.RestartLanded[where]++
+			}
+			if inFlight == 0 {
+				rep.RestartLanded["no request in flight"]++
+			}
+			rep.RestartTimes = append(rep.RestartTimes, time.Now())
+			liveMu.Unlock()
+			err := cfg.Restart()
+			if err != nil {
+				liveMu.Lock()
+				restartErr = err
+				liveMu.Unlock()
+			}
+			return err
+		}
+	}
+	stopRestarts := restarts(ctx, restart, cfg.RestartEvery, cfg.RestartDelay)
 	others := 0
 	for round := 0; ctx.Err() == nil; round++ {
 		if len(pending) == 0 {
-			if rep.TotalKills() >= cfg.Kills || round >= cfg.MaxRounds {
+			liveMu.Lock()
+			restarted, failed := len(rep.RestartTimes), restartErr != nil
+			liveMu.Unlock()
+			if rep.TotalKills() >= cfg.Kills && restarted >= cfg.Restarts || failed || round >= cfg.MaxRounds {
 				break
 			}
 			addRequests(cfg.Sessions * cfg.PerSession)
@@ -266,7 +386,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 						kill.delay = time.Duration(1+rand.IntN(3000)) * time.Microsecond
 					}
 				}
-				p, err := startWorker(e, recv, cfg.TTL, jobs, kill, plan{})
+				p, err := startWorker(e, recv, cfg.TTL, jobs, kill, plan{}, cfg.Dwell)
 				if err != nil {
 					return rep, err
 				}
@@ -284,16 +404,24 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 				}
 				continue
 			}
-			p, err := startWorker(e, recv, cfg.TTL, jobs, plan{}, plan{})
+			p, err := startWorker(e, recv, cfg.TTL, jobs, plan{}, plan{}, cfg.Dwell)
 			if err != nil {
 				return rep, err
 			}
 			rep.Processes++
 			procs = append(procs, p)
 		}
+		liveMu.Lock()
+		live = procs
+		liveMu.Unlock()
 		killers.Wait()
 		for _, p := range procs {
 			<-p.done
+			p.mu.Lock()
+			liveMu.Lock()
+			rep.AnswerTimes = append(rep.AnswerTimes, p.answers...)
+			liveMu.Unlock()
+			p.mu.Unlock()
 			ws, _ := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
 			lines := p.snapshot()
 			if ws.Signaled() && ws.Signal() == syscall.SIGKILL {
@@ -314,13 +442,21 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 				f := strings.Fields(l)
 				if len(f) >= 3 && f[0] == "error" {
 					rep.Refusals[f[2]]++
-					if f[2] == "other" {
+					if f[2] == "takenover" {
 						msg := strings.Join(f[3:], " ")
-						if len(msg) > 70 {
-							msg = msg[:70]
-						}
-						rep.Others[msg]++
+						rep.Losses = append(rep.Losses, Loss{Node: p.node, Start: p.start, End: time.Now(),
+							Gone: !strings.Contains(msg, "deadline"), Msg: msg})
 					}
+					if f[2] == "other" || f[2] == "takenover" {
+						msg := strings.Join(f[3:], " ")
+						if len(msg) > 110 {
+							msg = msg[:110]
+						}
+						rep.Others[f[2]+": "+msg]++
+					}
+				}
+				if len(f) == 3 && f[0] == "posted" {
+					posted[f[2]] = true
 				}
 				if len(f) >= 4 && f[0] == "answer" {
 					reply := strings.Join(f[3:], " ")
@@ -357,15 +493,137 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	if err := ctx.Err(); err != nil {
 		return rep, err
 	}
+	sort.Slice(rep.AnswerTimes, func(i, j int) bool { return rep.AnswerTimes[i].Before(rep.AnswerTimes[j]) })
 	rep.Answered = len(answered)
 	rep.Unanswered = rep.Requests - rep.Answered
+	if cfg.Verify {
+		if err := verify(ctx, e, recv, cfg, answered, &rep); err != nil {
+			return rep, err
+		}
+	}
+	if err := checkPosted(ctx, e, posted, &rep); err != nil {
+		return rep, err
+	}
 	return rep, checkInvariants(ctx, e, recv, cfg.TTL, &rep)
+}
+
+// verify resends every answered request once, a few per worker, and
+// counts those answered with their stored reply and those that ran again.
+func verify(ctx context.Context, e *Env, recv *Receiver, cfg CrashConfig, answered map[string]string, rep *CrashReport) error {
+	var jobs []string
+	for crid := range answered {
+		// Requests are "s<k>/m<n>" with k = n mod Sessions.
+		var n int
+		if _, err := fmt.Sscanf(crid, "m%d", &n); err != nil {
+			return fmt.Errorf("chaos: request id %q", crid)
+		}
+		jobs = append(jobs, fmt.Sprintf("s%d/%s", n%cfg.Sessions, crid))
+	}
+	sort.Strings(jobs)
+	for len(jobs) > 0 {
+		var procs []*proc
+		for range cfg.Procs {
+			if len(jobs) == 0 {
+				break
+			}
+			k := min(8, len(jobs))
+			p, err := startWorker(e, recv, cfg.TTL, jobs[:k], plan{}, plan{})
+			if err != nil {
+				return err
+			}
+			jobs = jobs[k:]
+			procs = append(procs, p)
+		}
+		for _, p := range procs {
+			<-p.done
+			for _, l := range p.snapshot() {
+				f := strings.Fields(l)
+				switch {
+				case len(f) >= 4 && f[0] == "answer":
+					reply := strings.Join(f[3:], " ")
+					if reply != "ok "+f[1] {
+						rep.Errors = append(rep.Errors, fmt.Sprintf("request %s answered %q on the verification resend", f[1], reply))
+					}
+					if f[2] == "true" {
+						rep.Verified++
+					} else {
+						rep.Reruns++
+					}
+				case len(f) >= 3 && f[0] == "error":
+					rep.Errors = append(rep.Errors, fmt.Sprintf("verification resend: %s", l))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkPosted counts the effect rows workers saw committed that are gone,
+// and the effect rows whose tool execution is not a recorded success.
+func checkPosted(ctx context.Context, e *Env, posted map[string]bool, rep *CrashReport) error {
+	rows, err := e.Direct.QueryContext(ctx, "SELECT f.id, COALESCE(x.status, '') FROM "+EffectsTable+" f LEFT JOIN "+
+		schema.ToolExecutionTable+" x ON x.id = f.exec_id")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var id, status string
+		if err := rows.Scan(&id, &status); err != nil {
+			return err
+		}
+		have[id] = true
+		if status != schema.StoredSucceeded {
+			rep.Stale++
+			rep.Errors = append(rep.Errors, fmt.Sprintf("effect %s committed; its tool execution is %q", id, status))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for id := range posted {
+		if !have[id] {
+			rep.LostPosts++
+		}
+	}
+	return nil
+}
+
+// inFlow waits until a live worker's last line is a stage of the flow
+// (not "handled"), at most limit, then up to dwell more.
+func inFlow(ctx context.Context, mu *sync.Mutex, live *[]*proc, dwell, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		found := false
+		for _, p := range *live {
+			select {
+			case <-p.done:
+				continue
+			default:
+			}
+			if l := p.last(""); strings.HasPrefix(l, "stage ") && !strings.HasPrefix(l, "stage "+StageHandled) {
+				found = true
+			}
+		}
+		mu.Unlock()
+		if found {
+			break
+		}
+		if !sleepCtx(ctx, 5*time.Millisecond) {
+			return
+		}
+	}
+	if dwell > 0 {
+		sleepCtx(ctx, rand.N(dwell))
+	}
 }
 
 // restarts restarts the server every every until the returned stop is
 // called; stop returns how many restarts were made, and the first error.
-func restarts(ctx context.Context, restart func() error, every time.Duration) (stop func() (int, error)) {
-	if restart == nil || every <= 0 {
+func restarts(ctx context.Context, restart func() error, every time.Duration, delay func() time.Duration) (stop func() (int, error)) {
+	if restart == nil || (every <= 0 && delay == nil) {
 		return func() (int, error) { return 0, nil }
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -373,7 +631,13 @@ func restarts(ctx context.Context, restart func() error, every time.Duration) (s
 	var n int
 	var err error
 	wg.Go(func() {
-		for sleepCtx(rctx, every) {
+		wait := func() time.Duration {
+			if delay != nil {
+				return delay()
+			}
+			return every
+		}
+		for sleepCtx(rctx, wait()) {
 			if err = restart(); err != nil {
 				return
 			}
@@ -415,6 +679,7 @@ func checkInvariants(ctx context.Context, e *Env, recv *Receiver, ttl time.Durat
 			return err
 		}
 		rep.Duplicates++
+		rep.DBDuplicates++
 		rep.Errors = append(rep.Errors, fmt.Sprintf("post %s:%d committed %d times", crid, n, c))
 	}
 	rows.Close()
@@ -423,6 +688,7 @@ func checkInvariants(ctx context.Context, e *Env, recv *Receiver, ttl time.Durat
 		if n > 1 {
 			calls = append(calls, call)
 			rep.Duplicates++
+			rep.ExtDuplicates++
 			rep.Errors = append(rep.Errors, fmt.Sprintf("notify %s performed under %d keys", call, n))
 		}
 	}

@@ -79,6 +79,21 @@
 // execution left processing or started. TestInvariantsCatch plants each
 // fault and expects it counted.
 //
+// For package failover, RunCrash also restarts the database at chosen
+// instants (CrashConfig.Restart, RestartDelay, Restarts: a failover), and
+// optionally: keeps each worker a random while at every stage (Dwell) and
+// waits for a worker inside the flow before each restart (InFlow), so
+// that restarts land in the tool's transaction, after a commit, after the
+// external act, while leases are renewed; spreads workers over a
+// cluster's nodes (Env.WorkerDSNs, Env.MultiPrimary); resends every
+// answered request once more at the end (Verify: a request whose stored
+// reply was lost runs again, and is counted). It also counts the effect
+// rows whose tool execution is not a recorded success (a fenced write
+// that committed without its execution: stale), the committed post calls
+// a worker saw whose row is gone, and every lost lease a worker answered,
+// with its node and whether the token was found gone or the trust
+// deadline passed.
+//
 // runPaused stops a worker with SIGSTOP (sent to its own thread, so that
 // it stops exactly there) at a stage, has others take its request over,
 // continues it and requires that it answers nothing.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -30,6 +31,14 @@ type Env struct {
 	DSN string
 	// DirectDSN is Direct's DSN.
 	DirectDSN string
+	// WorkerDSNs, when set, are the DSNs worker processes of the crash
+	// matrix use instead of DirectDSN, one after the other (clients
+	// spread over a cluster's nodes, one node per process).
+	WorkerDSNs []string
+	// MultiPrimary sets lease.Options.MultiPrimary in the workers (a
+	// Galera cluster).
+	MultiPrimary bool
+	nextWorker   atomic.Uint64
 	// Quiesce returns nil once the server runs no statement sent by the
 	// Faulty pool (a cut connection's statement may outlive the client's
 	// error).

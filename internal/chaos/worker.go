@@ -40,6 +40,8 @@ const (
 	envKill   = "CHAOS_KILL"
 	envPause  = "CHAOS_PAUSE"
 	envTTL    = "CHAOS_TTL"
+	envDwell  = "CHAOS_DWELL"
+	envMulti  = "CHAOS_MULTI_PRIMARY"
 )
 
 // Stages a worker announces (and may be killed or paused at).
@@ -88,6 +90,7 @@ type worker struct {
 	kill, pause plan
 	job         int
 	out         io.Writer
+	dwell       time.Duration // each stage lasts up to this long (random)
 }
 
 func (w *worker) say(format string, args ...any) {
@@ -115,6 +118,9 @@ func (w *worker) hook(stage, crid string) {
 		stopHere()
 		w.say("resumed %s %s", stage, crid)
 	}
+	if w.dwell > 0 {
+		time.Sleep(rand.N(w.dwell))
+	}
 }
 
 // stopHere stops the process with SIGSTOP sent to the calling thread: a
@@ -134,6 +140,9 @@ func stopHere() {
 // with WorkerEnv set; it returns the exit code.
 func WorkerMain() int {
 	w := &worker{kill: parsePlan(os.Getenv(envKill)), pause: parsePlan(os.Getenv(envPause)), out: os.Stdout}
+	if ms, err := strconv.Atoi(os.Getenv(envDwell)); err == nil && ms > 0 {
+		w.dwell = time.Duration(ms) * time.Millisecond
+	}
 	if err := w.run(); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
@@ -201,6 +210,7 @@ func (w *worker) run() error {
 	runner, err := request.New(request.Config{
 		DB: db, Dialect: d, TTL: ttl, ReleaseTimeout: 2 * time.Second, Tools: tools,
 		Session: session.Config{AutoCreate: true},
+		Lease:   lease.Options{MultiPrimary: os.Getenv(envMulti) != ""},
 		Logger:  discardLogger(),
 	})
 	if err != nil {
@@ -220,8 +230,15 @@ func (w *worker) run() error {
 func (w *worker) handle(runner *request.Runner, sess, crid string, ttl time.Duration) {
 	agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
 		w.hook(StageAgent, crid)
-		if _, err := run.CallTool(ctx, "post", json.RawMessage(`{"req":"`+crid+`","n":1}`)); err != nil {
+		res, err := run.CallTool(ctx, "post", json.RawMessage(`{"req":"`+crid+`","n":1}`))
+		if err != nil {
 			return request.Answer{}, err
+		}
+		var posted struct {
+			Effect string `json:"effect"`
+		}
+		if json.Unmarshal(res.Output, &posted) == nil && posted.Effect != "" {
+			w.say("posted %s %s", crid, posted.Effect)
 		}
 		w.hook(StageToolDone, crid)
 		if _, err := run.CallTool(ctx, "notify", json.RawMessage(`{"req":"`+crid+`","n":1}`)); err != nil {
