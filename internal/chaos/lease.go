@@ -712,7 +712,7 @@ func (r *leaseRound) tokenOp(ctx context.Context, client int, key string, g *gra
 	if which == 2 {
 		return r.fenced(ctx, client, key, g, retire)
 	}
-	in := Input{Kind: OpRenew, Key: key, Tok: g.tok}
+	in := Input{Kind: OpRenew, Key: key, Tok: g.tok, Gen: g.g.Generation}
 	call := r.h.Now()
 	var err error
 	out := Output{Gen: -1}
@@ -739,7 +739,7 @@ func (r *leaseRound) tokenOp(ctx context.Context, client int, key string, g *gra
 func (r *leaseRound) transition(ctx context.Context, client int, key string, g *grant, retire func()) Res {
 	from := "ab"[rand.IntN(2)]
 	to := "ab"[1-int(from-'a')]
-	in := Input{Kind: OpTransition, Key: key, Tok: g.tok, In: from, To: to, Keep: rand.IntN(2) == 0}
+	in := Input{Kind: OpTransition, Key: key, Tok: g.tok, Gen: g.g.Generation, In: from, To: to, Keep: rand.IntN(2) == 0}
 	o := lease.ChangeOptions{From: []string{string(from)}, To: string(to), Keep: in.Keep}
 	if in.Keep {
 		o.TTL = longTTL

@@ -51,7 +51,10 @@ func TestLeaseLinearizable(t *testing.T) {
 			if rep.Fenced == 0 {
 				t.Error("no fenced write committed: the history checks nothing of the fence")
 			}
-			if d != lease.SQLite && (rep.Faults[faults.CutStatement] == 0 || rep.Unknown == 0) {
+			// A cut statement or a cut commit: either leaves an outcome
+			// unknown (a fast machine finishes a round before the injector
+			// has cut many statements).
+			if d != lease.SQLite && (rep.Faults[faults.CutStatement]+rep.Faults[faults.CutCommit] == 0 || rep.Unknown == 0) {
 				t.Errorf("faults %v, %d unknown outcomes: the proxy injected too little", rep.Faults, rep.Unknown)
 			}
 		})

@@ -53,7 +53,7 @@ type Input struct {
 	Kind OpKind
 	Key  string
 	Tok  int64
-	Gen  int64 // OpFenced: the generation the worker holds, written in the ledger row
+	Gen  int64 // OpRenew, OpRelease, OpTransition, OpFenced: the generation of the grant the worker holds (a fenced write's ledger row carries it)
 	In   byte  // OpAcquire: the state required (0: any); OpTransition: the state from
 	To   byte  // OpTransition: the state to
 	Keep bool  // OpTransition: keep the lease (renew) instead of releasing it
@@ -86,6 +86,11 @@ var InitialState = State{St: 'a'}
 // that in, answered by out, can lead to from s (empty: impossible).
 func Step(s State, in Input, out Output) []State {
 	match := s.Tok != 0 && s.Tok == in.Tok
+	// held: a token-checked operation's condition. The token and the
+	// generation must both match: a token granted again by a reentry of a
+	// free row (the generation one higher) does not make an earlier copy
+	// of the grant hold (an unknown reentry can leave a worker with it).
+	held := match && s.Gen == in.Gen
 	var cond bool
 	next := s
 	gen := s.Gen
@@ -99,13 +104,13 @@ func Step(s State, in Input, out Output) []State {
 		next.Tok, next.Expired = in.Tok, false
 		gen = next.Gen
 	case OpRenew:
-		cond = match
+		cond = held
 		next.Expired = false
 	case OpRelease:
-		cond = match
+		cond = held
 		next.Tok, next.Expired = 0, false
 	case OpTransition:
-		cond = match && s.St == in.In
+		cond = held && s.St == in.In
 		next.St = in.To
 		if in.Keep {
 			next.Expired = false
@@ -113,9 +118,9 @@ func Step(s State, in Input, out Output) []State {
 			next.Tok, next.Expired = 0, false
 		}
 	case OpFenced:
-		// Confirm: token matches and not expired; the ledger row carries
+		// Confirm: token and generation match and not expired; the ledger row carries
 		// the worker's generation, which must be the current one.
-		cond = match && !s.Expired
+		cond = held && !s.Expired
 		next.Expired = false
 		if out.Res == ResOK && s.Gen != in.Gen {
 			return nil // a stale generation committed

@@ -35,7 +35,7 @@ func TestModel(t *testing.T) {
 			op(0, 0, 1, Input{Kind: OpAcquire, Tok: 1}, ok(1)),
 			op(2, 2, 3, Input{Kind: OpExpire}, ok(-1)),
 			op(1, 4, 5, Input{Kind: OpAcquire, Tok: 2}, ok(2)),
-			op(0, 6, 7, Input{Kind: OpRenew, Tok: 1}, refused),
+			op(0, 6, 7, Input{Kind: OpRenew, Tok: 1, Gen: 1}, refused),
 			op(0, 8, 9, Input{Kind: OpFenced, Tok: 1, Gen: 1}, refused),
 		}, true},
 		{"stale generation commits", []porcupine.Operation{
@@ -52,7 +52,7 @@ func TestModel(t *testing.T) {
 		{"renew after expire revives", []porcupine.Operation{
 			op(0, 0, 1, Input{Kind: OpAcquire, Tok: 1}, ok(1)),
 			op(2, 2, 3, Input{Kind: OpExpire}, ok(-1)),
-			op(0, 4, 5, Input{Kind: OpRenew, Tok: 1}, ok(1)),
+			op(0, 4, 5, Input{Kind: OpRenew, Tok: 1, Gen: 1}, ok(1)),
 			op(1, 6, 7, Input{Kind: OpAcquire, Tok: 2}, refused),
 			op(0, 8, 9, Input{Kind: OpFenced, Tok: 1, Gen: 1}, ok(1)),
 		}, true},
@@ -70,11 +70,24 @@ func TestModel(t *testing.T) {
 		}, false},
 		{"transition from the wrong state", []porcupine.Operation{
 			op(0, 0, 1, Input{Kind: OpAcquire, Tok: 1}, ok(1)),
-			op(0, 2, 3, Input{Kind: OpTransition, Tok: 1, In: 'b', To: 'a', Keep: true}, ok(1)),
+			op(0, 2, 3, Input{Kind: OpTransition, Tok: 1, Gen: 1, In: 'b', To: 'a', Keep: true}, ok(1)),
+		}, false},
+		{"a renew with an earlier generation of a reentered token is refused", []porcupine.Operation{
+			op(0, 0, 1, Input{Kind: OpAcquire, Tok: 1}, ok(1)),
+			op(0, 2, 3, Input{Kind: OpRelease, Tok: 1, Gen: 1}, ok(-1)),
+			op(0, 4, 100, Input{Kind: OpReenter, Tok: 1}, unknown),
+			op(0, 6, 7, Input{Kind: OpRenew, Tok: 1, Gen: 1}, refused),
+			op(1, 8, 9, Input{Kind: OpRead}, Output{Res: ResOK, Gen: 2, Tok: 1, Held: true, State: 'a'}),
+		}, true},
+		{"a renew with an earlier generation of a reentered token succeeds", []porcupine.Operation{
+			op(0, 0, 1, Input{Kind: OpAcquire, Tok: 1}, ok(1)),
+			op(0, 2, 3, Input{Kind: OpRelease, Tok: 1, Gen: 1}, ok(-1)),
+			op(0, 4, 5, Input{Kind: OpReenter, Tok: 1}, ok(2)),
+			op(0, 6, 7, Input{Kind: OpRenew, Tok: 1, Gen: 1}, ok(2)),
 		}, false},
 		{"released lease read as held", []porcupine.Operation{
 			op(0, 0, 1, Input{Kind: OpAcquire, Tok: 1}, ok(1)),
-			op(0, 2, 3, Input{Kind: OpRelease, Tok: 1}, ok(-1)),
+			op(0, 2, 3, Input{Kind: OpRelease, Tok: 1, Gen: 1}, ok(-1)),
 			op(1, 4, 5, Input{Kind: OpRead}, Output{Res: ResOK, Gen: 1, Tok: 1, Held: true, State: 'a'}),
 		}, false},
 	}
