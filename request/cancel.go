@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/rowlease/rowlease/lease"
-	"github.com/rowlease/rowlease/schema"
 )
 
 // ErrCancelled: the request was cancelled by its client (Cancel) (409,
@@ -73,24 +70,6 @@ func (run *Run) stopCause(cause error) error {
 		return ErrCancelled
 	}
 	return cause
-}
-
-// markCancelled marks the run's request cancelled (token-checked) and
-// frees its session.
-func (r *Runner) markCancelled(ctx context.Context, run *Run) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
-	defer cancel()
-	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StoredProcessing}, To: schema.StoredCancelled,
-	})
-	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-	if errors.Is(merr, lease.ErrLost) {
-		return fmt.Errorf("%w: %w", ErrTakenOver, merr)
-	}
-	if merr != nil {
-		return errors.Join(ErrCancelled, merr)
-	}
-	return ErrCancelled
 }
 
 // Cancel cancels the request (sessionKey, clientRequestID) and returns its

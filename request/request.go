@@ -954,14 +954,14 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	if aerr != nil && ctx.Err() == nil && errors.Is(context.Cause(ictx), ErrCancelled) {
 		// Its client cancelled it, and it stopped: it is cancelled,
 		// token-checked, and frees the session, as an interrupt does.
-		return base, r.markCancelled(ctx, run)
+		return base, r.markStopped(ctx, run, schema.StoredCancelled, ErrCancelled)
 	}
 	var ie *InterruptedError
 	if aerr != nil && ctx.Err() == nil && errors.As(context.Cause(ictx), &ie) {
 		// Another message asked this run to stop, and it stopped: it is
 		// interrupted, token-checked, and frees the session. Its tool
 		// calls that committed stay; it never runs again.
-		return base, r.markInterrupted(ctx, run, ie)
+		return base, r.markStopped(ctx, run, schema.StoredInterrupted, ie)
 	}
 	if aerr != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, client gone) and the agent
@@ -1019,22 +1019,24 @@ func runAgent(ctx context.Context, run *Run, agent Agent) (ans Answer, err error
 	return agent(ctx, run)
 }
 
-// markInterrupted marks the run's request interrupted (token-checked)
-// and frees its session.
-func (r *Runner) markInterrupted(ctx context.Context, run *Run, ie *InterruptedError) error {
+// markStopped marks the run's request as stopped on request (to:
+// interrupted or cancelled), token-checked, and frees its session. It
+// returns why (the interruption, or ErrCancelled), joined with the
+// mark's error if the mark failed; ErrTakenOver if the lease was lost.
+func (r *Runner) markStopped(ctx context.Context, run *Run, to string, why error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
 	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StoredProcessing}, To: schema.StoredInterrupted,
+		From: []string{schema.StoredProcessing}, To: to,
 	})
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	if errors.Is(merr, lease.ErrLost) {
 		return fmt.Errorf("%w: %w", ErrTakenOver, merr)
 	}
 	if merr != nil {
-		return errors.Join(ie, merr)
+		return errors.Join(why, merr)
 	}
-	return ie
+	return why
 }
 
 func (r *Runner) releaseAll(ctx context.Context, run *Run) {

@@ -272,7 +272,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Location", "/api/sessions/"+sess.ID)
-	writeJSON(w, http.StatusCreated, sessionJSON{ID: sess.ID, LedgerID: sess.LedgerID, CreatedAt: sess.CreatedAt})
+	httpapi.WriteJSON(w, http.StatusCreated, sessionJSON{ID: sess.ID, LedgerID: sess.LedgerID, CreatedAt: sess.CreatedAt})
 }
 
 // session reads the {id} session, answering 404 when it does not exist.
@@ -297,7 +297,7 @@ func (s *Server) sessionOf(r *http.Request) (store.Session, error) {
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	if sess, ok := s.session(w, r); ok {
-		writeJSON(w, http.StatusOK, sessionJSON{ID: sess.ID, LedgerID: sess.LedgerID, CreatedAt: sess.CreatedAt})
+		httpapi.WriteJSON(w, http.StatusOK, sessionJSON{ID: sess.ID, LedgerID: sess.LedgerID, CreatedAt: sess.CreatedAt})
 	}
 }
 
@@ -406,7 +406,7 @@ func (s *Server) writeAnswer(w http.ResponseWriter, _ *http.Request, out request
 	if err != nil {
 		return fmt.Errorf("api: stored result: %w", err)
 	}
-	writeJSON(w, http.StatusOK, MessageResponse{Reply: out.Reply, TransactionID: res.TransactionID,
+	httpapi.WriteJSON(w, http.StatusOK, MessageResponse{Reply: out.Reply, TransactionID: res.TransactionID,
 		Replayed: out.Replayed, Resumed: res.Resumed})
 	return nil
 }
@@ -437,7 +437,7 @@ func (s *Server) listMessages(w http.ResponseWriter, r *http.Request) {
 		out.Messages = append(out.Messages, MessageJSON{Seq: m.Seq, Role: m.Role, Content: m.Content,
 			ClientRequestID: m.ClientRequestID, CreatedAt: m.CreatedAt})
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 // TransactionJSON is a ledger transaction as the API shows it.
@@ -483,7 +483,7 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 			ClientRequestID: t.ClientRequestID, CreatedAt: t.CreatedAt})
 	}
 	out.TotalIncome, out.TotalExpense = store.FormatCents(income), store.FormatCents(expense)
-	writeJSON(w, http.StatusOK, out)
+	httpapi.WriteJSON(w, http.StatusOK, out)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -491,7 +491,7 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "dialect": s.st.Dialect.String()})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "dialect": s.st.Dialect.String()})
 }
 
 // fail answers an error: the example's own first (shutdown, run

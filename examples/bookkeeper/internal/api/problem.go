@@ -1,9 +1,6 @@
 package api
 
 import (
-	"encoding/json"
-	"net/http"
-
 	"github.com/rowlease/rowlease/httpapi"
 )
 
@@ -40,12 +37,3 @@ type Problem = httpapi.Problem
 
 // ProblemContentType is the media type of problem responses.
 const ProblemContentType = httpapi.ContentType
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}

@@ -67,7 +67,7 @@ func (s *Server) cancelMessage(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	if err != nil && errors.Is(err, errCancelWait) && st.State == request.StateProcessing {
 		w.Header().Set("Location", messageLocation(sess.ID, id))
-		writeJSON(w, http.StatusAccepted, MessageStatus{ClientRequestID: id, Status: string(st.State)})
+		httpapi.WriteJSON(w, http.StatusAccepted, MessageStatus{ClientRequestID: id, Status: string(st.State)})
 		return
 	}
 	if err == nil && st.State == request.StateExpired {
@@ -81,7 +81,7 @@ func (s *Server) cancelMessage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &alreadyFinal{state: st.State})
 		return
 	}
-	writeJSON(w, http.StatusOK, MessageStatus{ClientRequestID: id, Status: string(st.State)})
+	httpapi.WriteJSON(w, http.StatusOK, MessageStatus{ClientRequestID: id, Status: string(st.State)})
 }
 
 // errCancelWait is the cause of a cancel that waited cancelWait.
@@ -124,6 +124,6 @@ func (s *Server) writeStatus(w http.ResponseWriter, _ *http.Request, st request.
 		}
 		body.Reply, body.TransactionID = &st.Reply, res.TransactionID
 	}
-	writeJSON(w, http.StatusOK, body)
+	httpapi.WriteJSON(w, http.StatusOK, body)
 	return nil
 }
