@@ -63,7 +63,7 @@ func ParsePolicy(s string) (Policy, error) {
 	case "interrupt":
 		return Interrupt, nil
 	}
-	return Reject, &lease.ValidationError{Package: "request", Field: "on busy", Reason: fmt.Sprintf("%q is not reject, queue or interrupt", s)}
+	return Reject, invalid("on busy", fmt.Sprintf("%q is not reject, queue or interrupt", s))
 }
 
 // Errors of the queue, interrupts and retention. Test with errors.Is.
@@ -170,15 +170,15 @@ func (c *QueueConfig) fill() error {
 	}
 	switch {
 	case c.Max < 1 || c.Max > 10000:
-		return &lease.ValidationError{Package: "request", Field: "queue max", Reason: "not between 1 and 10000"}
+		return invalid("queue max", "not between 1 and 10000")
 	case c.DispatchInterval < time.Millisecond:
-		return &lease.ValidationError{Package: "request", Field: "dispatch interval", Reason: "below 1ms"}
+		return invalid("dispatch interval", "below 1ms")
 	case c.DispatchBatch < 1 || c.DispatchBatch > 1000:
-		return &lease.ValidationError{Package: "request", Field: "dispatch batch", Reason: "not between 1 and 1000"}
+		return invalid("dispatch batch", "not between 1 and 1000")
 	case c.PollMin < time.Millisecond:
-		return &lease.ValidationError{Package: "request", Field: "poll min", Reason: "below 1ms"}
+		return invalid("poll min", "below 1ms")
 	case c.PollMax < c.PollMin:
-		return &lease.ValidationError{Package: "request", Field: "poll max", Reason: "below poll min"}
+		return invalid("poll max", "below poll min")
 	}
 	return nil
 }

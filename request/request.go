@@ -154,7 +154,7 @@ type Runner struct {
 // New validates cfg and returns a Runner.
 func New(cfg Config) (*Runner, error) {
 	if cfg.DB == nil {
-		return nil, &lease.ValidationError{Package: "request", Field: "db", Reason: "nil"}
+		return nil, invalid("db", "nil")
 	}
 	if cfg.Dialect == 0 {
 		d, err := lease.DetectDialect(cfg.DB)
@@ -177,7 +177,7 @@ func New(cfg Config) (*Runner, error) {
 		cfg.HolderPrefix = host + ":" + strconv.Itoa(os.Getpid())
 	}
 	if len(cfg.HolderPrefix) > 120 {
-		return nil, &lease.ValidationError{Package: "request", Field: "holder prefix", Reason: "longer than 120 bytes"}
+		return nil, invalid("holder prefix", "longer than 120 bytes")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -317,19 +317,19 @@ func validate(m *Message) error {
 	}
 	switch {
 	case !utf8.ValidString(m.Content):
-		return &lease.ValidationError{Package: "request", Field: "content", Reason: "not UTF-8"}
+		return invalid("content", "not UTF-8")
 	case strings.IndexByte(m.Content, 0) >= 0:
 		// A queued message's content is stored, and PostgreSQL's text
 		// cannot hold a NUL: refused on every dialect alike.
-		return &lease.ValidationError{Package: "request", Field: "content", Reason: "contains a NUL byte"}
+		return invalid("content", "contains a NUL byte")
 	case m.OnBusy < Reject || m.OnBusy > Interrupt:
-		return &lease.ValidationError{Package: "request", Field: "on busy", Reason: "not Reject, Queue or Interrupt"}
+		return invalid("on busy", "not Reject, Queue or Interrupt")
 	}
 	if m.Fingerprint == "" {
 		sum := sha256.Sum256([]byte(m.Content))
 		m.Fingerprint = hex.EncodeToString(sum[:])
 	} else if len(m.Fingerprint) > 64 {
-		return &lease.ValidationError{Package: "request", Field: "fingerprint", Reason: "longer than 64 bytes"}
+		return invalid("fingerprint", "longer than 64 bytes")
 	}
 	return nil
 }
@@ -373,13 +373,13 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 		agent = r.cfg.Agent
 	}
 	if agent == nil {
-		return Outcome{}, &lease.ValidationError{Package: "request", Field: "agent", Reason: "nil, and Config.Agent is nil"}
+		return Outcome{}, invalid("agent", "nil, and Config.Agent is nil")
 	}
 	if err := validate(&msg); err != nil {
 		return Outcome{}, err
 	}
 	if msg.OnBusy != Reject && r.cfg.Agent == nil {
-		return Outcome{}, &lease.ValidationError{Package: "request", Field: "on busy", Reason: msg.OnBusy.String() + " needs Config.Agent"}
+		return Outcome{}, invalid("on busy", msg.OnBusy.String()+" needs Config.Agent")
 	}
 	run, out, err := r.begin(ctx, msg)
 	if err != nil || run == nil {
@@ -935,7 +935,7 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	}
 	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
 		// Stored, it would break every replay of the request.
-		aerr = &lease.ValidationError{Package: "request", Field: "answer result", Reason: "not valid JSON"}
+		aerr = invalid("answer result", "not valid JSON")
 	}
 	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
 

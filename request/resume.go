@@ -66,13 +66,13 @@ func (c *ResumeConfig) fill(ttl time.Duration) error {
 	}
 	switch {
 	case c.Grace < 0:
-		return &lease.ValidationError{Package: "request", Field: "resume grace", Reason: "negative"}
+		return invalid("resume grace", "negative")
 	case c.MaxConcurrent < 1 || c.MaxConcurrent > 10000:
-		return &lease.ValidationError{Package: "request", Field: "resume max concurrent", Reason: "not between 1 and 10000"}
+		return invalid("resume max concurrent", "not between 1 and 10000")
 	case c.MaxAttempts < 1 || c.MaxAttempts > 1000:
-		return &lease.ValidationError{Package: "request", Field: "resume max attempts", Reason: "not between 1 and 1000"}
+		return invalid("resume max attempts", "not between 1 and 1000")
 	case c.Backoff < 0 || c.Backoff > 24*time.Hour:
-		return &lease.ValidationError{Package: "request", Field: "resume backoff", Reason: "negative or longer than a day"}
+		return invalid("resume backoff", "negative or longer than a day")
 	}
 	return nil
 }

@@ -162,9 +162,9 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 func validateKeys(sessionKey, clientRequestID string) error {
 	switch {
 	case sessionKey == "" || len(sessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(sessionKey):
-		return &lease.ValidationError{Package: "request", Field: "session key", Reason: "empty, longer than 191 bytes or not UTF-8"}
+		return invalid("session key", "empty, longer than 191 bytes or not UTF-8")
 	case clientRequestID == "" || len(clientRequestID) > schema.MaxClientRequestIDLen || !utf8.ValidString(clientRequestID):
-		return &lease.ValidationError{Package: "request", Field: "client request id", Reason: "empty, longer than 191 bytes or not UTF-8"}
+		return invalid("client request id", "empty, longer than 191 bytes or not UTF-8")
 	}
 	return nil
 }
@@ -206,6 +206,11 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		}
 		delay = min(delay*2, r.cfg.Queue.PollMax)
 	}
+}
+
+// invalid is the *lease.ValidationError of bad input to this package.
+func invalid(field, reason string) error {
+	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
 }
 
 // checkText is lease.CheckText, with the error saying it is request's.

@@ -83,10 +83,10 @@ func decodeSteps(s string) ([]stepRecord, error) {
 // nothing is recorded.
 func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	if name == "" || len(name) > MaxStepNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
-		return nil, &lease.ValidationError{Package: "request", Field: "step name", Reason: "empty, longer than 128 bytes, not UTF-8 or with a NUL byte"}
+		return nil, invalid("step name", "empty, longer than 128 bytes, not UTF-8 or with a NUL byte")
 	}
 	if fn == nil {
-		return nil, &lease.ValidationError{Package: "request", Field: "step function", Reason: "nil"}
+		return nil, invalid("step function", "nil")
 	}
 	if err := run.stopped(); err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 	}
 	if run.stepBusy {
 		run.stepMu.Unlock()
-		return nil, &lease.ValidationError{Package: "request", Field: "step", Reason: "called while another step of the run is running"}
+		return nil, invalid("step", "called while another step of the run is running")
 	}
 	pos := run.stepPos
 	if pos < len(run.steps) {
@@ -130,7 +130,7 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 		out = json.RawMessage("null")
 	}
 	if !json.Valid(out) {
-		return nil, &lease.ValidationError{Package: "request", Field: "step output", Reason: "not valid JSON"}
+		return nil, invalid("step output", "not valid JSON")
 	}
 	if err := run.stopped(); err != nil {
 		return nil, err
@@ -221,7 +221,7 @@ func (run *Run) StepsRecorded() int {
 func Step[T any](ctx context.Context, run *Run, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if fn == nil {
-		return zero, &lease.ValidationError{Package: "request", Field: "step function", Reason: "nil"}
+		return zero, invalid("step function", "nil")
 	}
 	raw, err := run.Step(ctx, name, func(ctx context.Context) (json.RawMessage, error) {
 		v, err := fn(ctx)

@@ -34,19 +34,19 @@ type RetentionConfig struct {
 
 func (c *RetentionConfig) fill() error {
 	if c.After < 0 {
-		return &lease.ValidationError{Package: "request", Field: "retention", Reason: "negative"}
+		return invalid("retention", "negative")
 	}
 	if c.Batch == 0 {
 		c.Batch = DefaultSweepBatch
 	}
 	if c.Batch < 1 || c.Batch > 10000 {
-		return &lease.ValidationError{Package: "request", Field: "sweep batch", Reason: "not between 1 and 10000"}
+		return invalid("sweep batch", "not between 1 and 10000")
 	}
 	if c.Interval == 0 {
 		c.Interval = min(max(c.After/10, time.Second), DefaultSweepInterval)
 	}
 	if c.Interval < time.Millisecond {
-		return &lease.ValidationError{Package: "request", Field: "sweep interval", Reason: "below 1ms"}
+		return invalid("sweep interval", "below 1ms")
 	}
 	return nil
 }
@@ -88,7 +88,7 @@ func cutoff(d lease.Dialect) string {
 // never recorded: reconcile them yourself) and those whose lease is live.
 func (r *Runner) Sweep(ctx context.Context, olderThan time.Duration) (int, error) {
 	if olderThan < 0 {
-		return 0, &lease.ValidationError{Package: "request", Field: "retention", Reason: "negative"}
+		return 0, invalid("retention", "negative")
 	}
 	total := 0
 	for {
