@@ -262,8 +262,8 @@
 // result stands for every later one. So a Lease used with a new
 // transaction per operation is checked once, not per transaction; a Lease
 // used with the transactions of two different databases checks only the
-// first. After the check an operation costs one atomic load and no
-// statement. A check that fails with a driver error (a lost connection)
+// first. After the check an operation costs a lookup of its handle in a
+// concurrent map and an atomic load, and no statement. A check that fails with a driver error (a lost connection)
 // lets the operation go on — its own statement reports the database's
 // error — and is tried again on a later operation, at most three times
 // per handle. A Lease remembers at most 64 handles; beyond them, handles
