@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // Fence proves, inside a caller's transaction, that a grant still holds.
@@ -308,15 +306,6 @@ func (s sqlBuilder) lockWrite() string {
 	g := s.col(s.t.cols.Generation)
 	return "UPDATE " + s.t.qname(s.d) + " SET " + g + " = " + g + " WHERE 1 = 0"
 }
-
-// ErrNodeBehind is what RunFenced returns, on a multi-primary cluster
-// (Options.MultiPrimary), when a fence or the final mark found its grant
-// gone inside the transaction but a causal read outside it finds every
-// grant still held: the transaction ran on a node that had not yet applied
-// the holder's own earlier writes (inside a transaction, wsrep_sync_wait
-// does not wait). Nothing was committed; run the transaction again.
-// IsTransient reports it.
-var ErrNodeBehind = errors.New("lease: the transaction's node had not applied the holder's own writes; nothing committed, run it again")
 
 // causalHolder is a Fence that can tell, outside any transaction and
 // causally, whether its grant still holds (only with Options.MultiPrimary).
@@ -684,28 +673,4 @@ func resolve(db DB) DB {
 		return f.current()
 	}
 	return db
-}
-
-// IsTransient reports whether err is a database error after which the
-// transaction it ended took no effect and may be run again: a deadlock or
-// serialization victim (IsRetryable), a MySQL lock wait timeout (1205),
-// SQLite's busy or locked, or ErrNodeBehind. It is never a lease loss.
-func IsTransient(err error) bool {
-	if err == nil {
-		return false
-	}
-	if IsRetryable(err) || errors.Is(err, ErrNodeBehind) {
-		return true
-	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1205
-	}
-	if c, ok := sqliteCode(err); ok { // modernc.org/sqlite or mattn/go-sqlite3
-		switch c & 0xff {
-		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
-			return true
-		}
-	}
-	return false
 }
