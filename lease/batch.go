@@ -443,16 +443,3 @@ type grantList[K Key] []Grant[K]
 func (g grantList[K]) batchArgs(idx []int) ([]any, []string, []int64) {
 	return batchArgs([]Grant[K](g), idx)
 }
-
-// InTx reports whether the flow has a fenced transaction open that its
-// statements are routed into (only ever on SQLite; see FlowDB). While it
-// has, renew its leases through the FlowDB itself, not in a batch on the
-// pool, which would wait behind that transaction.
-func (f *FlowDB) InTx() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.active() != nil
-}
-
-// Pool returns the pool the FlowDB was made with.
-func (f *FlowDB) Pool() DB { return f.pool }
