@@ -65,18 +65,6 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 
 func (l *Lease[K]) confirmQ() compiled { return compile(l.dialect, l.b.confirm()) }
 
-// confirm is renew with two more conditions: the lease has not expired,
-// and its generation is the grant's. A token can be granted again after
-// another holder held the lease (a reentry that finds the row free is a
-// new grant, generation+1, under the same token): a copy of the earlier
-// grant must not pass.
-func (s sqlBuilder) confirm() string {
-	assigns := []string{s.genAssign(false), s.expAssign()}
-	assigns = append(assigns, s.tail(false, nil)...)
-	c := s.t.cols
-	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok} AND "+s.col(c.Generation)+" = {gen} AND "+s.col(c.ExpiresAt)+" > "+s.d.now())
-}
-
 // Fence returns a Fence for g named name. Its Check is Confirm.
 func (l *Lease[K]) Fence(name string, g Grant[K]) Fence { return fence[K]{l: l, g: g, name: name} }
 
@@ -186,14 +174,6 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 		return fmt.Errorf("lease: commit (outcome unknown): %w", err)
 	}
 	return nil
-}
-
-// lockWrite is an UPDATE that matches no row: on SQLite it starts the
-// transaction's write (and takes the database's write lock) without
-// changing anything or firing a trigger.
-func (s sqlBuilder) lockWrite() string {
-	g := s.col(s.t.cols.Generation)
-	return "UPDATE " + s.t.qname(s.d) + " SET " + g + " = " + g + " WHERE 1 = 0"
 }
 
 // causalHolder is a Fence that can tell, outside any transaction and

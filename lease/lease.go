@@ -423,26 +423,6 @@ func (l *Lease[K]) checkGrant(g Grant[K]) error {
 	return nil
 }
 
-func vals(extra ...any) map[string]any {
-	m := make(map[string]any, len(extra)/2+4)
-	for i := 0; i+1 < len(extra); i += 2 {
-		m[extra[i].(string)] = extra[i+1]
-	}
-	return m
-}
-
-func addStates(m map[string]any, states []string) {
-	for i, s := range states {
-		m["s"+strconv.Itoa(i)] = s
-	}
-}
-
-func addSet(m map[string]any, set []Assignment) {
-	for i, a := range set {
-		m["v"+strconv.Itoa(i)] = a.Value
-	}
-}
-
 // exec runs an UPDATE that hands back the generation and reports whether it
 // matched the row. PostgreSQL and SQLite use RETURNING. MySQL reads the
 // value that LAST_INSERT_ID(expr) put in the OK packet when rows affected
