@@ -179,8 +179,9 @@
 //   - A deadlock, serialization or certification victim (MySQL/Galera
 //     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
 //     autocommit, took no effect: the operation sends it again, up to
-//     MaxAttempts times with a jittered pause (Backoff), and returns the
-//     error only after the last. Every operation is safe to send again
+//     four sends in all with a jittered pause that doubles from 5ms
+//     (rowlease's internal retry package), and returns the error only
+//     after the last. Every operation is safe to send again
 //     after such an error — Acquire with the same token, Create with the
 //     same key, the token-checked ones — because nothing of the first
 //     send was applied. Inside a transaction (a *sql.Tx, a *sql.Conn, a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+
+	"github.com/rowlease/rowlease/internal/retry"
 )
 
 // exec runs an UPDATE that hands back the generation and reports whether it
@@ -18,7 +20,7 @@ import (
 // Vitess 16.0 did, must not be given a coarse column).
 //
 // A deadlock, serialization or certification victim in autocommit is sent
-// again (see MaxAttempts). A token-checked statement (checked) that matched
+// again (see retry). A token-checked statement (checked) that matched
 // no row is, with Options.MultiPrimary, sent once more causally: only a
 // second miss is a miss.
 func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any, checked bool) (gen int64, ok bool, err error) {
@@ -107,17 +109,22 @@ func autocommit(db DB) bool {
 	return ok
 }
 
-// retry runs fn, and again after a jittered pause while it fails as a
-// deadlock, serialization or certification victim in autocommit (see
-// MaxAttempts). SQLite's busy errors are not retried here: the busy
-// timeout already waited.
+// retry runs fn, and again after a jittered pause (retry.Backoff) while
+// it fails as a deadlock or serialization victim, or — on a multi-primary
+// cluster (Galera) — as a certification failure (MySQL error 1213,
+// PostgreSQL 40001 or 40P01), up to retry.MaxAttempts runs in all. Such a
+// statement took no effect, so on a pool, where it ran in autocommit,
+// running it again is safe. Inside a transaction (a *sql.Tx, a *sql.Conn,
+// a FlowDB routing into one) the whole transaction was rolled back, and
+// the error is returned at once. SQLite's busy errors are not retried
+// here: the busy timeout already waited.
 func (l *Lease[K]) retry(ctx context.Context, db DB, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil || attempt >= MaxAttempts || l.dialect == SQLite || !IsRetryable(err) || !autocommit(db) {
+		if err == nil || attempt >= retry.MaxAttempts || l.dialect == SQLite || !IsRetryable(err) || !autocommit(db) {
 			return err
 		}
-		if !Backoff(ctx, attempt) {
+		if !retry.Backoff(ctx, attempt) {
 			return err
 		}
 	}

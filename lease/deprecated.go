@@ -2,8 +2,8 @@ package lease
 
 import (
 	"context"
-	"math/rand/v2"
-	"time"
+
+	"github.com/rowlease/rowlease/internal/retry"
 )
 
 // MaxAttempts bounds the runs of one lease statement that a database
@@ -13,20 +13,17 @@ import (
 // a pool, where it ran in autocommit, running it again is safe. Inside a
 // transaction (a *sql.Tx, a *sql.Conn, a FlowDB routing into one) the whole
 // transaction was rolled back, and the error is returned at once.
-const MaxAttempts = 4
+//
+// Deprecated: the bound belongs to rowlease's internal retry package,
+// which every package of the module uses; this constant will be removed.
+const MaxAttempts = retry.MaxAttempts
 
 // Backoff waits before attempt+1 of an operation that failed transiently:
 // a jittered delay that doubles from 5ms (between half and one and a half
 // times it). It reports false, at once, when ctx ends first.
-func Backoff(ctx context.Context, attempt int) bool {
-	d := (5 * time.Millisecond) << min(attempt-1, 10)
-	d = d/2 + time.Duration(rand.Int64N(int64(d)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+//
+// Deprecated: the back-off belongs to rowlease's internal retry package,
+// which every package of the module uses; this function will be removed.
+// Decide what to run again with IsRetryable and IsTransient, and wait as
+// your program waits elsewhere.
+func Backoff(ctx context.Context, attempt int) bool { return retry.Backoff(ctx, attempt) }
