@@ -128,23 +128,16 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 		}()
 	}
 	q, args := l.b.renewMany(grantList[K](out), idx, ttl)
-	renewed := make(map[int]bool, len(idx))
 	// The send time of the first statement: no later than that of any
 	// statement that renewed a grant of the chunk.
 	sent := l.clock.Now()
+	var renewed map[int]bool
 	var err error
 	if l.dialect == MySQL {
+		renewed = make(map[int]bool, len(idx))
 		err = l.renewChunkMySQL(ctx, db, q, args, out, idx, ttl, renewed)
 	} else {
-		byGrant := heldIndex(out, idx)
-		err = l.retry(ctx, db, func() error {
-			clear(renewed)
-			return scanHeld(resolve(db).QueryContext(ctx, q, args...))(func(h held) {
-				if i, ok := byGrant[h]; ok {
-					renewed[i] = true
-				}
-			})
-		})
+		renewed, err = l.heldAmong(ctx, db, db, q, args, out, idx)
 	}
 	for _, i := range idx {
 		switch {
@@ -254,16 +247,7 @@ func (l *Lease[K]) stillHeld(ctx context.Context, db, on DB, out []Grant[K], idx
 	if l.multiPrimary {
 		rq = causal(rq)
 	}
-	byGrant := heldIndex(out, idx)
-	found := make(map[int]bool, len(idx))
-	err := l.retry(ctx, db, func() error {
-		clear(found)
-		return scanHeld(resolve(on).QueryContext(ctx, rq, rargs...))(func(h held) {
-			if i, ok := byGrant[h]; ok {
-				found[i] = true
-			}
-		})
-	})
+	found, err := l.heldAmong(ctx, db, on, rq, rargs, out, idx)
 	if err != nil {
 		return nil, err
 	}
@@ -286,10 +270,16 @@ func heldIndex[K Key](out []Grant[K], idx []int) map[held]int {
 	return m
 }
 
-// scanHeld reads the (token, generation) rows of a query and hands each to
-// fn; it returns the query's error, or the first error reading them.
-func scanHeld(rows *sql.Rows, err error) func(fn func(held)) error {
-	return func(fn func(held)) error {
+// heldAmong runs q on on, sent again as a deadlock or certification
+// victim when db is a pool (see retry), and reports which of the grants
+// out[i], i in idx, are among the (token, generation) rows it returns: the
+// RETURNING of a batch renewal, or the read of stillHeld.
+func (l *Lease[K]) heldAmong(ctx context.Context, db, on DB, q string, args []any, out []Grant[K], idx []int) (map[int]bool, error) {
+	byGrant := heldIndex(out, idx)
+	found := make(map[int]bool, len(idx))
+	err := l.retry(ctx, db, func() error {
+		clear(found)
+		rows, err := resolve(on).QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -300,10 +290,13 @@ func scanHeld(rows *sql.Rows, err error) func(fn func(held)) error {
 				return err
 			}
 			h.tok = strings.TrimRight(h.tok, " ") // a CHAR column pads on PostgreSQL
-			fn(h)
+			if i, ok := byGrant[h]; ok {
+				found[i] = true
+			}
 		}
 		return rows.Err()
-	}
+	})
+	return found, err
 }
 
 // rowsAffected runs the batch UPDATE q on on, and sends it again as a

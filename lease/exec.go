@@ -25,18 +25,31 @@ import (
 // second miss is a miss.
 func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any, checked bool) (gen int64, ok bool, err error) {
 	args := c.args(m)
+	_, err = l.sendConfirmed(ctx, db, c.query, func(q string) (bool, error) {
+		var err error
+		gen, ok, err = l.execOnce(ctx, db, q, args)
+		return !ok && checked, err
+	})
+	return gen, ok, err
+}
+
+// sendConfirmed sends q through send, again as a deadlock, serialization
+// or certification victim in autocommit (see retry). When send reports a
+// miss (a token-checked statement that matched no row) on a multi-primary
+// Lease (Options.MultiPrimary), q is sent once more causally: only a
+// second miss is a miss. It returns the last send's miss and error.
+func (l *Lease[K]) sendConfirmed(ctx context.Context, db DB, q string, send func(q string) (miss bool, err error)) (miss bool, err error) {
 	run := func(q string) error {
 		return l.retry(ctx, db, func() error {
 			var err error
-			gen, ok, err = l.execOnce(ctx, db, q, args)
+			miss, err = send(q)
 			return err
 		})
 	}
-	err = run(c.query)
-	if err == nil && !ok && checked && l.multiPrimary {
-		err = run(causal(c.query))
+	if err = run(q); err == nil && miss && l.multiPrimary {
+		err = run(causal(q))
 	}
-	return gen, ok, err
+	return miss, err
 }
 
 func (l *Lease[K]) execOnce(ctx context.Context, db DB, q string, args []any) (gen int64, ok bool, err error) {
@@ -85,20 +98,14 @@ func (l *Lease[K]) translate(k K, err error) error {
 func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]any) (bool, error) {
 	args := c.args(m)
 	var n int64
-	run := func(q string) error {
-		return l.retry(ctx, db, func() error {
-			res, err := l.execQ(ctx, db, q, args)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-	}
-	err := run(c.query)
-	if err == nil && n != 1 && l.multiPrimary {
-		err = run(causal(c.query))
-	}
+	_, err := l.sendConfirmed(ctx, db, c.query, func(q string) (bool, error) {
+		res, err := l.execQ(ctx, db, q, args)
+		if err != nil {
+			return false, err
+		}
+		n, err = res.RowsAffected()
+		return n != 1, err
+	})
 	return n == 1, err
 }
 

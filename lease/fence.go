@@ -44,10 +44,7 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	if l.obs != nil {
 		defer l.observe(ctx, "confirm", VerdictOK, time.Now(), &rgen, &rerr)
 	}
-	if err := l.checkDB(tx); err != nil {
-		return 0, err
-	}
-	if err := l.checkGrant(g); err != nil {
+	if err := l.checkHeld(tx, g); err != nil {
 		return 0, err
 	}
 	if err := l.checkTTL(g.TTL); err != nil {
@@ -103,6 +100,9 @@ type FencedTx struct {
 	// transaction are not lost with its rollback.
 	Keep []Fence
 }
+
+// all is o.Fences followed by o.Keep, in a new slice.
+func (o FencedTx) all() []Fence { return append(append([]Fence(nil), o.Fences...), o.Keep...) }
 
 // WithFences is RunFenced with only fences: fn runs in a new transaction
 // on db, then every fence is checked, and the transaction commits only if
@@ -199,7 +199,7 @@ func (f fence[K]) holdsCausally(ctx context.Context, db DB) (bool, bool, error) 
 // multiPrimary reports whether a fence of o is on a multi-primary lease
 // (never on SQLite, so never with a routed FlowDB).
 func multiPrimary(o FencedTx) bool {
-	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+	for _, f := range o.all() {
 		if c, ok := f.(causalHolder); ok && c.multi() {
 			return true
 		}
@@ -213,7 +213,7 @@ func multiPrimary(o FencedTx) bool {
 // returns lost as it is.
 func behind(ctx context.Context, db DB, o FencedTx, lost error) error {
 	multi := false
-	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+	for _, f := range o.all() {
 		c, ok := f.(causalHolder)
 		if !ok {
 			return lost

@@ -377,7 +377,7 @@ type writeLock interface {
 }
 
 func writeLocker(o FencedTx) writeLock {
-	for _, f := range append(append([]Fence(nil), o.Fences...), o.Keep...) {
+	for _, f := range o.all() {
 		if lw, ok := f.(writeLock); ok && lw != nil {
 			return lw
 		}
@@ -406,7 +406,7 @@ func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx, ft *flowTx) e
 		return err
 	}
 	ft.redo(ctx)
-	if err := checkFences(ctx, tx, append(append([]Fence(nil), o.Fences...), o.Keep...)); err != nil {
+	if err := checkFences(ctx, tx, o.all()); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {

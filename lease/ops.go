@@ -22,25 +22,13 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	if l.obs != nil {
 		defer l.observe(ctx, "acquire", VerdictAcquired, time.Now(), &out.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := l.checkKey(key); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := checkHolder(holder); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := l.checkTTL(ttl); err != nil {
+	if err := l.checkNew(db, key, holder, ttl); err != nil {
 		return Grant[K]{}, err
 	}
 	if err := l.checkIn("states", o.InStates); err != nil {
 		return Grant[K]{}, err
 	}
-	if err := l.checkStates("state", o.SetState); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := l.checkSet(o.Set); err != nil {
+	if err := l.checkWrites(o.SetState, o.Set); err != nil {
 		return Grant[K]{}, err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
@@ -103,10 +91,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	if l.obs != nil {
 		defer l.observe(ctx, "renew", VerdictOK, time.Now(), &out.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return g, err
-	}
-	if err := l.checkGrant(g); err != nil {
+	if err := l.checkHeld(db, g); err != nil {
 		return g, err
 	}
 	if err := l.checkTTL(ttl); err != nil {
@@ -135,10 +120,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	if l.obs != nil {
 		defer l.observe(ctx, "release", VerdictOK, time.Now(), &g.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return err
-	}
-	if err := l.checkGrant(g); err != nil {
+	if err := l.checkHeld(db, g); err != nil {
 		return err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
@@ -170,19 +152,13 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	if l.obs != nil {
 		defer l.observe(ctx, "transition", VerdictOK, time.Now(), &out.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return g, err
-	}
-	if err := l.checkGrant(g); err != nil {
+	if err := l.checkHeld(db, g); err != nil {
 		return g, err
 	}
 	if err := l.checkIn("from states", o.From); err != nil {
 		return g, err
 	}
-	if err := l.checkStates("state", o.To); err != nil {
-		return g, err
-	}
-	if err := l.checkSet(o.Set); err != nil {
+	if err := l.checkWrites(o.To, o.Set); err != nil {
 		return g, err
 	}
 	if o.Keep {
@@ -226,10 +202,7 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 	if l.obs != nil {
 		defer l.observe(ctx, "verify", VerdictOK, time.Now(), &rgen, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return 0, err
-	}
-	if err := l.checkGrant(g); err != nil {
+	if err := l.checkHeld(db, g); err != nil {
 		return 0, err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
@@ -241,14 +214,14 @@ func (l *Lease[K]) Verify(ctx context.Context, db DB, g Grant[K], lock bool) (rg
 	}
 	var gen int64
 	args := c.args(vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
-	read := func(q string) error {
-		return l.retry(ctx, db, func() error { return l.queryRow(ctx, db, q, args).Scan(&gen) })
-	}
-	err := read(c.query)
-	if errors.Is(err, sql.ErrNoRows) && l.multiPrimary {
-		err = read(causal(c.query))
-	}
-	if errors.Is(err, sql.ErrNoRows) {
+	miss, err := l.sendConfirmed(ctx, db, c.query, func(q string) (bool, error) {
+		err := l.queryRow(ctx, db, q, args).Scan(&gen)
+		if errors.Is(err, sql.ErrNoRows) {
+			return true, nil
+		}
+		return false, err
+	})
+	if miss {
 		return 0, &LostError{Key: keyText(g.Key), Op: "check"}
 	}
 	return gen, err
@@ -260,10 +233,7 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Snapshot, rer
 	if l.obs != nil {
 		defer l.observe(ctx, "inspect", VerdictOK, time.Now(), &rst.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return Snapshot{}, err
-	}
-	if err := l.checkKey(key); err != nil {
+	if err := l.checkRow(db, key); err != nil {
 		return Snapshot{}, err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
@@ -301,22 +271,10 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	if l.obs != nil {
 		defer l.observe(ctx, "create", VerdictAcquired, time.Now(), &out.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
+	if err := l.checkNew(db, key, holder, ttl); err != nil {
 		return Grant[K]{}, err
 	}
-	if err := l.checkKey(key); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := checkHolder(holder); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := l.checkTTL(ttl); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := l.checkStates("state", o.State); err != nil {
-		return Grant[K]{}, err
-	}
-	if err := l.checkSet(o.Set); err != nil {
+	if err := l.checkWrites(o.State, o.Set); err != nil {
 		return Grant[K]{}, err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
@@ -361,10 +319,7 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "delete", VerdictOK, time.Now(), &g.Generation, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
-		return err
-	}
-	if err := l.checkGrant(g); err != nil {
+	if err := l.checkHeld(db, g); err != nil {
 		return err
 	}
 	if err := l.probe(ctx, db, false); err != nil {
@@ -387,16 +342,10 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (r
 		var none int64
 		defer l.observe(ctx, "ensure", VerdictOK, time.Now(), &none, &rerr)
 	}
-	if err := l.checkDB(db); err != nil {
+	if err := l.checkRow(db, key); err != nil {
 		return err
 	}
-	if err := l.checkKey(key); err != nil {
-		return err
-	}
-	if err := l.checkStates("state", o.State); err != nil {
-		return err
-	}
-	if err := l.checkSet(o.Set); err != nil {
+	if err := l.checkWrites(o.State, o.Set); err != nil {
 		return err
 	}
 	if err := l.probe(ctx, db, false); err != nil {

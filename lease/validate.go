@@ -134,6 +134,45 @@ func (l *Lease[K]) checkSet(set []Assignment) error {
 	return nil
 }
 
+// checkNew checks the input of an operation that makes a new grant
+// (Acquire, Create): the database, the key, the holder and the TTL, in
+// that order.
+func (l *Lease[K]) checkNew(db DB, key K, holder string, ttl time.Duration) error {
+	if err := l.checkRow(db, key); err != nil {
+		return err
+	}
+	if err := checkHolder(holder); err != nil {
+		return err
+	}
+	return l.checkTTL(ttl)
+}
+
+// checkRow checks the database and the key of an operation on a row.
+func (l *Lease[K]) checkRow(db DB, key K) error {
+	if err := l.checkDB(db); err != nil {
+		return err
+	}
+	return l.checkKey(key)
+}
+
+// checkHeld checks the database and the grant of an operation on a held
+// lease.
+func (l *Lease[K]) checkHeld(db DB, g Grant[K]) error {
+	if err := l.checkDB(db); err != nil {
+		return err
+	}
+	return l.checkGrant(g)
+}
+
+// checkWrites checks what a statement writes besides the lease columns:
+// the state column's value and the extra assignments.
+func (l *Lease[K]) checkWrites(state string, set []Assignment) error {
+	if err := l.checkStates("state", state); err != nil {
+		return err
+	}
+	return l.checkSet(set)
+}
+
 func (l *Lease[K]) checkDB(db DB) error {
 	if isNil(db) {
 		return invalid("db", "nil")
