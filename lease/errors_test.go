@@ -74,12 +74,6 @@ func TestErrorMessagesAndIs(t *testing.T) {
 	assert.False(t, lease.IsDuplicateKey(&lease.ConflictError{}))
 }
 
-type sqlStateErr string
-
-func (e sqlStateErr) Error() string { return "pg error " + string(e) }
-
-func (e sqlStateErr) SQLState() string { return string(e) }
-
 func TestIsRetryable(t *testing.T) {
 	cases := map[string]struct {
 		err  error
@@ -89,12 +83,27 @@ func TestIsRetryable(t *testing.T) {
 		"mysql deadlock":      {&mysql.MySQLError{Number: 1213}, true},
 		"wrapped deadlock":    {fmt.Errorf("x: %w", &mysql.MySQLError{Number: 1213}), true},
 		"mysql duplicate":     {&mysql.MySQLError{Number: 1062}, false},
-		"pg serialization":    {sqlStateErr("40001"), true},
-		"pg deadlock":         {sqlStateErr("40P01"), true},
-		"pg unique violation": {sqlStateErr("23505"), false},
+		"pg serialization":    {&fakePgError{"40001"}, true},
+		"pg deadlock":         {&fakePgError{"40P01"}, true},
+		"pg unique violation": {&fakePgError{"23505"}, false},
 		"plain":               {errors.New("boom"), false},
 	}
 	for name, c := range cases {
 		assert.Equal(t, c.want, lease.IsRetryable(c.err), name)
 	}
 }
+
+// fakePgError looks like *pgconn.PgError to IsDuplicateKey and IsRetryable.
+type fakePgError struct{ code string }
+
+func (e *fakePgError) Error() string { return "ERROR: fake (SQLSTATE " + e.code + ")" }
+
+func (e *fakePgError) SQLState() string { return e.code }
+
+// fakeSQLiteError looks like *sqlite.Error (modernc) to IsDuplicateKey and
+// IsRetryable.
+type fakeSQLiteError struct{ code int }
+
+func (e *fakeSQLiteError) Error() string { return fmt.Sprintf("fake sqlite error (%d)", e.code) }
+
+func (e *fakeSQLiteError) Code() int { return e.code }
