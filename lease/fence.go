@@ -24,13 +24,6 @@ type Fence interface {
 	Name() string
 }
 
-// TxBeginner is a database that can also begin transactions (*sql.DB,
-// *sqlx.DB).
-type TxBeginner interface {
-	DB
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
 // Confirm proves, in one statement inside the caller's transaction tx, that
 // g still holds: the token and the generation match and the lease has not
 // expired by the database clock. It is a write — it renews the lease for g.TTL, never
