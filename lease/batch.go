@@ -3,7 +3,6 @@ package lease
 import (
 	"context"
 	"database/sql"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -129,23 +128,16 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 		}()
 	}
 	q, args := l.b.renewMany(grantList[K](out), idx, ttl)
-	renewed := make(map[int]bool, len(idx))
 	// The send time of the first statement: no later than that of any
 	// statement that renewed a grant of the chunk.
 	sent := l.clock.Now()
+	var renewed map[int]bool
 	var err error
 	if l.dialect == MySQL {
+		renewed = make(map[int]bool, len(idx))
 		err = l.renewChunkMySQL(ctx, db, q, args, out, idx, ttl, renewed)
 	} else {
-		byGrant := heldIndex(out, idx)
-		err = l.retry(ctx, db, func() error {
-			clear(renewed)
-			return scanHeld(resolve(db).QueryContext(ctx, q, args...))(func(h held) {
-				if i, ok := byGrant[h]; ok {
-					renewed[i] = true
-				}
-			})
-		})
+		renewed, err = l.heldAmong(ctx, db, db, q, args, out, idx)
 	}
 	for _, i := range idx {
 		switch {
@@ -255,16 +247,7 @@ func (l *Lease[K]) stillHeld(ctx context.Context, db, on DB, out []Grant[K], idx
 	if l.multiPrimary {
 		rq = causal(rq)
 	}
-	byGrant := heldIndex(out, idx)
-	found := make(map[int]bool, len(idx))
-	err := l.retry(ctx, db, func() error {
-		clear(found)
-		return scanHeld(resolve(on).QueryContext(ctx, rq, rargs...))(func(h held) {
-			if i, ok := byGrant[h]; ok {
-				found[i] = true
-			}
-		})
-	})
+	found, err := l.heldAmong(ctx, db, on, rq, rargs, out, idx)
 	if err != nil {
 		return nil, err
 	}
@@ -287,10 +270,16 @@ func heldIndex[K Key](out []Grant[K], idx []int) map[held]int {
 	return m
 }
 
-// scanHeld reads the (token, generation) rows of a query and hands each to
-// fn; it returns the query's error, or the first error reading them.
-func scanHeld(rows *sql.Rows, err error) func(fn func(held)) error {
-	return func(fn func(held)) error {
+// heldAmong runs q on on, sent again as a deadlock or certification
+// victim when db is a pool (see retry), and reports which of the grants
+// out[i], i in idx, are among the (token, generation) rows it returns: the
+// RETURNING of a batch renewal, or the read of stillHeld.
+func (l *Lease[K]) heldAmong(ctx context.Context, db, on DB, q string, args []any, out []Grant[K], idx []int) (map[int]bool, error) {
+	byGrant := heldIndex(out, idx)
+	found := make(map[int]bool, len(idx))
+	err := l.retry(ctx, db, func() error {
+		clear(found)
+		rows, err := resolve(on).QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -301,10 +290,13 @@ func scanHeld(rows *sql.Rows, err error) func(fn func(held)) error {
 				return err
 			}
 			h.tok = strings.TrimRight(h.tok, " ") // a CHAR column pads on PostgreSQL
-			fn(h)
+			if i, ok := byGrant[h]; ok {
+				found[i] = true
+			}
 		}
 		return rows.Err()
-	}
+	})
+	return found, err
 }
 
 // rowsAffected runs the batch UPDATE q on on, and sends it again as a
@@ -346,113 +338,3 @@ type held struct {
 	tok string
 	gen int64
 }
-
-// pairs writes the key list and the (key, token, generation) list of a
-// batch, and their arguments: PostgreSQL numbers its placeholders and
-// names each key once; MySQL and SQLite repeat it. SQLite takes a row
-// value IN only from a subquery, hence VALUES there.
-func (s sqlBuilder) pairs(keys []any, toks []string, gens []int64) (keyList, pairList string, args []any) {
-	var kb, pb strings.Builder
-	n := len(keys)
-	if s.d == Postgres {
-		args = make([]any, 0, 3*n)
-		for i := range keys {
-			k, t, g := "$"+strconv.Itoa(3*i+1), "$"+strconv.Itoa(3*i+2), "$"+strconv.Itoa(3*i+3)
-			if i > 0 {
-				kb.WriteString(", ")
-				pb.WriteString(", ")
-			}
-			kb.WriteString(k)
-			pb.WriteString("(" + k + ", " + t + ", " + g + ")")
-			args = append(args, keys[i], toks[i], gens[i])
-		}
-		return kb.String(), pb.String(), args
-	}
-	args = make([]any, 0, 4*n)
-	for i := range keys {
-		if i > 0 {
-			kb.WriteString(", ")
-			pb.WriteString(", ")
-		}
-		kb.WriteByte('?')
-		pb.WriteString("(?, ?, ?)")
-		args = append(args, keys[i])
-	}
-	for i := range keys {
-		args = append(args, keys[i], toks[i], gens[i])
-	}
-	pl := pb.String()
-	if s.d == SQLite {
-		pl = "VALUES " + pl
-	}
-	return kb.String(), pl, args
-}
-
-func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string, []int64) {
-	keys := make([]any, len(idx))
-	toks := make([]string, len(idx))
-	gens := make([]int64, len(idx))
-	for j, i := range idx {
-		keys[j], toks[j], gens[j] = gs[i].Key, gs[i].Token.Secret(), gs[i].Generation
-	}
-	return keys, toks, gens
-}
-
-// renewMany is the batch renewal of the grants gs[i], i in idx: Renew's
-// expiry rule with the token and generation already matched by the WHERE
-// clause.
-func (s sqlBuilder) renewMany(gs any, idx []int, ttl time.Duration) (string, []any) {
-	keys, toks, gens := anyBatchArgs(gs, idx)
-	c := s.t.cols
-	e, k, tok, gen := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token), s.col(c.Generation)
-	ttlText := strconv.FormatInt(ttl.Microseconds(), 10)
-	target := s.d.plusMicros(s.d.now(), ttlText)
-	assigns := []string{e + " = CASE WHEN " + e + " IS NOT NULL AND " + e + " >= " + target +
-		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"}
-	assigns = append(assigns, s.tail(false, nil)...)
-	keyList, pairList, args := s.pairs(keys, toks, gens)
-	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(assigns, ", ") +
-		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ", " + gen + ") IN (" + pairList + ")"
-	if s.d != MySQL {
-		q += " RETURNING " + tok + ", " + gen
-	}
-	return q, args
-}
-
-// heldTokens reads which of the batch's tokens still hold their rows
-// with the grant's generation.
-func (s sqlBuilder) heldTokens(gs any, idx []int) (string, []any) {
-	keys, toks, gens := anyBatchArgs(gs, idx)
-	c := s.t.cols
-	k, tok, gen := s.col(c.Key), s.col(c.Token), s.col(c.Generation)
-	keyList, pairList, args := s.pairs(keys, toks, gens)
-	return "SELECT " + tok + ", " + gen + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
-		k + ", " + tok + ", " + gen + ") IN (" + pairList + ")", args
-}
-
-// anyBatchArgs is batchArgs for the builder, which is not generic.
-func anyBatchArgs(gs any, idx []int) ([]any, []string, []int64) {
-	return gs.(interface {
-		batchArgs([]int) ([]any, []string, []int64)
-	}).batchArgs(idx)
-}
-
-// grantList lets the builder read keys and tokens of any key type.
-type grantList[K Key] []Grant[K]
-
-func (g grantList[K]) batchArgs(idx []int) ([]any, []string, []int64) {
-	return batchArgs([]Grant[K](g), idx)
-}
-
-// InTx reports whether the flow has a fenced transaction open that its
-// statements are routed into (only ever on SQLite; see FlowDB). While it
-// has, renew its leases through the FlowDB itself, not in a batch on the
-// pool, which would wait behind that transaction.
-func (f *FlowDB) InTx() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.active() != nil
-}
-
-// Pool returns the pool the FlowDB was made with.
-func (f *FlowDB) Pool() DB { return f.pool }

@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"context"
-	"database/sql"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,7 +24,7 @@ func countedEach(t *testing.T, fn func(t *testing.T, e conformance.Env, c *count
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			c := &countdb.Counter{}
-			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+			db := openCounted(t, d, c)
 			fn(t, conformance.Setup(t, db, lease.Options{}), c)
 		})
 	}
@@ -310,7 +309,7 @@ func TestRenewManyChecksGeneration(t *testing.T) {
 // connection, in READ COMMITTED, their count the proof.
 func TestMySQLRenewManyMultiPrimary(t *testing.T) {
 	c := &countdb.Counter{}
-	db := testdb.OpenWith(t, lease.MySQL, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+	db := openCounted(t, lease.MySQL, c)
 	e := conformance.Setup(t, db, lease.Options{MultiPrimary: true})
 	ctx := ctxT(t)
 	const ttl = 5 * time.Second

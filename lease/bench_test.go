@@ -55,7 +55,7 @@ func benchEach(b *testing.B, fn func(b *testing.B, e conformance.Env, c *countdb
 // any counted section.
 func benchEnv(b *testing.B, d lease.Dialect, opts lease.Options) (conformance.Env, *countdb.Counter) {
 	c := &countdb.Counter{}
-	db := testdb.OpenWith(b, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+	db := openCounted(b, d, c)
 	e := conformance.Setup(b, db, opts)
 	if err := e.Lease.Check(context.Background(), db); err != nil {
 		b.Fatal(err)

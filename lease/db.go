@@ -15,6 +15,13 @@ type DB interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
+// TxBeginner is a database that can also begin transactions (*sql.DB,
+// *sqlx.DB).
+type TxBeginner interface {
+	DB
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
 // isNil reports whether db is nil or a typed nil pointer inside the interface.
 func isNil(db DB) bool {
 	if db == nil {

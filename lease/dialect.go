@@ -169,3 +169,17 @@ func (d Dialect) Quote(ident string) (string, error) {
 	}
 	return d.quote(ident), nil
 }
+
+// causal prefixes a MySQL statement so that the node it runs on first
+// applies every write the cluster committed before it (MariaDB Galera's
+// wsrep_sync_wait, for this one statement: reads, updates, deletes and
+// inserts). See Options.MultiPrimary.
+func causal(q string) string { return "SET STATEMENT wsrep_sync_wait=15 FOR " + q }
+
+// SyncWait prefixes a MySQL-dialect statement of your own with MariaDB's
+// SET STATEMENT wsrep_sync_wait, so that on a Galera cluster the node it
+// runs on first applies every write the cluster committed before it: a
+// read that sees the caller's own writes made through other nodes. Use it
+// for your reads with Options.MultiPrimary (package request does, for its
+// own); a single server has no wsrep_sync_wait to wait on, and needs none.
+func SyncWait(q string) string { return causal(q) }

@@ -1,3 +1,28 @@
+// Files of package lease, for whoever changes it (godoc shows the package
+// comment below, not this one):
+//
+//	lease.go       the Lease type, its Options and values (Grant, Snapshot, …), New
+//	ops.go         the operations on one row: Acquire, Renew, Release, Transition,
+//	               Verify, Inspect, Create, Delete, Ensure
+//	wait.go        AcquireWait
+//	validate.go    input checks, made before any SQL (ErrInvalid)
+//	exec.go        how one statement is sent: the generation handed back, victims
+//	               sent again (internal/retry), a miss confirmed causally
+//	stmt.go        the SQL of every statement, built once per table and dialect
+//	prepare.go     prepared statements kept per pool; Close
+//	fence.go       Confirm, Fence, RunFenced and WithFences
+//	flowdb.go      SQLite: FlowDB, which routes a flow's renewals into its open
+//	               fenced transaction, and RunFenced's routed path
+//	batch.go       RenewMany
+//	probe.go       the first-use check of each database handle
+//	errors.go      sentinels, error types, IsDuplicateKey, IsRetryable, IsTransient
+//	dialect.go     Dialect, its SQL fragments, Rebind, Quote, SyncWait
+//	table.go       Columns and Table
+//	token.go       Token, which never prints its secret
+//	db.go          the DB and TxBeginner interfaces
+//	observe.go     Observer, Op, VerdictOf, the lease's span and attribute names
+//	deprecated.go  Backoff and MaxAttempts, kept for callers until removed
+
 // Package lease turns rows of your own SQL database into leases: exclusive,
 // time-bounded rights taken, kept and given up by single atomic conditional
 // statements (compare-and-swap), proved by a random token, ordered by a
@@ -179,8 +204,9 @@
 //   - A deadlock, serialization or certification victim (MySQL/Galera
 //     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
 //     autocommit, took no effect: the operation sends it again, up to
-//     MaxAttempts times with a jittered pause (Backoff), and returns the
-//     error only after the last. Every operation is safe to send again
+//     four sends in all with a jittered pause that doubles from 5ms
+//     (rowlease's internal retry package), and returns the error only
+//     after the last. Every operation is safe to send again
 //     after such an error — Acquire with the same token, Create with the
 //     same key, the token-checked ones — because nothing of the first
 //     send was applied. Inside a transaction (a *sql.Tx, a *sql.Conn, a

@@ -39,6 +39,15 @@ var (
 	// ErrInvalid means the input was rejected before any SQL was sent. The
 	// concrete error is a *ValidationError.
 	ErrInvalid = errors.New("lease: invalid input")
+
+	// ErrNodeBehind is what RunFenced returns, on a multi-primary cluster
+	// (Options.MultiPrimary), when a fence or the final mark found its grant
+	// gone inside the transaction but a causal read outside it finds every
+	// grant still held: the transaction ran on a node that had not yet applied
+	// the holder's own earlier writes (inside a transaction, wsrep_sync_wait
+	// does not wait). Nothing was committed; run the transaction again.
+	// IsTransient reports it.
+	ErrNodeBehind = errors.New("lease: the transaction's node had not applied the holder's own writes; nothing committed, run it again")
 )
 
 // ConflictError reports a lease held by someone else. It matches ErrHeld.
@@ -114,6 +123,24 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
 func invalid(field, reason string) error { return &ValidationError{Field: field, Reason: reason} }
 
+// DuplicateKeyError wraps a driver's unique-key violation. It matches
+// ErrExists and unwraps to the driver error.
+type DuplicateKeyError struct {
+	Key string
+	Err error
+}
+
+// Error describes the failure; it never contains a token.
+func (e *DuplicateKeyError) Error() string {
+	return fmt.Sprintf("lease: already exists (key %q): %v", e.Key, e.Err)
+}
+
+// Is makes errors.Is(err, ErrExists) true.
+func (e *DuplicateKeyError) Is(target error) bool { return target == ErrExists }
+
+// Unwrap returns the driver error.
+func (e *DuplicateKeyError) Unwrap() error { return e.Err }
+
 // IsDuplicateKey reports whether err is a unique-key violation from
 // MySQL/MariaDB (error 1062), PostgreSQL (SQLSTATE 23505) or SQLite
 // (SQLITE_CONSTRAINT_UNIQUE or _PRIMARYKEY). PostgreSQL and SQLite errors are
@@ -138,6 +165,57 @@ func IsDuplicateKey(err error) bool {
 	}
 	if c, ok := sqliteCode(err); ok {
 		return c == 2067 || c == 1555 // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+// IsRetryable reports whether err is a database's way of saying "this
+// statement or transaction was rolled back to break a deadlock or a
+// serialization conflict, or could not run for another writer; run it
+// again": MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40001 or 40P01,
+// SQLite SQLITE_BUSY and its extended codes (another connection held the
+// lock past the busy timeout; from modernc.org/sqlite or
+// mattn/go-sqlite3). Nothing of the failed statement took effect; inside a
+// transaction, roll it back and run the whole transaction again.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1213
+	}
+	var pg interface{ SQLState() string }
+	if errors.As(err, &pg) {
+		s := pg.SQLState()
+		return s == "40001" || s == "40P01"
+	}
+	if c, ok := sqliteCode(err); ok {
+		return c&0xff == 5 // SQLITE_BUSY, SQLITE_BUSY_RECOVERY, _SNAPSHOT, _TIMEOUT
+	}
+	return false
+}
+
+// IsTransient reports whether err is a database error after which the
+// transaction it ended took no effect and may be run again: a deadlock or
+// serialization victim (IsRetryable), a MySQL lock wait timeout (1205),
+// SQLite's busy or locked, or ErrNodeBehind. It is never a lease loss.
+func IsTransient(err error) bool {
+	if err == nil {
+		return false
+	}
+	if IsRetryable(err) || errors.Is(err, ErrNodeBehind) {
+		return true
+	}
+	var my *mysql.MySQLError
+	if errors.As(err, &my) {
+		return my.Number == 1205
+	}
+	if c, ok := sqliteCode(err); ok { // modernc.org/sqlite or mattn/go-sqlite3
+		switch c & 0xff {
+		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
+			return true
+		}
 	}
 	return false
 }
@@ -193,48 +271,3 @@ func mattnCode(err error) (int, bool) {
 	}
 	return 0, false
 }
-
-// IsRetryable reports whether err is a database's way of saying "this
-// statement or transaction was rolled back to break a deadlock or a
-// serialization conflict, or could not run for another writer; run it
-// again": MySQL/MariaDB error 1213, PostgreSQL SQLSTATE 40001 or 40P01,
-// SQLite SQLITE_BUSY and its extended codes (another connection held the
-// lock past the busy timeout; from modernc.org/sqlite or
-// mattn/go-sqlite3). Nothing of the failed statement took effect; inside a
-// transaction, roll it back and run the whole transaction again.
-func IsRetryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1213
-	}
-	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) {
-		s := pg.SQLState()
-		return s == "40001" || s == "40P01"
-	}
-	if c, ok := sqliteCode(err); ok {
-		return c&0xff == 5 // SQLITE_BUSY, SQLITE_BUSY_RECOVERY, _SNAPSHOT, _TIMEOUT
-	}
-	return false
-}
-
-// DuplicateKeyError wraps a driver's unique-key violation. It matches
-// ErrExists and unwraps to the driver error.
-type DuplicateKeyError struct {
-	Key string
-	Err error
-}
-
-// Error describes the failure; it never contains a token.
-func (e *DuplicateKeyError) Error() string {
-	return fmt.Sprintf("lease: already exists (key %q): %v", e.Key, e.Err)
-}
-
-// Is makes errors.Is(err, ErrExists) true.
-func (e *DuplicateKeyError) Is(target error) bool { return target == ErrExists }
-
-// Unwrap returns the driver error.
-func (e *DuplicateKeyError) Unwrap() error { return e.Err }

@@ -1,10 +1,21 @@
 package lease_test
 
 import (
+	"database/sql"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
+
+	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
 )
 
 // TestMain fails the run if any goroutine is left behind.
 func TestMain(m *testing.M) { testdb.Main(m) }
+
+// openCounted opens a fresh isolated database of dialect d whose
+// statements c counts at the driver.
+func openCounted(tb testing.TB, d lease.Dialect, c *countdb.Counter) *sqlx.DB {
+	return testdb.OpenWith(tb, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+}

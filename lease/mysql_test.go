@@ -164,6 +164,18 @@ func TestMySQLSameMicrosecond(t *testing.T) {
 const secondTableDDL = "CREATE TABLE job_run (run_id BIGINT NOT NULL PRIMARY KEY, owner VARCHAR(191) NULL, " +
 	"secret CHAR(36) NULL, lease_until DATETIME NULL, fence BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB"
 
+// secondTable creates job_run, whose expiry column is a DATETIME without
+// fraction, and returns its spec.
+func secondTable(t *testing.T, ctx context.Context, db lease.DB) lease.Table {
+	t.Helper()
+	_, err := db.ExecContext(ctx, secondTableDDL)
+	require.NoError(t, err)
+	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
+		ExpiresAt: "lease_until", Generation: "fence"})
+	require.NoError(t, err)
+	return tbl
+}
+
 // TestMySQLSecondPrecisionExpiry: on a DATETIME column (declared with
 // Options.ExpiryResolution) a renewal in the same second stores the very
 // value already there, so the row is unchanged and the default DSN reports
@@ -173,11 +185,7 @@ func TestMySQLSecondPrecisionExpiry(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, lease.MySQL)
 	ctx := mysqlCtx(t)
-	_, err := db.ExecContext(ctx, secondTableDDL)
-	require.NoError(t, err)
-	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
-		ExpiresAt: "lease_until", Generation: "fence"})
-	require.NoError(t, err)
+	tbl := secondTable(t, ctx, db)
 	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second})
 	require.NoError(t, err)
 
@@ -370,11 +378,7 @@ func TestMySQLPreparedPath(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, lease.MySQL)
 	ctx := mysqlCtx(t)
-	_, err := db.ExecContext(ctx, secondTableDDL)
-	require.NoError(t, err)
-	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
-		ExpiresAt: "lease_until", Generation: "fence"})
-	require.NoError(t, err)
+	tbl := secondTable(t, ctx, db)
 	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{ExpiryResolution: time.Second, Prepare: lease.PrepareAlways})
 	require.NoError(t, err)
 	pool := mysqlPools(t, db)["changedRows"]
@@ -443,11 +447,7 @@ func TestMySQLSecondPrecisionDeadline(t *testing.T) {
 	t.Parallel()
 	db := testdb.Open(t, lease.MySQL)
 	ctx := mysqlCtx(t)
-	_, err := db.ExecContext(ctx, secondTableDDL)
-	require.NoError(t, err)
-	tbl, err := lease.NewTable("job_run", lease.Columns{Key: "run_id", Holder: "owner", Token: "secret",
-		ExpiresAt: "lease_until", Generation: "fence"})
-	require.NoError(t, err)
+	tbl := secondTable(t, ctx, db)
 	sent := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	l, err := lease.New[int64](lease.MySQL, tbl, lease.Options{Clock: fixedClock{sent}, ExpiryResolution: time.Second})
 	require.NoError(t, err)

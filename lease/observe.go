@@ -22,40 +22,84 @@ type Observer interface {
 	// Op reports a lease operation after it returned.
 	Op(ctx context.Context, op Op)
 	// Event reports something that happened at a point in time, such as a
-	// heartbeat renewal retried or a lease lost (see the names below).
+	// heartbeat renewal retried or a lease lost (each package that reports
+	// events names them).
 	Event(ctx context.Context, name string, attrs ...Attr)
 }
 
 // Span names the units of work reported through Observer.Start.
 type Span struct {
-	Name  string // SpanHandle, SpanModelRound, SpanTool, SpanFencedTx
+	Name  string // SpanFencedTx here; each package that starts spans names its own
 	Attrs []Attr
 }
 
-// Names of spans and events. Attribute keys are the Attr… constants.
-const (
-	SpanHandle     = "rowlease.handle"      // request.Runner.Handle
-	SpanModelRound = "rowlease.model_round" // request.Run.ModelRound, reported by the agent
-	SpanTool       = "rowlease.tool"        // a tool call (toolexec.Store.Execute / ExecuteExternal)
-	SpanFencedTx   = "rowlease.fenced_tx"   // a transaction that ends by confirming fences
+// SpanFencedTx is the span of a transaction that ends by confirming
+// fences (RunFenced, as packages toolexec and request run it).
+const SpanFencedTx = "rowlease.fenced_tx"
 
-	EventRenewRetry = "rowlease.heartbeat.retry" // a renewal failed and will be retried
-	EventLeaseLost  = "rowlease.heartbeat.lost"  // a supervised lease was lost (AttrReason)
-)
-
-// Attribute keys. Values are strings, int64s or bools.
+// Attribute keys of the lease's own operations and spans. Values are
+// strings, int64s or bools. Each package that reports spans or events
+// names its own keys besides these.
 const (
 	AttrTable      = "rowlease.table"
-	AttrLease      = "rowlease.lease"     // which lease of a flow: session, request, tool:<name>
-	AttrSession    = "rowlease.session"   // the session key
-	AttrRequest    = "rowlease.request"   // the request id
-	AttrTool       = "rowlease.tool"      // the tool name
-	AttrToolKind   = "rowlease.tool.kind" // "tx" (in the database) or "external"
+	AttrLease      = "rowlease.lease" // which lease of a flow: session, request, tool:<name>
 	AttrGeneration = "rowlease.generation"
-	AttrVerdict    = "rowlease.verdict"  // see the Verdict… values
-	AttrConflict   = "rowlease.conflict" // session_busy, in_flight, fingerprint_mismatch, tool_conflict
-	AttrReason     = "rowlease.reason"   // why a lease was lost (heartbeat.Reason…)
+	AttrVerdict    = "rowlease.verdict" // see the Verdict… values
 	AttrAttempt    = "rowlease.attempt"
+)
+
+// Names of the floors above the lease, kept here until their packages'
+// own constants (same values) replace them.
+const (
+	// SpanHandle is request.Runner.Handle's span.
+	//
+	// Deprecated: use request.SpanHandle.
+	SpanHandle = "rowlease.handle"
+	// SpanModelRound is request.Run.ModelRound's span, reported by the
+	// agent.
+	//
+	// Deprecated: use request.SpanModelRound.
+	SpanModelRound = "rowlease.model_round"
+	// SpanTool is a tool call's span (toolexec.Store.Execute /
+	// ExecuteExternal).
+	//
+	// Deprecated: use toolexec.SpanTool.
+	SpanTool = "rowlease.tool"
+
+	// EventRenewRetry: a renewal failed and will be retried.
+	//
+	// Deprecated: use heartbeat.EventRenewRetry.
+	EventRenewRetry = "rowlease.heartbeat.retry"
+	// EventLeaseLost: a supervised lease was lost (AttrReason).
+	//
+	// Deprecated: use heartbeat.EventLeaseLost.
+	EventLeaseLost = "rowlease.heartbeat.lost"
+
+	// AttrSession is the session key.
+	//
+	// Deprecated: use request.AttrSession.
+	AttrSession = "rowlease.session"
+	// AttrRequest is the request id.
+	//
+	// Deprecated: use request.AttrRequest.
+	AttrRequest = "rowlease.request"
+	// AttrTool is the tool name.
+	//
+	// Deprecated: use toolexec.AttrTool.
+	AttrTool = "rowlease.tool"
+	// AttrToolKind is "tx" (in the database) or "external".
+	//
+	// Deprecated: use toolexec.AttrToolKind.
+	AttrToolKind = "rowlease.tool.kind"
+	// AttrConflict is why a message was refused: session_busy, in_flight,
+	// fingerprint_mismatch, tool_conflict.
+	//
+	// Deprecated: use request.AttrConflict.
+	AttrConflict = "rowlease.conflict"
+	// AttrReason is why a lease was lost (heartbeat.Reason…).
+	//
+	// Deprecated: use heartbeat.AttrReason.
+	AttrReason = "rowlease.reason"
 )
 
 // Attr is one attribute of a span, an operation or an event.

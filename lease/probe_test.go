@@ -38,7 +38,7 @@ func TestCheckRefusesWrongDialect(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			var c countdb.Counter
-			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, &c) })
+			db := openCounted(t, d, &c)
 			e := conformance.Setup(t, db, lease.Options{})
 			e.Insert(t, "k")
 			before := e.ReadRow(t, "k")
@@ -97,7 +97,7 @@ func TestCheckOncePerHandle(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			var c countdb.Counter
-			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, &c) })
+			db := openCounted(t, d, &c)
 			e := conformance.Setup(t, db, lease.Options{SkipCheck: true})
 			l, err := lease.New[string](d, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{})
 			require.NoError(t, err)

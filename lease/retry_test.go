@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -72,12 +73,12 @@ func TestSQLMockVictimInTxNotRetried(t *testing.T) {
 }
 
 // TestSQLMockVictimBounded: a victim every time is returned after
-// lease.MaxAttempts sends, as the database's error (never as a loss).
+// retry.MaxAttempts sends, as the database's error (never as a loss).
 func TestSQLMockVictimBounded(t *testing.T) {
 	db, mock := newMock(t)
 	l := newMockLease(t, lease.MySQL)
 	g := mockGrant(t)
-	for range lease.MaxAttempts {
+	for range retry.MaxAttempts {
 		expectOp(t, mock, lease.MySQL, mockOp1(t, "Renew"), g, outcome{err: victim(lease.MySQL)})
 	}
 	_, _, err := mockOp1(t, "Renew").run(context.Background(), l, db, g)

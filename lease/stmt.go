@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // A template is SQL with named parameters written {name}. compile turns it
@@ -57,6 +58,26 @@ func (c compiled) args(vals map[string]any) []any {
 		out[i] = vals[n]
 	}
 	return out
+}
+
+func vals(extra ...any) map[string]any {
+	m := make(map[string]any, len(extra)/2+4)
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	return m
+}
+
+func addStates(m map[string]any, states []string) {
+	for i, s := range states {
+		m["s"+strconv.Itoa(i)] = s
+	}
+}
+
+func addSet(m map[string]any, set []Assignment) {
+	for i, a := range set {
+		m["v"+strconv.Itoa(i)] = a.Value
+	}
 }
 
 // sqlBuilder writes the statements of one table in one dialect.
@@ -220,6 +241,18 @@ func (s sqlBuilder) verify(lock bool) string {
 	return q
 }
 
+// confirm is renew with two more conditions: the lease has not expired,
+// and its generation is the grant's. A token can be granted again after
+// another holder held the lease (a reentry that finds the row free is a
+// new grant, generation+1, under the same token): a copy of the earlier
+// grant must not pass.
+func (s sqlBuilder) confirm() string {
+	assigns := []string{s.genAssign(false), s.expAssign()}
+	assigns = append(assigns, s.tail(false, nil)...)
+	c := s.t.cols
+	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok} AND "+s.col(c.Generation)+" = {gen} AND "+s.col(c.ExpiresAt)+" > "+s.d.now())
+}
+
 func (s sqlBuilder) inspect() string {
 	c := s.t.cols
 	e := s.col(c.ExpiresAt)
@@ -261,4 +294,109 @@ func (s sqlBuilder) ensure(setState bool, set []Assignment) string {
 		return q + " ON DUPLICATE KEY UPDATE " + s.col(c.Key) + " = " + s.col(c.Key)
 	}
 	return q + " ON CONFLICT (" + s.col(c.Key) + ") DO NOTHING"
+}
+
+// lockWrite is an UPDATE that matches no row: on SQLite it starts the
+// transaction's write (and takes the database's write lock) without
+// changing anything or firing a trigger.
+func (s sqlBuilder) lockWrite() string {
+	g := s.col(s.t.cols.Generation)
+	return "UPDATE " + s.t.qname(s.d) + " SET " + g + " = " + g + " WHERE 1 = 0"
+}
+
+// pairs writes the key list and the (key, token, generation) list of a
+// batch, and their arguments: PostgreSQL numbers its placeholders and
+// names each key once; MySQL and SQLite repeat it. SQLite takes a row
+// value IN only from a subquery, hence VALUES there.
+func (s sqlBuilder) pairs(keys []any, toks []string, gens []int64) (keyList, pairList string, args []any) {
+	var kb, pb strings.Builder
+	n := len(keys)
+	if s.d == Postgres {
+		args = make([]any, 0, 3*n)
+		for i := range keys {
+			k, t, g := "$"+strconv.Itoa(3*i+1), "$"+strconv.Itoa(3*i+2), "$"+strconv.Itoa(3*i+3)
+			if i > 0 {
+				kb.WriteString(", ")
+				pb.WriteString(", ")
+			}
+			kb.WriteString(k)
+			pb.WriteString("(" + k + ", " + t + ", " + g + ")")
+			args = append(args, keys[i], toks[i], gens[i])
+		}
+		return kb.String(), pb.String(), args
+	}
+	args = make([]any, 0, 4*n)
+	for i := range keys {
+		if i > 0 {
+			kb.WriteString(", ")
+			pb.WriteString(", ")
+		}
+		kb.WriteByte('?')
+		pb.WriteString("(?, ?, ?)")
+		args = append(args, keys[i])
+	}
+	for i := range keys {
+		args = append(args, keys[i], toks[i], gens[i])
+	}
+	pl := pb.String()
+	if s.d == SQLite {
+		pl = "VALUES " + pl
+	}
+	return kb.String(), pl, args
+}
+
+// renewMany is the batch renewal of the grants gs[i], i in idx: Renew's
+// expiry rule with the token and generation already matched by the WHERE
+// clause.
+func (s sqlBuilder) renewMany(gs any, idx []int, ttl time.Duration) (string, []any) {
+	keys, toks, gens := anyBatchArgs(gs, idx)
+	c := s.t.cols
+	e, k, tok, gen := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token), s.col(c.Generation)
+	ttlText := strconv.FormatInt(ttl.Microseconds(), 10)
+	target := s.d.plusMicros(s.d.now(), ttlText)
+	assigns := []string{e + " = CASE WHEN " + e + " IS NOT NULL AND " + e + " >= " + target +
+		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"}
+	assigns = append(assigns, s.tail(false, nil)...)
+	keyList, pairList, args := s.pairs(keys, toks, gens)
+	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(assigns, ", ") +
+		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ", " + gen + ") IN (" + pairList + ")"
+	if s.d != MySQL {
+		q += " RETURNING " + tok + ", " + gen
+	}
+	return q, args
+}
+
+// heldTokens reads which of the batch's tokens still hold their rows
+// with the grant's generation.
+func (s sqlBuilder) heldTokens(gs any, idx []int) (string, []any) {
+	keys, toks, gens := anyBatchArgs(gs, idx)
+	c := s.t.cols
+	k, tok, gen := s.col(c.Key), s.col(c.Token), s.col(c.Generation)
+	keyList, pairList, args := s.pairs(keys, toks, gens)
+	return "SELECT " + tok + ", " + gen + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
+		k + ", " + tok + ", " + gen + ") IN (" + pairList + ")", args
+}
+
+func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string, []int64) {
+	keys := make([]any, len(idx))
+	toks := make([]string, len(idx))
+	gens := make([]int64, len(idx))
+	for j, i := range idx {
+		keys[j], toks[j], gens[j] = gs[i].Key, gs[i].Token.Secret(), gs[i].Generation
+	}
+	return keys, toks, gens
+}
+
+// anyBatchArgs is batchArgs for the builder, which is not generic.
+func anyBatchArgs(gs any, idx []int) ([]any, []string, []int64) {
+	return gs.(interface {
+		batchArgs([]int) ([]any, []string, []int64)
+	}).batchArgs(idx)
+}
+
+// grantList lets the builder read keys and tokens of any key type.
+type grantList[K Key] []Grant[K]
+
+func (g grantList[K]) batchArgs(idx []int) ([]any, []string, []int64) {
+	return batchArgs([]Grant[K](g), idx)
 }

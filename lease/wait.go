@@ -3,8 +3,9 @@ package lease
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/retry"
 )
 
 // WaitOptions bound how AcquireWait polls a held lease.
@@ -57,28 +58,15 @@ func (l *Lease[K]) AcquireWait(ctx context.Context, db DB, key K, holder string,
 		if err == nil || !errors.Is(err, ErrHeld) {
 			return g, err
 		}
-		wait := jitter(delay)
+		wait := retry.Jitter(delay)
 		var ce *ConflictError
 		if errors.As(err, &ce) && ce.Remaining > 0 && ce.Remaining < wait {
 			// The holder's lease ends sooner: try just after it.
-			wait = ce.Remaining + jitter(lo)/2
+			wait = ce.Remaining + retry.Jitter(lo)/2
 		}
-		wait = max(wait, lo)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Sleep(ctx, max(wait, lo)) {
 			return Grant[K]{}, errors.Join(err, context.Cause(ctx))
-		case <-t.C:
 		}
 		delay = min(delay*2, hi)
 	}
-}
-
-// jitter returns a duration in [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)))
 }
