@@ -127,7 +127,7 @@ func (s *Supervisor) renew(ctx context.Context, e *entry) bool {
 	if dl.IsZero() || prev.Before(dl) {
 		dl = prev
 	}
-	rctx, cancel := context.WithDeadline(ctx, s.wall(dl))
+	rctx, cancel := context.WithDeadline(ctx, wallTime(s.clock, dl))
 	nd, err := e.r.Renew(rctx)
 	cancel()
 	return s.settle(ctx, e, prev, s.clock.Now(), nd, err)

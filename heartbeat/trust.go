@@ -3,6 +3,8 @@ package heartbeat
 import (
 	"context"
 	"time"
+
+	"github.com/rowlease/rowlease/lease"
 )
 
 // systemClock is time.Now: the clock of a Config or a BatchConfig that
@@ -11,13 +13,13 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// wall converts t, read on the supervisor's clock, to the wall clock that
-// context deadlines and timers go by.
-func (s *Supervisor) wall(t time.Time) time.Time {
-	if _, ok := s.clock.(systemClock); ok {
+// wallTime converts t, read on clock (a Supervisor's or a Batcher's), to
+// the wall clock that context deadlines and timers go by.
+func wallTime(clock lease.Clock, t time.Time) time.Time {
+	if _, ok := clock.(systemClock); ok {
 		return t
 	}
-	return time.Now().Add(t.Sub(s.clock.Now()))
+	return time.Now().Add(t.Sub(clock.Now()))
 }
 
 // minRetry is the shortest wait before a failed renewal is retried.
