@@ -41,6 +41,24 @@ type Event struct {
 	Err      error     // EventRetry: the renewal's error; EventLost: the *LostError
 }
 
+// Names of the events a flow reports to a lease.Observer for its
+// supervisor's Events (request.Runner does, with the lease's name under
+// lease.AttrLease), and of their attribute. The strings are those the
+// lease package gave these events before heartbeat named them, so traces
+// and dashboards keep working.
+const (
+	// EventRenewRetry names an EventRetry: a renewal failed transiently
+	// and will be retried (the failures in a row under lease.AttrAttempt).
+	EventRenewRetry = "rowlease.heartbeat.retry"
+	// EventLeaseLost names an EventLost: a supervised lease was lost, and
+	// the work cancelled; AttrReason says why.
+	EventLeaseLost = "rowlease.heartbeat.lost"
+	// AttrReason is the attribute key of why a lease was lost: its
+	// LostError.Reason (ReasonGone, ReasonDeadline or ReasonInvalid).
+	AttrReason = "rowlease.reason"
+)
+
+// event hands ev to Config.OnEvent, if set.
 func (s *Supervisor) event(ev Event) {
 	if s.cfg.OnEvent != nil {
 		s.cfg.OnEvent(ev)

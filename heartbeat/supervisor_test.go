@@ -326,6 +326,15 @@ func TestEventKindString(t *testing.T) {
 	assert.Equal(t, "EventKind(9)", heartbeat.EventKind(9).String())
 }
 
+// TestObserverNames: the names under which a flow reports heartbeat
+// events to a lease.Observer are part of what traces and dashboards match
+// on; they keep the strings they had.
+func TestObserverNames(t *testing.T) {
+	assert.Equal(t, "rowlease.heartbeat.retry", heartbeat.EventRenewRetry)
+	assert.Equal(t, "rowlease.heartbeat.lost", heartbeat.EventLeaseLost)
+	assert.Equal(t, "rowlease.reason", heartbeat.AttrReason)
+}
+
 // syncBuffer is a bytes.Buffer safe for the supervisor goroutine to write
 // while the test reads.
 type syncBuffer struct {
