@@ -140,18 +140,6 @@ type Store struct {
 	obs   lease.Observer // from Config.Lease.Observer; nil costs nothing
 }
 
-// runFenced is lease.RunFenced, reported to the Observer as a
-// lease.SpanFencedTx span of the given phase (effect, intent, result).
-func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, o lease.FencedTx, fn func(*sql.Tx) error) (err error) {
-	if s.obs != nil {
-		var end func(error, ...lease.Attr)
-		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
-			{Key: lease.AttrTool, Value: tool}, {Key: "rowlease.phase", Value: phase}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
-	}
-	return lease.RunFenced(ctx, db, o, fn)
-}
-
 // New validates cfg and returns a Store.
 func New(cfg Config) (*Store, error) {
 	name := cfg.Table
