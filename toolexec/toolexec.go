@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -329,22 +329,14 @@ func generations(fences []lease.Fence) map[string]int64 {
 // a transient database error (deadlock, serialization failure, lock wait
 // timeout, SQLite busy): each rolled back entirely, so running it again is
 // safe.
-const maxTxAttempts = 4
+const maxTxAttempts = retry.MaxAttempts
 
-// backoff waits before attempt+1: a jittered, doubling delay from 10ms. It
-// reports false when ctx ended first.
-func backoff(ctx context.Context, attempt int) bool {
-	d := (10 * time.Millisecond) << (attempt - 1)
-	d = d/2 + time.Duration(rand.Int64N(int64(d)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// backoff waits before run attempt+1 (attempt counts from 1) and reports
+// false when ctx ended first. It is retry.Backoff(ctx, attempt+1): retry's
+// first delay is 5ms and doubles, so the waits here are 10ms, 20ms, 40ms
+// (each jittered between half and one and a half times), as toolexec's
+// waits have always been.
+func backoff(ctx context.Context, attempt int) bool { return retry.Backoff(ctx, attempt+1) }
 
 // afterFailure records what a failed call leaves behind and returns the
 // error to report: a tool's own failure is marked error; anything else (a
