@@ -93,13 +93,7 @@ func (s *Supervisor) nextWake() (time.Time, bool) {
 // Add.
 func (s *Supervisor) refused(ctx context.Context) bool {
 	s.mu.Lock()
-	var bad *entry
-	for _, e := range s.entries {
-		if e.invalid != nil {
-			bad = e
-			break
-		}
-	}
+	bad := s.firstEntry(func(e *entry) bool { return e.invalid != nil })
 	s.mu.Unlock()
 	if bad == nil {
 		return false

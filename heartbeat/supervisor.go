@@ -171,13 +171,7 @@ func (s *Supervisor) deliver(e *entry, r result) {
 func (s *Supervisor) applyResults(ctx context.Context) bool {
 	for {
 		s.mu.Lock()
-		var e *entry
-		for _, x := range s.entries {
-			if x.result != nil {
-				e = x
-				break
-			}
-		}
+		e := s.firstEntry(func(e *entry) bool { return e.result != nil })
 		if e == nil {
 			s.mu.Unlock()
 			return true
@@ -190,6 +184,17 @@ func (s *Supervisor) applyResults(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// firstEntry returns the first entry, in the order added, that has the
+// property, or nil. s.mu must be held.
+func (s *Supervisor) firstEntry(has func(*entry) bool) *entry {
+	for _, e := range s.entries {
+		if has(e) {
+			return e
+		}
+	}
+	return nil
 }
 
 func (s *Supervisor) signal() {
