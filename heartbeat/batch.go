@@ -235,13 +235,6 @@ func (b *Batcher) hurry(m *member) {
 	b.signal()
 }
 
-func (b *Batcher) wall(t time.Time) time.Time {
-	if _, ok := b.clock.(systemClock); ok {
-		return t
-	}
-	return time.Now().Add(t.Sub(b.clock.Now()))
-}
-
 // run is the Batcher's goroutine: it returns when no lease is kept.
 func (b *Batcher) run(done chan struct{}) {
 	defer close(done)
@@ -278,7 +271,7 @@ func (b *Batcher) run(done chan struct{}) {
 			b.afterRound()
 			continue
 		}
-		timer.Reset(time.Until(b.wall(wake)))
+		timer.Reset(time.Until(wallTime(b.clock, wake)))
 		select {
 		case <-timer.C:
 		case <-b.wake:
@@ -355,7 +348,7 @@ func (b *Batcher) limit(ms []*member, sqlite bool) time.Time {
 			dl = d
 		}
 	}
-	return b.wall(dl)
+	return wallTime(b.clock, dl)
 }
 
 // renewOne renews m alone, through its flow's FlowDB. Inside the flow's

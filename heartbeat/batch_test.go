@@ -45,16 +45,25 @@ type flow struct {
 // item table (keys <prefix><i>-<j>), renewed through db.
 func startFlows(t *testing.T, e conformance.Env, b *heartbeat.Batcher, db lease.DB, prefix string, n, per int, interval, ttl time.Duration) []*flow {
 	t.Helper()
+	return startFlowsWith(t, e, heartbeat.Config{Interval: interval, TTL: ttl, Batcher: b}, db, prefix, n, per)
+}
+
+// startFlowsWith is startFlows with a Config of its own (Batcher or not):
+// each flow's supervisor gets cfg with its own recorder as OnEvent.
+func startFlowsWith(t *testing.T, e conformance.Env, cfg heartbeat.Config, db lease.DB, prefix string, n, per int) []*flow {
+	t.Helper()
 	ctx := ctxT(t)
 	flows := make([]*flow, n)
 	for i := range flows {
 		f := &flow{rec: newRecorder()}
-		s, err := heartbeat.New(heartbeat.Config{Interval: interval, TTL: ttl, Batcher: b, OnEvent: f.rec.on})
+		c := cfg
+		c.OnEvent = f.rec.on
+		s, err := heartbeat.New(c)
 		require.NoError(t, err)
 		for j := range per {
 			k := prefix + strconv.Itoa(i) + "-" + strconv.Itoa(j)
 			e.Insert(t, k)
-			g, err := e.Lease.Acquire(ctx, e.DB, k, "flow"+strconv.Itoa(i), ttl)
+			g, err := e.Lease.Acquire(ctx, e.DB, k, "flow"+strconv.Itoa(i), cfg.TTL)
 			require.NoError(t, err)
 			r := heartbeat.ForLease("lease"+strconv.Itoa(j), e.Lease, db, g)
 			s.Add(r)

@@ -121,35 +121,6 @@ func TestRolledBackRenewalsMoveTheDeadlineBack(t *testing.T) {
 	}
 }
 
-// startFlowsWith is startFlows with a Config of its own (Batcher or not).
-func startFlowsWith(t *testing.T, e conformance.Env, cfg heartbeat.Config, db lease.DB, prefix string, n, per int) []*flow {
-	t.Helper()
-	ctx := ctxT(t)
-	flows := make([]*flow, n)
-	for i := range flows {
-		f := &flow{rec: newRecorder()}
-		c := cfg
-		c.OnEvent = f.rec.on
-		s, err := heartbeat.New(c)
-		require.NoError(t, err)
-		for j := range per {
-			k := prefix + string(rune('0'+i)) + "-" + string(rune('0'+j))
-			e.Insert(t, k)
-			g, err := e.Lease.Acquire(ctx, e.DB, k, "flow", cfg.TTL)
-			require.NoError(t, err)
-			r := heartbeat.ForLease("lease"+string(rune('0'+j)), e.Lease, db, g)
-			s.Add(r)
-			f.grants, f.rs = append(f.grants, g), append(f.rs, r)
-		}
-		f.work, err = s.Start(context.Background())
-		require.NoError(t, err)
-		f.sup = s
-		t.Cleanup(s.Stop)
-		flows[i] = f
-	}
-	return flows
-}
-
 // TestParallelFencedTransactionsOfOneFlow: one flow runs two fenced
 // transactions at once (parallel tool calls) on SQLite, whatever the
 // DSN's transaction mode. Its renewals go into the one that holds the

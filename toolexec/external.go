@@ -169,7 +169,7 @@ func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o E
 	if err != nil {
 		unwatch()
 		if errors.Is(err, ErrNotPerformed) {
-			return Result{}, s.afterFailure(ctx, db, call.Tool, g, o, &FailedError{Tool: call.Tool, Err: err})
+			return Result{}, s.afterFailure(ctx, db, g, o, &FailedError{Tool: call.Tool, Err: err})
 		}
 		var ue *UnknownOutcomeError
 		if !errors.As(err, &ue) {
@@ -191,11 +191,7 @@ func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o E
 		return s.runFenced(ctx, db, call.Tool, "result", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
 			Then: func(ctx context.Context, tx *sql.Tx) error {
 				unwatch()
-				_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-					From: []string{schema.StoredStarted}, To: schema.StoredSucceeded,
-					Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
-				})
-				return err
+				return s.markSucceeded(ctx, tx, g, schema.StoredStarted, out)
 			}}, func(*sql.Tx) error { return nil })
 	})
 	unwatch()
@@ -246,21 +242,4 @@ func (s *Store) giveBack(ctx context.Context, db Beginner, g Grant, o ExecOption
 		return errors.Join(err, rerr)
 	}
 	return err
-}
-
-// retryTransient runs f again after a transient database error, a few
-// times with backoff, while ctx lasts.
-func (s *Store) retryTransient(ctx context.Context, tool string, f func() error) error {
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil || !lease.IsTransient(err) || attempt == maxTxAttempts || !backoff(ctx, attempt) {
-			if lease.IsTransient(err) {
-				var te *TransientError
-				if !errors.As(err, &te) {
-					err = &TransientError{Tool: tool, Err: err}
-				}
-			}
-			return err
-		}
-	}
 }

@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -140,18 +140,6 @@ type Store struct {
 	obs   lease.Observer // from Config.Lease.Observer; nil costs nothing
 }
 
-// runFenced is lease.RunFenced, reported to the Observer as a
-// lease.SpanFencedTx span of the given phase (effect, intent, result).
-func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, o lease.FencedTx, fn func(*sql.Tx) error) (err error) {
-	if s.obs != nil {
-		var end func(error, ...lease.Attr)
-		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
-			{Key: lease.AttrTool, Value: tool}, {Key: "rowlease.phase", Value: phase}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
-	}
-	return lease.RunFenced(ctx, db, o, fn)
-}
-
 // New validates cfg and returns a Store.
 func New(cfg Config) (*Store, error) {
 	name := cfg.Table
@@ -260,23 +248,21 @@ func (s *Store) Execute(ctx context.Context, db Beginner, call Call, o ExecOptio
 	}
 	unwatch := func() {}
 	defer func() { unwatch() }()
-	canonical := c.canonical
 	var out json.RawMessage
-	for attempt := 1; ; attempt++ {
+	err = s.retryTransient(ctx, call.Tool, func() error {
 		// Every run of the transaction is supervised: the mark lets go of
 		// the tool lease (see runTx), so a run after a transient error at
 		// the mark or at the commit watches it again.
 		unwatch = watch(o, g)
-		out, err = s.runTx(ctx, db, call, canonical, g, o, fn, unwatch)
+		var err error
+		out, err = s.runTx(ctx, db, call, c.canonical, g, o, fn, unwatch)
 		unwatch()
-		if err == nil || !lease.IsTransient(err) || attempt == maxTxAttempts || !backoff(ctx, attempt) {
-			break
-		}
-	}
+		return err
+	})
 	if err == nil {
 		return Result{ExecutionID: g.Key, Output: out, Generation: g.Generation}, nil
 	}
-	return Result{}, s.afterFailure(ctx, db, call.Tool, g, o, err)
+	return Result{}, s.afterFailure(ctx, db, g, o, err)
 }
 
 // claimed is a validated call, claimed: a grant to run under, or a stored
@@ -341,20 +327,28 @@ func generations(fences []lease.Fence) map[string]int64 {
 // a transient database error (deadlock, serialization failure, lock wait
 // timeout, SQLite busy): each rolled back entirely, so running it again is
 // safe.
-const maxTxAttempts = 4
+const maxTxAttempts = retry.MaxAttempts
 
-// backoff waits before attempt+1: a jittered, doubling delay from 10ms. It
-// reports false when ctx ended first.
-func backoff(ctx context.Context, attempt int) bool {
-	d := (10 * time.Millisecond) << (attempt - 1)
-	d = d/2 + time.Duration(rand.Int64N(int64(d)))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+// retryTransient runs f again after a transient database error, at most
+// maxTxAttempts runs in all, with backoff, while ctx lasts. A transient
+// error it gives up on is returned as a *TransientError.
+//
+// The wait before run attempt+1 is retry.Backoff(ctx, attempt+1): retry's
+// first delay is 5ms and doubles, so the waits here are 10ms, 20ms, 40ms
+// (each jittered between half and one and a half times), as toolexec's
+// waits have always been.
+func (s *Store) retryTransient(ctx context.Context, tool string, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || !lease.IsTransient(err) || attempt == maxTxAttempts || !retry.Backoff(ctx, attempt+1) {
+			if lease.IsTransient(err) {
+				var te *TransientError
+				if !errors.As(err, &te) {
+					err = &TransientError{Tool: tool, Err: err}
+				}
+			}
+			return err
+		}
 	}
 }
 
@@ -362,8 +356,9 @@ func backoff(ctx context.Context, attempt int) bool {
 // error to report: a tool's own failure is marked error; anything else (a
 // lost fence, a database error, a cancelled run) gives the tool lease back,
 // so the flow that owns the request now can take the call over at once.
-// Its writes run with a bounded context, even when ctx is done.
-func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Grant, o ExecOptions, err error) error {
+// Its writes run with a bounded context, even when ctx is done. A
+// transient error comes as retryTransient left it: a *TransientError.
+func (s *Store) afterFailure(ctx context.Context, db Beginner, g Grant, o ExecOptions, err error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	var failed *FailedError
@@ -373,12 +368,6 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, tool string, g Gr
 			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
 		return errors.Join(err, merr)
-	}
-	if lease.IsTransient(err) {
-		var te *TransientError
-		if !errors.As(err, &te) {
-			err = &TransientError{Tool: tool, Err: err}
-		}
 	}
 	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
 		return errors.Join(err, rerr)
@@ -450,11 +439,7 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		// the token-clearing mark would report a loss.
 		Then: func(ctx context.Context, tx *sql.Tx) error {
 			unwatch()
-			_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
-				From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded,
-				Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
-			})
-			return err
+			return s.markSucceeded(ctx, tx, g, schema.StoredProcessing, out)
 		},
 	}, func(tx *sql.Tx) error {
 		var ferr error
@@ -480,6 +465,17 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		return nil, err
 	}
 	return out, nil
+}
+
+// markSucceeded marks the call that g holds success, from state from, with
+// its result out, in tx: the last write of a call's fenced transaction,
+// token-checked (lease.ErrLost if g no longer holds it).
+func (s *Store) markSucceeded(ctx context.Context, tx *sql.Tx, g Grant, from string, out json.RawMessage) error {
+	_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
+		From: []string{from}, To: schema.StoredSucceeded,
+		Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
+	})
+	return err
 }
 
 // Close closes the prepared statements the Store's lease keeps (see

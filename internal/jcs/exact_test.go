@@ -1,4 +1,4 @@
-package toolexec_test
+package jcs_test
 
 import (
 	"bytes"
@@ -8,15 +8,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rowlease/rowlease/toolexec"
+	"github.com/rowlease/rowlease/internal/jcs"
 )
 
-// TestCanonicalArgumentsRefusesInexactIntegers: a number written as an
+// TestCanonicalizeExactRefusesInexactIntegers: a number written as an
 // integer (no fraction, no exponent) that an IEEE-754 double does not hold
-// exactly would be rounded by RFC 8785, so two distinct ids above 2^53 would
-// share one idempotency key. CanonicalArguments refuses it and asks for a
-// string.
-func TestCanonicalArgumentsRefusesInexactIntegers(t *testing.T) {
+// exactly would be rounded by RFC 8785, so two distinct ids above 2^53
+// would get one canonical form. CanonicalizeExact refuses it and asks for
+// a string.
+func TestCanonicalizeExactRefusesInexactIntegers(t *testing.T) {
 	refused := []struct{ in, lit string }{
 		{`{"id":9007199254740993}`, "9007199254740993"},
 		{`{"id":-9007199254740993}`, "-9007199254740993"},
@@ -33,18 +33,17 @@ func TestCanonicalArgumentsRefusesInexactIntegers(t *testing.T) {
 	}
 	for _, tt := range refused {
 		t.Run("refused "+tt.in, func(t *testing.T) {
-			canon, hash, err := toolexec.CanonicalArguments([]byte(tt.in))
+			canon, _, err := jcs.CanonicalizeExact([]byte(tt.in))
 			canonIsErr(t, err)
-			canonEqual(t, true, errors.Is(err, toolexec.ErrInvalidArguments), err)
+			canonEqual(t, true, errors.Is(err, jcs.ErrInvalid), err)
 			canonEqual(t, true, strings.Contains(err.Error(), tt.lit), err.Error())
 			canonEqual(t, true, strings.Contains(err.Error(), "send it as a string"), err.Error())
 			canonEqual(t, 0, len(canon))
-			canonEqual(t, "", hash)
 		})
 	}
 
 	// Everything that was valid and meant what it said keeps its
-	// canonical form (and so its hash).
+	// canonical form.
 	accepted := []struct{ in, want string }{
 		{`{"id":9007199254740992}`, `{"id":9007199254740992}`},   // 2^53
 		{`{"id":9007199254740991}`, `{"id":9007199254740991}`},   // 2^53-1
@@ -74,32 +73,15 @@ func TestCanonicalArgumentsRefusesInexactIntegers(t *testing.T) {
 	}
 	for _, tt := range accepted {
 		t.Run("accepted "+tt.in, func(t *testing.T) {
-			canon, _, err := toolexec.CanonicalArguments([]byte(tt.in))
+			canon, _, err := jcs.CanonicalizeExact([]byte(tt.in))
 			canonNoErr(t, err)
 			canonEqual(t, tt.want, string(canon))
 		})
 	}
 
-	// The two calls of the report: distinct ids, never one key.
-	_, h2, err := toolexec.CanonicalArguments([]byte(`{"id":9007199254740992}`))
-	canonNoErr(t, err)
-	_, h3, err := toolexec.CanonicalArguments([]byte(`{"id":9007199254740993}`))
-	if err == nil && h2 == h3 {
-		t.Fatalf("{\"id\":9007199254740992} and {\"id\":9007199254740993} share the key %s", h2)
-	}
-
-	// Equal spellings of one value are still one key.
-	_, h35, err := toolexec.CanonicalArguments([]byte(`{"amount":35}`))
-	canonNoErr(t, err)
-	for _, in := range []string{`{"amount":35.0}`, `{"amount":3.5e1}`, `{"amount":35.000}`} {
-		_, h, err := toolexec.CanonicalArguments([]byte(in))
-		canonNoErr(t, err, in)
-		canonEqual(t, h35, h, in)
-	}
-
-	// Canonicalize is plain RFC 8785 and still rounds: only tool arguments,
-	// which become idempotency keys, are held to exact integers.
-	got, err := toolexec.Canonicalize([]byte(`9007199254740993`))
+	// Canonicalize is plain RFC 8785 and still rounds: only
+	// CanonicalizeExact holds integers to exactness.
+	got, _, err := jcs.Canonicalize([]byte(`9007199254740993`))
 	canonNoErr(t, err)
 	canonEqual(t, "9007199254740992", string(got))
 }
