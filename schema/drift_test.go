@@ -17,6 +17,7 @@ import (
 
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema/internal/sqlscript"
 )
 
 // normalizeStatement collapses every run of white space to one space. The
@@ -96,7 +97,7 @@ func parseGoose(src string) (up, down []string, err error) {
 	if section != "down" {
 		return nil, nil, errors.New("goose: file needs both -- +goose Up and -- +goose Down")
 	}
-	return splitStatements(upText.String()), splitStatements(downText.String()), nil
+	return sqlscript.Split(upText.String()), sqlscript.Split(downText.String()), nil
 }
 
 var dropTableRE = regexp.MustCompile(`^DROP TABLE (?:IF EXISTS )?(\w+)$`)
@@ -176,7 +177,7 @@ func readMigrationTexts(t *testing.T, dialect lease.Dialect) migrationTexts {
 // migrations 1+2 build the schema the DDL builds is a question for a real
 // database: TestMigrationsMatchDDL answers it.
 func checkDrift(m migrationTexts) error {
-	created := createdTables(splitStatements(m.ddl))
+	created := createdTables(sqlscript.Split(m.ddl))
 	if len(created) == 0 {
 		return errors.New("DDL creates no tables")
 	}
@@ -188,7 +189,7 @@ func checkDrift(m migrationTexts) error {
 			errs = append(errs, fmt.Errorf("goose %d: %w", v, err))
 			continue
 		}
-		up, down := splitStatements(m.up[v]), splitStatements(m.down[v])
+		up, down := sqlscript.Split(m.up[v]), sqlscript.Split(m.down[v])
 		if len(up) == 0 || len(down) == 0 {
 			errs = append(errs, fmt.Errorf("golang-migrate %d: up or down has no statements", v))
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema/internal/sqlscript"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -109,10 +110,10 @@ func runScriptAs(t *testing.T, db *sqlx.DB, d lease.Dialect, tool, script string
 		if err != nil {
 			return err
 		}
-		for _, st := range splitStatements(script) {
+		for _, st := range sqlscript.Split(script) {
 			if _, err := tx.ExecContext(ctx, st); err != nil {
 				_ = tx.Rollback()
-				return fmt.Errorf("goose statement %q: %w", firstLine(st), err)
+				return fmt.Errorf("goose statement %q: %w", sqlscript.FirstLine(st), err)
 			}
 		}
 		return tx.Commit()

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/rowlease/rowlease/schema/internal/sqlscript"
 )
 
 // This file brings tables made by an earlier version of this package up to
@@ -348,7 +350,7 @@ func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string
 	}
 	for _, trigger := range triggers {
 		if _, err := c.ExecContext(ctx, trigger); err != nil {
-			return fmt.Errorf("create trigger again (%s): %w", firstLine(trigger), err)
+			return fmt.Errorf("create trigger again (%s): %w", sqlscript.FirstLine(trigger), err)
 		}
 	}
 	return nil
