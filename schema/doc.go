@@ -268,9 +268,13 @@
 //     (record version 4 as applied instead), and on PostgreSQL it changes
 //     nothing.
 //
-// Migrations 1 to 4 together build exactly what the DDL builds: a test
-// applies them to real databases of each dialect and compares tables,
-// columns, constraints and indexes. A database set up by any version of
+// The golang-migrate files are the source of every statement: the goose
+// file of a migration holds its up and down files as they are, and the DDL
+// is the up files folded into one CREATE … IF NOT EXISTS per table and
+// index, both generated (go generate) and committed. Migrations 1 to 4
+// together build exactly what the DDL builds: a test applies them to real
+// databases of each dialect and compares tables, columns, constraints and
+// indexes. A database set up by any version of
 // Apply can adopt the migrations: migration 1 creates nothing that exists,
 // and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once

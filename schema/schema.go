@@ -211,12 +211,16 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// ddlFiles hold the DDL of each dialect, generated from the golang-migrate
+// files (generate.go).
+//
 //go:embed sql/*.sql
 var ddlFiles embed.FS
 
-// migrationFiles hold the same statements as ddlFiles, for golang-migrate
-// and goose; TestMigrationsMatchDDL fails when they drift. The files carry
-// no note about that test: users copy them into their own folders.
+// migrationFiles hold the migrations for golang-migrate (the source of
+// every statement of this package) and for goose (generated from them).
+// The files carry no note about this repository: users copy them into
+// their own folders.
 //
 //go:embed migrations
 var migrationFiles embed.FS

@@ -50,6 +50,12 @@ func TestDialects(t *testing.T) {
 	}
 }
 
+// normalizeStatement collapses every run of white space to one space, so
+// that the shape checks read a statement as one line.
+func normalizeStatement(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
 var (
 	createTableRE = regexp.MustCompile(`^CREATE TABLE IF NOT EXISTS (\w+) \(`)
 	createIndexRE = regexp.MustCompile(`^CREATE (UNIQUE )?INDEX IF NOT EXISTS (\w+) ON (\w+) \(`)
