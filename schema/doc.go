@@ -9,8 +9,9 @@
 //
 // Two helpers serve your own database setup, still without a driver:
 // SQLiteDSN is the modernc.org/sqlite DSN with the settings the library
-// needs on SQLite (WAL, a busy timeout, _txlock=immediate; its doc gives
-// mattn/go-sqlite3's spelling), and LeaseColumnsDDL the ALTER TABLE
+// needs on SQLite (WAL, a busy timeout, _txlock=immediate; options change
+// the busy timeout and add synchronous=NORMAL and foreign keys; its doc
+// gives mattn/go-sqlite3's spelling), and LeaseColumnsDDL the ALTER TABLE
 // statements that add the lease columns to a table of yours, for a lease
 // (package lease) or the session lock (package session) on your own rows.
 //
