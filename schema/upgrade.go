@@ -244,23 +244,18 @@ func constraintClause(tableSQL, name string) (string, bool) {
 		return "", false
 	}
 	start, open := loc[2], loc[1]-1
-	depth, inString := 0, false
-	for i := open; i < len(tableSQL); i++ {
-		switch c := tableSQL[i]; {
-		case inString:
-			inString = c != '\'' // a doubled '' closes and reopens
-		case c == '\'':
-			inString = true
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-			if depth == 0 {
-				return tableSQL[start : i+1], true
-			}
+	end := -1
+	sqlscript.Depths(tableSQL, open, func(i, depth int) bool {
+		if tableSQL[i] == ')' && depth == 0 {
+			end = i
+			return false
 		}
+		return true
+	})
+	if end < 0 {
+		return "", false
 	}
-	return "", false
+	return tableSQL[start : end+1], true
 }
 
 // rebuildSQLite runs the rebuild of the step's migration on one

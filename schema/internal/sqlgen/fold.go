@@ -298,22 +298,14 @@ func (t *table) def(name string, column bool) *def {
 // parentheses and string literals.
 func splitClauses(s string) []string {
 	var out []string
-	depth, inString, start := 0, false, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case inString:
-			inString = c != '\''
-		case c == '\'':
-			inString = true
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-		case c == ',' && depth == 0:
+	start := 0
+	sqlscript.Depths(s, 0, func(i, depth int) bool {
+		if s[i] == ',' && depth == 0 {
 			out = append(out, strings.TrimSpace(s[start:i]))
 			start = i + 1
 		}
-	}
+		return true
+	})
 	return append(out, strings.TrimSpace(s[start:]))
 }
 

@@ -1,4 +1,5 @@
-// Package sqlscript splits the SQL files of package schema into statements.
+// Package sqlscript reads the SQL files of package schema: it splits them
+// into statements and walks a statement outside its string literals.
 // Package schema runs them with it (Apply, ApplyScript, the upgrade), and
 // its generator folds the migrations into the DDL with it, so both read a
 // file the same way.
@@ -46,4 +47,30 @@ func FirstLine(stmt string) string {
 		stmt = stmt[:i]
 	}
 	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(stmt), "("))
+}
+
+// Depths calls visit, in order from index from, for each byte of s that is
+// not part of a string literal (in single quotes, a doubled quote inside
+// one), with the parenthesis depth it stands at: a '(' and its matching
+// ')' both stand at the depth outside them. visit returns false to stop.
+func Depths(s string, from int, visit func(i, depth int) bool) {
+	depth, inString := 0, false
+	for i := from; i < len(s); i++ {
+		switch c := s[i]; {
+		case inString:
+			inString = c != '\'' // a doubled '' closes and reopens
+			continue
+		case c == '\'':
+			inString = true
+			continue
+		case c == ')':
+			depth--
+		}
+		if !visit(i, depth) {
+			return
+		}
+		if s[i] == '(' {
+			depth++
+		}
+	}
 }
