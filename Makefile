@@ -11,7 +11,7 @@ export PATH := $(PATH):/usr/local/go/bin
 # the workspace a nested module's newer requirement would win).
 NESTED = $(shell go list -m -f '{{if ne .Dir "$(CURDIR)"}}{{.Dir}}/...{{end}}')
 
-.PHONY: test test-galera test-failover test-sqlite bench bench-report servers screenshot chaos fmt vet lint
+.PHONY: test test-galera test-failover test-sqlite bench bench-report servers screenshot chaos fmt vet lint generate
 
 test:
 	bash scripts/test.sh
@@ -62,6 +62,12 @@ screenshot:
 
 fmt:
 	gofmt -l -w .
+
+# Write again the files of package schema generated from its golang-migrate
+# files (schema/migrations/*/migrate): the goose migrations and
+# schema/sql/*.sql. TestGeneratedFilesAreCurrent fails while they are stale.
+generate:
+	GOWORK=off go generate ./schema/...
 
 vet:
 	GOWORK=off go vet ./... && go vet $(NESTED)

@@ -9,8 +9,9 @@
 //
 // Two helpers serve your own database setup, still without a driver:
 // SQLiteDSN is the modernc.org/sqlite DSN with the settings the library
-// needs on SQLite (WAL, a busy timeout, _txlock=immediate; its doc gives
-// mattn/go-sqlite3's spelling), and LeaseColumnsDDL the ALTER TABLE
+// needs on SQLite (WAL, a busy timeout, _txlock=immediate; options change
+// the busy timeout and add synchronous=NORMAL and foreign keys; its doc
+// gives mattn/go-sqlite3's spelling), and LeaseColumnsDDL the ALTER TABLE
 // statements that add the lease columns to a table of yours, for a lease
 // (package lease) or the session lock (package session) on your own rows.
 //
@@ -268,9 +269,13 @@
 //     (record version 4 as applied instead), and on PostgreSQL it changes
 //     nothing.
 //
-// Migrations 1 to 4 together build exactly what the DDL builds: a test
-// applies them to real databases of each dialect and compares tables,
-// columns, constraints and indexes. A database set up by any version of
+// The golang-migrate files are the source of every statement: the goose
+// file of a migration holds its up and down files as they are, and the DDL
+// is the up files folded into one CREATE … IF NOT EXISTS per table and
+// index, both generated (go generate) and committed. Migrations 1 to 4
+// together build exactly what the DDL builds: a test applies them to real
+// databases of each dialect and compares tables, columns, constraints and
+// indexes. A database set up by any version of
 // Apply can adopt the migrations: migration 1 creates nothing that exists,
 // and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once

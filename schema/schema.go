@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema/internal/sqlscript"
 )
 
 // Table names.
@@ -210,12 +211,16 @@ type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
+// ddlFiles hold the DDL of each dialect, generated from the golang-migrate
+// files (generate.go).
+//
 //go:embed sql/*.sql
 var ddlFiles embed.FS
 
-// migrationFiles hold the same statements as ddlFiles, for golang-migrate
-// and goose; TestMigrationsMatchDDL fails when they drift. The files carry
-// no note about that test: users copy them into their own folders.
+// migrationFiles hold the migrations for golang-migrate (the source of
+// every statement of this package) and for goose (generated from them).
+// The files carry no note about this repository: users copy them into
+// their own folders.
 //
 //go:embed migrations
 var migrationFiles embed.FS
@@ -254,7 +259,7 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return splitStatements(src), nil
+	return sqlscript.Split(src), nil
 }
 
 // Apply creates the lock tables and their indexes for dialect if they do not
@@ -308,7 +313,7 @@ func ApplyScript(ctx context.Context, db Execer, script string) error {
 	if db == nil {
 		return errors.New("schema: Apply called with a nil Execer")
 	}
-	stmts := splitStatements(script)
+	stmts := sqlscript.Split(script)
 	for i, stmt := range stmts {
 		var err error
 		for attempt := 0; ; attempt++ {
@@ -318,7 +323,7 @@ func ApplyScript(ctx context.Context, db Execer, script string) error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("statement %d of %d (%s): %w", i+1, len(stmts), firstLine(stmt), err)
+			return fmt.Errorf("statement %d of %d (%s): %w", i+1, len(stmts), sqlscript.FirstLine(stmt), err)
 		}
 	}
 	return nil
@@ -383,44 +388,4 @@ func Migrations(dialect lease.Dialect, tool string) (fs.FS, error) {
 		return nil, fmt.Errorf("schema: open embedded %s %s migrations: %w", d, dir, err)
 	}
 	return sub, nil
-}
-
-// splitStatements splits an SQL script into statements. Lines whose first
-// non-blank characters are "--" and blank lines are dropped; a statement ends
-// at a line whose last non-blank character is ';', which is removed. Text after
-// the last ';' forms a final statement. The embedded files keep comments on
-// their own lines and never put ';' at a line end inside a statement.
-func splitStatements(src string) []string {
-	var (
-		stmts []string
-		cur   []string
-	)
-	flush := func() {
-		s := strings.TrimSpace(strings.Join(cur, "\n"))
-		s = strings.TrimSpace(strings.TrimSuffix(s, ";"))
-		if s != "" {
-			stmts = append(stmts, s)
-		}
-		cur = cur[:0]
-	}
-	for line := range strings.Lines(src) {
-		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
-			continue
-		}
-		cur = append(cur, strings.TrimRight(line, " \t\r\n"))
-		if strings.HasSuffix(trimmed, ";") {
-			flush()
-		}
-	}
-	flush()
-	return stmts
-}
-
-// firstLine returns the first line of a statement, for error messages.
-func firstLine(stmt string) string {
-	if i := strings.IndexByte(stmt, '\n'); i >= 0 {
-		stmt = stmt[:i]
-	}
-	return strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(stmt), "("))
 }

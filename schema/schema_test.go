@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema/internal/sqlscript"
 )
 
 var dialects = []lease.Dialect{lease.MySQL, lease.Postgres, lease.SQLite}
@@ -47,6 +48,12 @@ func TestDialects(t *testing.T) {
 		assert.ErrorIs(t, err, ErrUnknownDialect)
 		assert.Empty(t, rec.queries)
 	}
+}
+
+// normalizeStatement collapses every run of white space to one space, so
+// that the shape checks read a statement as one line.
+func normalizeStatement(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
 
 var (
@@ -124,7 +131,7 @@ func TestSplitStatements(t *testing.T) {
 		{"tail after last semicolon", "SELECT 1;\nSELECT 2\n", []string{"SELECT 1", "SELECT 2"}},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, splitStatements(c.src), c.name)
+		assert.Equal(t, c.want, sqlscript.Split(c.src), c.name)
 	}
 }
 

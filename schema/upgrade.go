@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/rowlease/rowlease/schema/internal/sqlscript"
 )
 
 // This file brings tables made by an earlier version of this package up to
@@ -22,36 +24,59 @@ import (
 // only then runs the statements of the migration's golang-migrate up file,
 // the same statements that users of golang-migrate and goose run.
 
-// step is one upgrade: the migration that changes one table.
+// step is one upgrade: the migration that changes one table. What the
+// step runs, and the CHECK it finds an older table by, are read from the
+// migration's golang-migrate files: the up file is run, and the down file
+// restores the CHECK of the migration before (oldStatuses).
 type step struct {
 	version int
 	file    string // the embedded golang-migrate up file
 	table   string
 	check   string // the name of the table's status CHECK
 	what    string // what the migration does, for errors
-	// old are the values the table's status CHECK allows before the
-	// migration, sorted.
-	old []string
 }
 
 // steps are the upgrades, in order. Each one is run when its table still
-// has the status CHECK of the migration before it (step.old).
+// has the status CHECK of the migration before it.
 var steps = []step{
 	{2, "000002_tool_execution_started.up.sql", ToolExecutionTable, "rowlease_tool_execution_status_ck",
-		"to allow status " + `"` + StoredStarted + `"`, migration1Statuses},
+		"to allow status " + `"` + StoredStarted + `"`},
 	{3, "000003_request_queue.up.sql", RequestTable, "rowlease_request_status_ck",
-		"for queued and interrupted requests and retention", migration1Statuses},
+		"for queued and interrupted requests and retention"},
 	{4, "000004_request_steps.up.sql", RequestTable, "rowlease_request_status_ck",
-		"for recorded steps and cancelled requests", migration3RequestStatuses},
+		"for recorded steps and cancelled requests"},
 }
 
-// migration1Statuses are the values the status CHECKs of migration 1
-// allow, sorted: the same on both tables.
-var migration1Statuses = []string{StoredFailed, StoredProcessing, StoredSucceeded}
+// migrationFile returns the text of the step's golang-migrate up or down
+// file for dialect.
+func (s step) migrationFile(dialect string, up bool) (string, error) {
+	name := s.file
+	if !up {
+		name = strings.TrimSuffix(name, ".up.sql") + ".down.sql"
+	}
+	b, err := migrationFiles.ReadFile("migrations/" + dialect + "/migrate/" + name)
+	if err != nil {
+		// Unreachable unless the embedded files are missing.
+		return "", fmt.Errorf("schema: read embedded %s migration %d: %w", dialect, s.version, err)
+	}
+	return string(b), nil
+}
 
-// migration3RequestStatuses are the values the request table's status
-// CHECK of migration 3 allows, sorted.
-var migration3RequestStatuses = []string{StoredFailed, StoredExpired, StoredInterrupted, StoredProcessing, StoredQueued, StoredSucceeded}
+// oldStatuses returns the values that the table's status CHECK allows
+// before the step, sorted: those of the CHECK that the step's down file
+// restores.
+func (s step) oldStatuses(dialect string) ([]string, error) {
+	down, err := s.migrationFile(dialect, false)
+	if err != nil {
+		return nil, err
+	}
+	def, ok := constraintClause(down, s.check)
+	if !ok {
+		// Unreachable unless the embedded files lack the CHECK.
+		return nil, fmt.Errorf("schema: the down file of %s migration %d restores no CHECK %s", dialect, s.version, s.check)
+	}
+	return statusLiterals(def), nil
+}
 
 // queryer reads rows. *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have
 // it; Apply upgrades older tables only through a value that has it.
@@ -124,20 +149,19 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 	if !old {
 		return nil
 	}
-	script, err := migrationFiles.ReadFile("migrations/" + dialect + "/migrate/" + s.file)
+	script, err := s.migrationFile(dialect, true)
 	if err != nil {
-		// Unreachable unless the embedded files are missing.
-		return fmt.Errorf("schema: read embedded %s migration %d: %w", dialect, s.version, err)
+		return err
 	}
 	if dialect == "sqlite" {
-		err = s.rebuildSQLite(ctx, db, string(script))
+		err = s.rebuildSQLite(ctx, db, script)
 	} else {
 		// One ALTER TABLE (and on PostgreSQL a CREATE INDEX IF NOT
 		// EXISTS): the ALTER is atomic on its own. Two processes that both
 		// saw the old CHECK run it one after the other (the table lock
 		// orders them); the second one fails, having changed nothing, or
 		// (PostgreSQL, migration 3) finds everything there.
-		err = ApplyScript(ctx, db, string(script))
+		err = ApplyScript(ctx, db, script)
 		if err != nil && dialect == "mysql" {
 			// The other process upgraded the table while this one waited
 			// for its lock: check again before reporting an error.
@@ -156,6 +180,10 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 // of the migration before the step exactly. A missing CHECK, the current
 // one or one the user changed otherwise all report false.
 func (s step) hasOldStatusCheck(ctx context.Context, q queryer, dialect string) (bool, error) {
+	old, err := s.oldStatuses(dialect)
+	if err != nil {
+		return false, err
+	}
 	defs, err := queryStrings(ctx, q, s.statusCheckQuery(dialect))
 	if err != nil {
 		return false, err
@@ -167,7 +195,7 @@ func (s step) hasOldStatusCheck(ctx context.Context, q queryer, dialect string) 
 				continue
 			}
 		}
-		if isStatusCheckOf(def, s.old) {
+		if isStatusCheckOf(def, old) {
 			return true, nil
 		}
 	}
@@ -179,30 +207,31 @@ var (
 	statusIdentRE = regexp.MustCompile(`(?i)\bstatus\b`)
 )
 
-// isMigration1StatusCheck reports whether a CHECK definition, as a server
-// prints it, tests the status column against exactly the string literals
-// of migration 1. It accepts the forms of all three dialects:
+// isStatusCheckOf reports whether a CHECK definition, as a server prints
+// it, tests the status column against exactly the string literals of
+// statuses (sorted). It accepts the forms of all three dialects:
 //
 //	MariaDB:    `status` in ('processing','success','error')
 //	MySQL 8:    (`status` in (_utf8mb4\'processing\',_utf8mb4\'success\',...))
 //	PostgreSQL: CHECK (((status)::text = ANY ((ARRAY['processing'::character varying, ...
 //	SQLite:     CHECK (status IN ('processing', 'success', 'error'))
-func isMigration1StatusCheck(def string) bool { return isStatusCheckOf(def, migration1Statuses) }
-
-// isStatusCheckOf reports whether a CHECK definition, as a server prints
-// it, tests the status column against exactly the string literals of
-// statuses (sorted), in the forms isMigration1StatusCheck accepts.
 func isStatusCheckOf(def string, statuses []string) bool {
 	def = strings.ReplaceAll(def, `\'`, `'`)
 	if !statusIdentRE.MatchString(def) {
 		return false
 	}
+	return slices.Equal(statusLiterals(def), statuses)
+}
+
+// statusLiterals returns the string literals of a CHECK definition,
+// unquoted and sorted.
+func statusLiterals(def string) []string {
 	var literals []string
 	for _, m := range sqlStringRE.FindAllStringSubmatch(def, -1) {
 		literals = append(literals, strings.ReplaceAll(m[1], "''", "'"))
 	}
 	slices.Sort(literals)
-	return slices.Equal(literals, statuses)
+	return literals
 }
 
 // constraintClause cuts "CHECK (...)" of the named table constraint out of
@@ -215,23 +244,18 @@ func constraintClause(tableSQL, name string) (string, bool) {
 		return "", false
 	}
 	start, open := loc[2], loc[1]-1
-	depth, inString := 0, false
-	for i := open; i < len(tableSQL); i++ {
-		switch c := tableSQL[i]; {
-		case inString:
-			inString = c != '\'' // a doubled '' closes and reopens
-		case c == '\'':
-			inString = true
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-			if depth == 0 {
-				return tableSQL[start : i+1], true
-			}
+	end := -1
+	sqlscript.Depths(tableSQL, open, func(i, depth int) bool {
+		if tableSQL[i] == ')' && depth == 0 {
+			end = i
+			return false
 		}
+		return true
+	})
+	if end < 0 {
+		return "", false
 	}
-	return "", false
+	return tableSQL[start : end+1], true
 }
 
 // rebuildSQLite runs the rebuild of the step's migration on one
@@ -348,7 +372,7 @@ func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string
 	}
 	for _, trigger := range triggers {
 		if _, err := c.ExecContext(ctx, trigger); err != nil {
-			return fmt.Errorf("create trigger again (%s): %w", firstLine(trigger), err)
+			return fmt.Errorf("create trigger again (%s): %w", sqlscript.FirstLine(trigger), err)
 		}
 	}
 	return nil

@@ -302,6 +302,29 @@ func TestApplyUpgradeSQLiteRollsBack(t *testing.T) {
 	requireStartedAllowed(t, db)
 }
 
+// migration1Statuses are the values the status CHECKs of migration 1
+// allow, sorted: the same on both tables.
+var migration1Statuses = []string{StoredFailed, StoredProcessing, StoredSucceeded}
+
+// migration3RequestStatuses are the values the request table's status
+// CHECK of migration 3 allows, sorted.
+var migration3RequestStatuses = []string{StoredFailed, StoredExpired, StoredInterrupted, StoredProcessing, StoredQueued, StoredSucceeded}
+
+// TestUpgradeStepsReadOldChecks: each upgrade step reads, from its down
+// file, the status CHECK of the migration before it, on every dialect.
+func TestUpgradeStepsReadOldChecks(t *testing.T) {
+	t.Parallel()
+	want := map[int][]string{2: migration1Statuses, 3: migration1Statuses, 4: migration3RequestStatuses}
+	require.Len(t, steps, len(want))
+	for _, d := range dialects {
+		for _, s := range steps {
+			got, err := s.oldStatuses(d.String())
+			require.NoError(t, err, "%s step %d", d, s.version)
+			assert.Equal(t, want[s.version], got, "%s step %d", d, s.version)
+		}
+	}
+}
+
 func TestIsMigration1StatusCheck(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -321,7 +344,7 @@ func TestIsMigration1StatusCheck(t *testing.T) {
 		{"", false},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, isMigration1StatusCheck(c.def), c.def)
+		assert.Equal(t, c.want, isStatusCheckOf(c.def, migration1Statuses), c.def)
 	}
 	// The request CHECK of migration 3, which migration 4 replaces.
 	for def, want := range map[string]bool{

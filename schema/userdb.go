@@ -3,7 +3,9 @@ package schema
 import (
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/rowlease/rowlease/internal/sqlitedsn"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -15,6 +17,14 @@ import (
 // both write cannot deadlock on the upgrade of a read lock):
 //
 //	db, err := sql.Open("sqlite", schema.SQLiteDSN("app.db"))
+//	// file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate
+//
+// Options change the busy timeout and add synchronous=NORMAL and foreign
+// keys, in that order, before _txlock:
+//
+//	schema.SQLiteDSN("app.db", schema.SQLiteBusyTimeout(20*time.Second),
+//		schema.SQLiteSynchronousNormal(), schema.SQLiteForeignKeys())
+//	// file:app.db?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate
 //
 // It only builds a string: package schema links no driver. path is put
 // into a URI filename as it is, so it must not contain '?' or '#'. For
@@ -26,8 +36,42 @@ import (
 // Open every pool on the file with the same settings: lease.New's probe
 // (see package lease, "SQLite") warns about a busy timeout of 0 and a
 // journal mode other than WAL.
-func SQLiteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
+func SQLiteDSN(path string, opts ...SQLiteOption) string {
+	var s sqlitedsn.Settings
+	for _, opt := range opts {
+		opt(&s)
+	}
+	return sqlitedsn.Modernc(path, s)
+}
+
+// SQLiteOption changes one setting of the DSN that SQLiteDSN builds.
+type SQLiteOption func(*sqliteSettings)
+
+// sqliteSettings are the settings SQLiteOption values change.
+type sqliteSettings = sqlitedsn.Settings
+
+// SQLiteBusyTimeout sets how long a connection waits for another one's
+// lock before it fails with SQLITE_BUSY, in whole milliseconds (default
+// 10 s). A d below one millisecond keeps the default: a busy timeout of 0
+// is what lease.New's probe warns about.
+func SQLiteBusyTimeout(d time.Duration) SQLiteOption {
+	return func(s *sqliteSettings) { s.BusyTimeout = d }
+}
+
+// SQLiteSynchronousNormal sets synchronous=NORMAL: in WAL mode SQLite
+// then syncs at checkpoints rather than at every commit, which is faster
+// and cannot corrupt the database, but a power loss may undo the last
+// commits (and with them leases taken or released). Without it the
+// driver's default, FULL, applies.
+func SQLiteSynchronousNormal() SQLiteOption {
+	return func(s *sqliteSettings) { s.SynchronousNormal = true }
+}
+
+// SQLiteForeignKeys turns foreign-key enforcement on (SQLite's default is
+// off), for tables of your own that declare foreign keys. rowlease's
+// tables have none.
+func SQLiteForeignKeys() SQLiteOption {
+	return func(s *sqliteSettings) { s.ForeignKeys = true }
 }
 
 // LeaseColumnsDDL returns the statements that add the lease columns of t

@@ -2,7 +2,10 @@ package schema_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +132,45 @@ func TestLeaseColumnsDDLStatements(t *testing.T) {
 	assert.ErrorIs(t, err, lease.ErrInvalid)
 	var ve *lease.ValidationError
 	assert.True(t, errors.As(err, &ve))
+}
+
+// TestSQLiteDSN: SQLiteDSN builds, without options and with those of the
+// benchmark report and of the example bookkeeper, the exact DSNs they
+// wrote out before, and modernc.org/sqlite applies every setting.
+func TestSQLiteDSN(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name                 string
+		opts                 []schema.SQLiteOption
+		want                 string
+		busy, sync, foreignK int
+	}{
+		{"default", nil,
+			"file:%s?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate", 10000, 2, 0},
+		{"benchreport", []schema.SQLiteOption{schema.SQLiteBusyTimeout(20 * time.Second), schema.SQLiteSynchronousNormal()},
+			"file:%s?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate", 20000, 1, 0},
+		{"bookkeeper", []schema.SQLiteOption{schema.SQLiteForeignKeys(), schema.SQLiteSynchronousNormal(), schema.SQLiteBusyTimeout(20 * time.Second)},
+			"file:%s?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate", 20000, 1, 1},
+		{"no busy timeout keeps the default", []schema.SQLiteOption{schema.SQLiteBusyTimeout(0)},
+			"file:%s?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate", 10000, 2, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "app.db")
+			dsn := schema.SQLiteDSN(path, c.opts...)
+			require.Equal(t, fmt.Sprintf(c.want, path), dsn)
+
+			db, err := sql.Open("sqlite", dsn)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			var mode string
+			var busy, sync, fk int
+			require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA journal_mode").Scan(&mode))
+			require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA busy_timeout").Scan(&busy))
+			require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA synchronous").Scan(&sync))
+			require.NoError(t, db.QueryRowContext(t.Context(), "PRAGMA foreign_keys").Scan(&fk))
+			assert.Equal(t, "wal", mode)
+			assert.Equal(t, []int{c.busy, c.sync, c.foreignK}, []int{busy, sync, fk}, "busy_timeout, synchronous, foreign_keys")
+		})
+	}
 }

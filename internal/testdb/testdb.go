@@ -27,6 +27,7 @@ import (
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite" // registers "sqlite"
 
+	"github.com/rowlease/rowlease/internal/sqlitedsn"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -62,18 +63,20 @@ func Each(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) {
 	}
 }
 
+// sqliteSettings are what the tests' SQLite DSNs set beyond rowlease's
+// own (WAL, _txlock=immediate): a busy timeout twice schema.SQLiteDSN's,
+// for a loaded machine, and synchronous=NORMAL, which spares the fsync of
+// every commit.
+var sqliteSettings = sqlitedsn.Settings{BusyTimeout: 20 * time.Second, SynchronousNormal: true}
+
 // SQLiteDSN is the DSN used for a SQLite file: WAL, a busy timeout so
 // concurrent writers wait instead of failing, and BEGIN IMMEDIATE for
 // transactions so a transaction that will write takes the write lock first.
-func SQLiteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
-}
+func SQLiteDSN(path string) string { return sqlitedsn.Modernc(path, sqliteSettings) }
 
 // Mattn3DSN is the DSN of a SQLite file for mattn/go-sqlite3, with the
 // same settings as SQLiteDSN in that driver's spelling.
-func Mattn3DSN(path string) string {
-	return "file:" + path + "?_busy_timeout=20000&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate"
-}
+func Mattn3DSN(path string) string { return sqlitedsn.Mattn(path, sqliteSettings) }
 
 // OpenMattn returns a fresh SQLite database opened through
 // mattn/go-sqlite3 (driver name "sqlite3", which needs cgo), closed at

@@ -1,13 +1,15 @@
 -- rowlease lock tables for MySQL 8.0.16+ and MariaDB 10.6+.
 --
+-- Code generated from migrations/mysql/migrate by schema/internal/sqlgen. DO NOT EDIT.
+--
 -- Times are DATETIME(6) holding UTC. Strings use utf8mb4 with the binary
 -- collation utf8mb4_bin, so keys compare byte for byte (apart from MySQL's
 -- PAD SPACE rule: trailing spaces are ignored in comparisons).
 -- Unique keys are declared inside CREATE TABLE because MySQL 8 has no
 -- CREATE INDEX IF NOT EXISTS.
 --
--- One statement per ';' at the end of a line. Keep comments on lines of their
--- own: the splitter and the drift test rely on it.
+-- A statement ends at a line that ends in ';'; schema.Apply runs them one
+-- at a time.
 
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key VARCHAR(191) NOT NULL,

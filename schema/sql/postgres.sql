@@ -1,11 +1,18 @@
 -- rowlease lock tables for PostgreSQL 13+ (tested on 15).
 --
+-- Code generated from migrations/postgres/migrate by schema/internal/sqlgen. DO NOT EDIT.
+--
 -- Times are TIMESTAMPTZ. Unique keys are named table constraints, so both
 -- ON CONFLICT (columns) and ON CONFLICT ON CONSTRAINT <name> work, and
 -- CREATE TABLE IF NOT EXISTS alone makes the file idempotent.
 --
--- One statement per ';' at the end of a line. Keep comments on lines of their
--- own: the splitter and the drift test rely on it.
+-- The queue key (session_key, queue_seq) of rowlease_request is a table
+-- constraint: on the table of an earlier version, which has no queue_seq
+-- until Apply upgrades it (migration 3), a CREATE UNIQUE INDEX of its own
+-- would fail before the upgrade runs.
+--
+-- A statement ends at a line that ends in ';'; schema.Apply runs them one
+-- at a time.
 
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key VARCHAR(191) NOT NULL,
@@ -18,10 +25,6 @@ CREATE TABLE IF NOT EXISTS rowlease_session (
     CONSTRAINT rowlease_session_pk PRIMARY KEY (session_key)
 );
 
--- The queue key (session_key, queue_seq) of rowlease_request is a table
--- constraint: on the table of an earlier version, which has no queue_seq
--- until Apply upgrades it (migration 3), a CREATE UNIQUE INDEX of its own
--- would fail before the upgrade runs.
 CREATE TABLE IF NOT EXISTS rowlease_request (
     id                VARCHAR(36)  NOT NULL,
     session_key       VARCHAR(191) NOT NULL,

@@ -1,13 +1,20 @@
 -- rowlease lock tables for SQLite 3.35+ (the library uses RETURNING).
 --
+-- Code generated from migrations/sqlite/migrate by schema/internal/sqlgen. DO NOT EDIT.
+--
 -- Times are INTEGER microseconds since the Unix epoch (UTC). The defaults
 -- have millisecond resolution (julianday('now') is read once per statement).
 -- The *_time_ck constraints reject anything but integers in the time columns,
 -- so a time value that a driver would store as text fails loudly instead of
 -- comparing wrongly. TEXT columns have no length limit on SQLite.
 --
--- One statement per ';' at the end of a line. Keep comments on lines of their
--- own: the splitter and the drift test rely on it.
+-- The queue key (session_key, queue_seq) of rowlease_request is a table
+-- constraint, not a CREATE UNIQUE INDEX of its own: on the table of an
+-- earlier version, which has no queue_seq until Apply upgrades it
+-- (migration 3), such a statement would fail before the upgrade runs.
+--
+-- A statement ends at a line that ends in ';'; schema.Apply runs them one
+-- at a time.
 
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key TEXT    NOT NULL,
@@ -21,10 +28,6 @@ CREATE TABLE IF NOT EXISTS rowlease_session (
     CONSTRAINT rowlease_session_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
 );
 
--- The queue key (session_key, queue_seq) of rowlease_request is a table
--- constraint, not a CREATE UNIQUE INDEX of its own: on the table of an
--- earlier version, which has no queue_seq until Apply upgrades it
--- (migration 3), such a statement would fail before the upgrade runs.
 CREATE TABLE IF NOT EXISTS rowlease_request (
     id                TEXT    NOT NULL,
     session_key       TEXT    NOT NULL,

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
 )
 
 // fresh is a new database (MySQL), schema (PostgreSQL) or file (SQLite)
@@ -50,7 +52,7 @@ func freshWith(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak f
 		if err != nil {
 			return nil, nil, err
 		}
-		dsn := "file:" + filepath.Join(dir, "bench.db") + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+		dsn := schema.SQLiteDSN(filepath.Join(dir, "bench.db"), schema.SQLiteBusyTimeout(20*time.Second), schema.SQLiteSynchronousNormal())
 		db, err := open("sqlite", dsn)
 		if err != nil {
 			return nil, nil, err

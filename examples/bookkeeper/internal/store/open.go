@@ -15,18 +15,20 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
 )
 
 // DefaultDB is the database used when -db is not given: an SQLite file in
 // the working directory, created on first run.
 const DefaultDB = "sqlite:bookkeeper.db"
 
-// SQLiteDSN is the modernc.org/sqlite DSN for a database file: WAL, a busy
-// timeout so concurrent writers wait instead of failing, BEGIN IMMEDIATE
-// for transactions (a transaction that will write takes the write lock
-// first), and foreign keys on. It is rowlease's test DSN plus foreign_keys.
+// SQLiteDSN is the modernc.org/sqlite DSN for a database file: rowlease's
+// (WAL, a busy timeout so concurrent writers wait instead of failing,
+// BEGIN IMMEDIATE for transactions: one that will write takes the write
+// lock first) with a 20 s busy timeout, synchronous=NORMAL and foreign
+// keys on, as rowlease's tests run it plus foreign_keys.
 func SQLiteDSN(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate"
+	return schema.SQLiteDSN(path, schema.SQLiteBusyTimeout(20*time.Second), schema.SQLiteSynchronousNormal(), schema.SQLiteForeignKeys())
 }
 
 // ParseDSN turns a -db value into a database/sql driver name, its DSN and

@@ -1,6 +1,8 @@
--- goose migration for the rowlease lock tables (mysql).
+-- Code generated from the golang-migrate files 000001_create_lock_tables.{up,down}.sql. DO NOT EDIT.
 
 -- +goose Up
+-- Migration 1, up: creates the rowlease lock tables (mysql).
+
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key VARCHAR(191) NOT NULL,
     holder      VARCHAR(191) NULL,
@@ -56,6 +58,8 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 -- +goose Down
+-- Migration 1, down: drops the rowlease lock tables and their data (mysql).
+
 DROP TABLE IF EXISTS rowlease_tool_execution;
 DROP TABLE IF EXISTS rowlease_request;
 DROP TABLE IF EXISTS rowlease_session;

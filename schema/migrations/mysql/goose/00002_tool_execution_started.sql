@@ -1,21 +1,25 @@
--- goose migration 2: a tool execution may have status 'started' (mysql).
+-- Code generated from the golang-migrate files 000002_tool_execution_started.{up,down}.sql. DO NOT EDIT.
+
+-- +goose Up
+-- Migration 2, up: a tool execution may have status 'started' (mysql).
 --
 -- One ALTER TABLE drops and re-adds the CHECK (MariaDB 10.6+, MySQL 8.0.19+:
 -- earlier MySQL 8.0 releases have no DROP CONSTRAINT). The server checks every
 -- row against the new CHECK; MariaDB copies the table to do so (ALGORITHM=COPY
 -- is the only algorithm it allows here) and blocks writes to it meanwhile.
---
--- Down restores the CHECK of migration 1.
--- The server checks every row against the re-added CHECK: if a row has status
--- 'started' the statement fails (MySQL error 3819, MariaDB error 4025) and the
--- table stays as it was. Finish or delete those executions first.
 
--- +goose Up
 ALTER TABLE rowlease_tool_execution
     DROP CONSTRAINT rowlease_tool_execution_status_ck,
     ADD CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error'));
 
 -- +goose Down
+-- Migration 2, down: restores the tool-execution status CHECK of
+-- migration 1 (mysql).
+--
+-- The server checks every row against the re-added CHECK: if a row has status
+-- 'started' the statement fails (MySQL error 3819, MariaDB error 4025) and the
+-- table stays as it was. Finish or delete those executions first.
+
 ALTER TABLE rowlease_tool_execution
     DROP CONSTRAINT rowlease_tool_execution_status_ck,
     ADD CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'success', 'error'));

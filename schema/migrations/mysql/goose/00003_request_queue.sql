@@ -1,4 +1,7 @@
--- goose migration 3: queued and interrupted requests, retention (mysql).
+-- Code generated from the golang-migrate files 000003_request_queue.{up,down}.sql. DO NOT EDIT.
+
+-- +goose Up
+-- Migration 3, up: queued and interrupted requests, retention (mysql).
 --
 -- One ALTER TABLE adds the columns and keys the queue, interrupts and retention
 -- need (content, queue_seq, on_busy, interrupted_by; UNIQUE (session_key,
@@ -11,14 +14,7 @@
 -- upgraded it before you adopted the migrations) it fails with error 1060
 -- (duplicate column) and changes nothing: record version 3 as applied
 -- instead (golang-migrate force 3; goose: a row in its version table).
---
--- Down restores the request table of migration 2: the CHECK of migration 1,
--- without the new columns (their values are lost) and keys. The server
--- checks every row against the re-added CHECK: while a request is 'queued',
--- 'interrupted' or 'expired' the statement fails (MySQL error 3819, MariaDB
--- error 4025) and the table stays as it was. Finish, or delete, those first.
 
--- +goose Up
 ALTER TABLE rowlease_request
     ADD COLUMN content LONGTEXT NULL,
     ADD COLUMN queue_seq BIGINT NULL,
@@ -30,6 +26,14 @@ ALTER TABLE rowlease_request
     ADD CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'));
 
 -- +goose Down
+-- Migration 3, down (mysql).
+--
+-- Down restores the request table of migration 2: the CHECK of migration 1,
+-- without the new columns (their values are lost) and keys. The server
+-- checks every row against the re-added CHECK: while a request is 'queued',
+-- 'interrupted' or 'expired' the statement fails (MySQL error 3819, MariaDB
+-- error 4025) and the table stays as it was. Finish, or delete, those first.
+
 ALTER TABLE rowlease_request
     DROP CONSTRAINT rowlease_request_status_ck,
     ADD CONSTRAINT rowlease_request_status_ck CHECK (status IN ('processing', 'success', 'error')),

@@ -1,4 +1,4 @@
--- golang-migrate down migration: drops the rowlease lock tables and their data (mysql).
+-- Migration 1, down: drops the rowlease lock tables and their data (mysql).
 
 DROP TABLE IF EXISTS rowlease_tool_execution;
 DROP TABLE IF EXISTS rowlease_request;

@@ -1,4 +1,4 @@
--- golang-migrate down migration 2: restores the tool-execution status CHECK of
+-- Migration 2, down: restores the tool-execution status CHECK of
 -- migration 1 (mysql).
 --
 -- The server checks every row against the re-added CHECK: if a row has status

@@ -1,4 +1,4 @@
--- golang-migrate up migration 2: a tool execution may have status 'started' (mysql).
+-- Migration 2, up: a tool execution may have status 'started' (mysql).
 --
 -- One ALTER TABLE drops and re-adds the CHECK (MariaDB 10.6+, MySQL 8.0.19+:
 -- earlier MySQL 8.0 releases have no DROP CONSTRAINT). The server checks every

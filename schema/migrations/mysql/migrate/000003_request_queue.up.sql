@@ -1,4 +1,4 @@
--- golang-migrate up migration 3: queued and interrupted requests, retention (mysql).
+-- Migration 3, up: queued and interrupted requests, retention (mysql).
 --
 -- One ALTER TABLE adds the columns and keys the queue, interrupts and retention
 -- need (content, queue_seq, on_busy, interrupted_by; UNIQUE (session_key,

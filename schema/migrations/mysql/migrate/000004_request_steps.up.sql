@@ -1,4 +1,4 @@
--- golang-migrate up migration 4: recorded steps and cancelled requests (mysql).
+-- Migration 4, up: recorded steps and cancelled requests (mysql).
 --
 -- One ALTER TABLE adds the steps column (the JSON array of the steps a
 -- request's runs recorded, written with the request's lease) and lets a

@@ -1,4 +1,4 @@
--- golang-migrate down migration: drops the rowlease lock tables and their data (postgres).
+-- Migration 1, down: drops the rowlease lock tables and their data (postgres).
 
 DROP TABLE IF EXISTS rowlease_tool_execution;
 DROP TABLE IF EXISTS rowlease_request;

@@ -1,4 +1,4 @@
--- golang-migrate up migration: creates the rowlease lock tables (postgres).
+-- Migration 1, up: creates the rowlease lock tables (postgres).
 
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key VARCHAR(191) NOT NULL,

@@ -1,4 +1,4 @@
--- golang-migrate down migration 2: restores the tool-execution status CHECK of
+-- Migration 2, down: restores the tool-execution status CHECK of
 -- migration 1 (postgres).
 --
 -- The re-added CHECK is validated against every row: if a row has status

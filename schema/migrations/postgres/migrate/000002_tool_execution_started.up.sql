@@ -1,4 +1,4 @@
--- golang-migrate up migration 2: a tool execution may have status 'started' (postgres).
+-- Migration 2, up: a tool execution may have status 'started' (postgres).
 --
 -- One ALTER TABLE drops and re-adds the CHECK in one transaction. It takes an
 -- ACCESS EXCLUSIVE lock on rowlease_tool_execution and reads every row once.

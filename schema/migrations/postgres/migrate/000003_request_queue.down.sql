@@ -1,4 +1,4 @@
--- golang-migrate down migration 3 (postgres).
+-- Migration 3, down (postgres).
 --
 -- Down restores the request table of migration 2: the CHECK of migration 1,
 -- without the new columns (their values are lost), key and index. While a

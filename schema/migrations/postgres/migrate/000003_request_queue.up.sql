@@ -1,4 +1,4 @@
--- golang-migrate up migration 3: queued and interrupted requests, retention (postgres).
+-- Migration 3, up: queued and interrupted requests, retention (postgres).
 --
 -- One ALTER TABLE adds the columns and the unique key the queue, interrupts
 -- and retention need (content, queue_seq, on_busy, interrupted_by; UNIQUE

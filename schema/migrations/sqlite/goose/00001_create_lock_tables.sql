@@ -1,6 +1,8 @@
--- goose migration for the rowlease lock tables (sqlite).
+-- Code generated from the golang-migrate files 000001_create_lock_tables.{up,down}.sql. DO NOT EDIT.
 
 -- +goose Up
+-- Migration 1, up: creates the rowlease lock tables (sqlite).
+
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key TEXT    NOT NULL,
     holder      TEXT    NULL,
@@ -67,6 +69,8 @@ CREATE INDEX IF NOT EXISTS rowlease_tool_execution_session_request_idx
     ON rowlease_tool_execution (session_key, request_id);
 
 -- +goose Down
+-- Migration 1, down: drops the rowlease lock tables and their data (sqlite).
+
 DROP TABLE IF EXISTS rowlease_tool_execution;
 DROP TABLE IF EXISTS rowlease_request;
 DROP TABLE IF EXISTS rowlease_session;

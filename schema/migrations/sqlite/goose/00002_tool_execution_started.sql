@@ -1,4 +1,7 @@
--- goose migration 2: a tool execution may have status 'started' (sqlite).
+-- Code generated from the golang-migrate files 000002_tool_execution_started.{up,down}.sql. DO NOT EDIT.
+
+-- +goose Up
+-- Migration 2, up: a tool execution may have status 'started' (sqlite).
 --
 -- SQLite cannot alter a CHECK, so the table is rebuilt as the SQLite
 -- documentation describes (lang_altertable.html, "Making Other Kinds Of Table
@@ -22,15 +25,7 @@
 -- connection with foreign_keys OFF. Triggers you created on
 -- rowlease_tool_execution are dropped with the old table: create them again
 -- afterwards (schema.Apply does that for you).
---
--- Down:
--- Restores the tool-execution status CHECK of migration 1 by the same rebuild
--- as the up migration. If a row has status 'started' the copy fails on the
--- CHECK ("CHECK constraint failed: rowlease_tool_execution_status_ck"), the
--- transaction rolls back and the table stays as it was: finish or delete those
--- executions first.
 
--- +goose Up
 CREATE TABLE rowlease_tool_execution_new (
     id              TEXT    NOT NULL,
     session_key     TEXT    NOT NULL,
@@ -78,6 +73,15 @@ CREATE INDEX rowlease_tool_execution_session_request_idx
     ON rowlease_tool_execution (session_key, request_id);
 
 -- +goose Down
+-- Migration 2, down: restores the tool-execution status CHECK of
+-- migration 1 (sqlite) by the same rebuild as the up migration.
+--
+-- If a row has status 'started' the copy fails on the CHECK ("CHECK
+-- constraint failed: rowlease_tool_execution_status_ck"), the transaction rolls
+-- back and the table stays as it was: finish or delete those executions first.
+-- The notes of the up migration on transactions, legacy_alter_table, foreign
+-- keys and triggers hold here too.
+
 CREATE TABLE rowlease_tool_execution_new (
     id              TEXT    NOT NULL,
     session_key     TEXT    NOT NULL,

@@ -1,4 +1,7 @@
--- goose migration 3: queued and interrupted requests, retention (sqlite).
+-- Code generated from the golang-migrate files 000003_request_queue.{up,down}.sql. DO NOT EDIT.
+
+-- +goose Up
+-- Migration 3, up: queued and interrupted requests, retention (sqlite).
 --
 -- SQLite cannot alter a CHECK, so rowlease_request is rebuilt as
 -- migration 2 rebuilds rowlease_tool_execution (see its notes on
@@ -13,15 +16,7 @@
 -- with it, on a table that already has the new columns (schema.Apply
 -- upgraded it before you adopted the migrations) instead of copying that
 -- table without them. Record version 3 as applied instead.
---
--- Down rebuilds the request table of migration 2: the CHECK of migration 1,
--- without the new columns (their values are lost), key and index. While a
--- request is 'queued', 'interrupted' or 'expired' the copy fails on the
--- CHECK ("CHECK constraint failed: rowlease_request_status_ck"), the
--- transaction rolls back and the table stays as it was. Finish, or delete,
--- those first.
 
--- +goose Up
 ALTER TABLE rowlease_request ADD COLUMN content TEXT NULL;
 
 CREATE TABLE rowlease_request_new (
@@ -72,6 +67,15 @@ CREATE INDEX rowlease_request_status_updated_idx
     ON rowlease_request (status, updated_at);
 
 -- +goose Down
+-- Migration 3, down (sqlite).
+--
+-- Down rebuilds the request table of migration 2: the CHECK of migration 1,
+-- without the new columns (their values are lost), key and index. While a
+-- request is 'queued', 'interrupted' or 'expired' the copy fails on the
+-- CHECK ("CHECK constraint failed: rowlease_request_status_ck"), the
+-- transaction rolls back and the table stays as it was. Finish, or delete,
+-- those first.
+
 CREATE TABLE rowlease_request_new (
     id                TEXT    NOT NULL,
     session_key       TEXT    NOT NULL,

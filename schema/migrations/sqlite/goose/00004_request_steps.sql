@@ -1,4 +1,7 @@
--- goose migration 4: recorded steps and cancelled requests (sqlite).
+-- Code generated from the golang-migrate files 000004_request_steps.{up,down}.sql. DO NOT EDIT.
+
+-- +goose Up
+-- Migration 4, up: recorded steps and cancelled requests (sqlite).
 --
 -- SQLite cannot alter a CHECK, so rowlease_request is rebuilt as
 -- migrations 2 and 3 rebuild their tables (see the notes of migration 2 on
@@ -12,15 +15,7 @@
 -- it, on a table that already has the column (schema.Apply upgraded it
 -- before you adopted the migrations) instead of copying that table
 -- without it. Record version 4 as applied instead.
---
--- Down rebuilds the request table of migration 3: its CHECK, without the
--- steps column (the recorded steps are lost: a run resumed after that asks
--- its model again). While a request is 'cancelled' the copy fails on the
--- CHECK ("CHECK constraint failed: rowlease_request_status_ck"), the
--- transaction rolls back and the table stays as it was. Finish, or delete,
--- those first.
 
--- +goose Up
 ALTER TABLE rowlease_request ADD COLUMN steps TEXT NULL;
 
 CREATE TABLE rowlease_request_new (
@@ -73,6 +68,15 @@ CREATE INDEX rowlease_request_status_updated_idx
     ON rowlease_request (status, updated_at);
 
 -- +goose Down
+-- Migration 4, down (sqlite).
+--
+-- Down rebuilds the request table of migration 3: its CHECK, without the
+-- steps column (the recorded steps are lost: a run resumed after that asks
+-- its model again). While a request is 'cancelled' the copy fails on the
+-- CHECK ("CHECK constraint failed: rowlease_request_status_ck"), the
+-- transaction rolls back and the table stays as it was. Finish, or delete,
+-- those first.
+
 CREATE TABLE rowlease_request_new (
     id                TEXT    NOT NULL,
     session_key       TEXT    NOT NULL,

@@ -1,4 +1,4 @@
--- golang-migrate up migration: creates the rowlease lock tables (sqlite).
+-- Migration 1, up: creates the rowlease lock tables (sqlite).
 
 CREATE TABLE IF NOT EXISTS rowlease_session (
     session_key TEXT    NOT NULL,

@@ -1,4 +1,4 @@
--- golang-migrate down migration 2: restores the tool-execution status CHECK of
+-- Migration 2, down: restores the tool-execution status CHECK of
 -- migration 1 (sqlite) by the same rebuild as the up migration.
 --
 -- If a row has status 'started' the copy fails on the CHECK ("CHECK

@@ -1,4 +1,4 @@
--- golang-migrate up migration 2: a tool execution may have status 'started' (sqlite).
+-- Migration 2, up: a tool execution may have status 'started' (sqlite).
 --
 -- SQLite cannot alter a CHECK, so the table is rebuilt as the SQLite
 -- documentation describes (lang_altertable.html, "Making Other Kinds Of Table

@@ -1,4 +1,4 @@
--- golang-migrate up migration 3: queued and interrupted requests, retention (sqlite).
+-- Migration 3, up: queued and interrupted requests, retention (sqlite).
 --
 -- SQLite cannot alter a CHECK, so rowlease_request is rebuilt as
 -- migration 2 rebuilds rowlease_tool_execution (see its notes on

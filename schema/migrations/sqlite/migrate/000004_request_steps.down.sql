@@ -1,4 +1,4 @@
--- golang-migrate down migration 4 (sqlite).
+-- Migration 4, down (sqlite).
 --
 -- Down rebuilds the request table of migration 3: its CHECK, without the
 -- steps column (the recorded steps are lost: a run resumed after that asks

@@ -1,4 +1,4 @@
--- golang-migrate up migration 4: recorded steps and cancelled requests (sqlite).
+-- Migration 4, up: recorded steps and cancelled requests (sqlite).
 --
 -- SQLite cannot alter a CHECK, so rowlease_request is rebuilt as
 -- migrations 2 and 3 rebuild their tables (see the notes of migration 2 on

@@ -1,0 +1,148 @@
+package sqlgen
+
+import (
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fold folds the given up files and returns the statements of the DDL.
+func fold(t *testing.T, ups ...string) ([]string, error) {
+	t.Helper()
+	m := newSchema()
+	for _, up := range ups {
+		if err := m.apply(up); err != nil {
+			return nil, err
+		}
+	}
+	return m.create(), nil
+}
+
+func TestFold(t *testing.T) {
+	t.Parallel()
+	const v1 = `-- a comment
+CREATE TABLE IF NOT EXISTS a (
+    id INTEGER NOT NULL,
+    CONSTRAINT a_pk PRIMARY KEY (id),
+    CONSTRAINT a_ck CHECK (id > 0)
+);
+
+CREATE TABLE b (
+    id   TEXT NOT NULL,
+    CONSTRAINT b_pk PRIMARY KEY (id)
+) STRICT;
+
+CREATE INDEX IF NOT EXISTS b_idx
+    ON b (id);
+`
+	// Columns after the columns, a constraint in the place of the one the
+	// statement drops, another after the constraints of its kind.
+	const v2 = `ALTER TABLE a
+    ADD COLUMN IF NOT EXISTS longer_name VARCHAR(10) NULL,
+    DROP CONSTRAINT a_ck,
+    ADD CONSTRAINT a_ck CHECK (id IN (1, 2)),
+    ADD CONSTRAINT a_uq UNIQUE (longer_name);
+`
+	// The rebuild of a table keeps its place, and its indexes go with it.
+	const v3 = `CREATE TABLE a_new (
+    id INTEGER NOT NULL,
+    CONSTRAINT a_pk PRIMARY KEY (id)
+);
+INSERT INTO a_new (id) SELECT id FROM a;
+DROP TABLE a;
+PRAGMA legacy_alter_table = ON;
+ALTER TABLE a_new RENAME TO a;
+CREATE UNIQUE INDEX a_idx
+    ON a (id);
+`
+	got, err := fold(t, v1, v2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CREATE TABLE IF NOT EXISTS a (\n" +
+			"    id          INTEGER     NOT NULL,\n" +
+			"    longer_name VARCHAR(10) NULL,\n" +
+			"    CONSTRAINT a_pk PRIMARY KEY (id),\n" +
+			"    CONSTRAINT a_uq UNIQUE (longer_name),\n" +
+			"    CONSTRAINT a_ck CHECK (id IN (1, 2))\n)",
+		"CREATE TABLE IF NOT EXISTS b (\n    id TEXT NOT NULL,\n    CONSTRAINT b_pk PRIMARY KEY (id)\n) STRICT",
+		"CREATE INDEX IF NOT EXISTS b_idx\n    ON b (id)",
+	}, got)
+
+	got, err = fold(t, v1, v2, v3)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CREATE TABLE IF NOT EXISTS a (\n    id INTEGER NOT NULL,\n    CONSTRAINT a_pk PRIMARY KEY (id)\n)",
+		"CREATE UNIQUE INDEX IF NOT EXISTS a_idx\n    ON a (id)",
+		"CREATE TABLE IF NOT EXISTS b (\n    id TEXT NOT NULL,\n    CONSTRAINT b_pk PRIMARY KEY (id)\n) STRICT",
+		"CREATE INDEX IF NOT EXISTS b_idx\n    ON b (id)",
+	}, got)
+}
+
+// TestFoldRefuses: a statement the fold does not understand, or one that
+// cannot apply, stops the generator with an error naming it, instead of a
+// DDL that silently misses what it does.
+func TestFoldRefuses(t *testing.T) {
+	t.Parallel()
+	const base = "CREATE TABLE a (\n    id INTEGER NOT NULL\n);\n"
+	for _, c := range []struct{ up, wants string }{
+		{"UPDATE a SET id = 1;", "UPDATE a SET id = 1: statement not understood"},
+		{"ALTER TABLE a DROP COLUMN id;", "DROP COLUMN id: ALTER TABLE clause not understood"},
+		{"ALTER TABLE a ADD COLUMN id TEXT;", "the column exists already"},
+		{"ALTER TABLE b ADD COLUMN x TEXT;", "no table b"},
+		{"ALTER TABLE a DROP CONSTRAINT a_ck;", "no such constraint"},
+		{"CREATE TABLE a (\n    id INTEGER\n);", "the table exists already"},
+		{"CREATE TABLE c (id INTEGER);", "statement not understood"},
+		{"CREATE TABLE c (\n    id INTEGER);", "one definition per line"},
+		{"CREATE INDEX i\n    ON b (id);", "no table b"},
+		{"DROP TABLE b;", "no table b"},
+	} {
+		_, err := fold(t, base, c.up)
+		require.Error(t, err, c.up)
+		assert.Contains(t, err.Error(), c.wants, c.up)
+	}
+}
+
+func TestReadMigrations(t *testing.T) {
+	t.Parallel()
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	dir := MigrateDir("sqlite") + "/"
+	ok := fstest.MapFS{
+		dir + "000001_one.up.sql": file("CREATE TABLE a (\n    id INTEGER\n);\n"), dir + "000001_one.down.sql": file("DROP TABLE a;\n"),
+		dir + "000002_two.up.sql": file("ALTER TABLE a ADD COLUMN b TEXT;\n"), dir + "000002_two.down.sql": file("-- none\n"),
+	}
+	migs, err := ReadMigrations(ok, "sqlite")
+	require.NoError(t, err)
+	require.Len(t, migs, 2)
+	assert.Equal(t, Migration{Version: 2, Name: "two", UpFile: "000002_two.up.sql", DownFile: "000002_two.down.sql",
+		Up: "ALTER TABLE a ADD COLUMN b TEXT;\n", Down: "-- none\n"}, migs[1])
+	assert.Equal(t, "00002_two.sql", GooseName(migs[1]))
+	assert.Equal(t, "-- Code generated from the golang-migrate files 000002_two.{up,down}.sql. DO NOT EDIT.\n\n"+
+		"-- +goose Up\nALTER TABLE a ADD COLUMN b TEXT;\n\n-- +goose Down\n-- none\n", Goose(migs[1]))
+
+	for name, c := range map[string]struct {
+		drop, add string
+		wants     string
+	}{
+		"gap":          {drop: dir + "000001_one.up.sql", wants: "needs both an up and a down file"},
+		"missing one":  {drop: dir + "000001_one.down.sql", wants: "needs both an up and a down file"},
+		"stray file":   {add: dir + "README.md", wants: "README.md is not a migration file"},
+		"two names":    {add: dir + "000002_other.up.sql", wants: "migration 2 has two names"},
+		"version hole": {add: dir + "000004_four.up.sql", wants: "migration 3 is missing"},
+	} {
+		fsys := fstest.MapFS{}
+		for k, v := range ok {
+			if k != c.drop {
+				fsys[k] = v
+			}
+		}
+		if c.add != "" {
+			fsys[c.add] = file("")
+		}
+		_, err := ReadMigrations(fsys, "sqlite")
+		require.Error(t, err, name)
+		assert.True(t, strings.Contains(err.Error(), c.wants), "%s: %v", name, err)
+	}
+}
