@@ -20,6 +20,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/crash"
+	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -309,10 +310,10 @@ func validate(m *Message) error {
 	// One text rule for keys and ids on every dialect (lease.CheckText):
 	// no NUL, no trailing space (MySQL's PAD SPACE collations would make
 	// "abc" and "abc " one id), valid UTF-8, bounded.
-	if err := checkText("session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {
+	if err := valid.Text("request", "session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {
 		return err
 	}
-	if err := checkText("client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
+	if err := valid.Text("request", "client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
 		return err
 	}
 	switch {

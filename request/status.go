@@ -212,13 +212,3 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 func invalid(field, reason string) error {
 	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
 }
-
-// checkText is lease.CheckText, with the error saying it is request's.
-func checkText(field, s string, maxBytes int) error {
-	err := lease.CheckText(field, s, maxBytes)
-	var ve *lease.ValidationError
-	if errors.As(err, &ve) {
-		ve.Package = "request"
-	}
-	return err
-}
