@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -694,7 +694,7 @@ func (r *Runner) awaitOwn(ctx context.Context, msg Message, id string, pos int, 
 		if err == nil && st.State == StateQueued {
 			pos = st.Position
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(retry.Jitter(delay))
 		select {
 		case run := <-ch:
 			t.Stop()
@@ -712,14 +712,6 @@ func (r *Runner) awaitOwn(ctx context.Context, msg Message, id string, pos int, 
 		}
 		delay = min(delay*2, r.cfg.Queue.PollMax)
 	}
-}
-
-// jitter returns a duration in [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)))
 }
 
 // Start starts the Runner's background work: the dispatcher, which starts
@@ -770,14 +762,7 @@ func (r *Runner) Start(ctx context.Context) error {
 
 // loop calls fn every interval (jittered) until ctx is done.
 func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(context.Context)) {
-	for {
-		t := time.NewTimer(interval/2 + jitter(interval))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
+	for retry.Sleep(ctx, interval/2+retry.Jitter(interval)) {
 		fn(ctx)
 	}
 }

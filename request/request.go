@@ -20,6 +20,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/crash"
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -405,7 +406,7 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 			last = nil
 			continue
 		}
-		if lease.IsRetryable(err) && lease.Backoff(ctx, attempt+1) {
+		if lease.IsRetryable(err) && retry.Backoff(ctx, attempt+1) {
 			last = err
 			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
@@ -548,7 +549,7 @@ func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, 
 		// that has not applied the insert yet (inside a transaction
 		// wsrep_sync_wait does not wait): try again, briefly.
 		for attempt := 1; errors.Is(err, session.ErrNotFound) && r.cfg.Lease.MultiPrimary &&
-			attempt < lease.MaxAttempts && lease.Backoff(ctx, attempt); attempt++ {
+			attempt < retry.MaxAttempts && retry.Backoff(ctx, attempt); attempt++ {
 			sg, g, err = r.createTx(ctx, msg, id, holder)
 		}
 	}
@@ -783,9 +784,10 @@ func (run *Run) Fences() []lease.Fence {
 //
 // fn may run more than once: a transaction that ended as a deadlock,
 // serialization or (on Galera) certification victim committed nothing, and
-// is run again from the start, fences included, up to lease.MaxAttempts
-// times with a jittered pause; after the last, the database's error is
-// returned (lease.IsTransient reports it).
+// is run again from the start, fences included, a few times (the back-off
+// of internal/retry, MaxAttempts runs in all) with a jittered pause; after
+// the last, the database's error is returned (lease.IsTransient reports
+// it).
 func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
@@ -797,7 +799,7 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 	}
 	for attempt := 1; ; attempt++ {
 		err = lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
-		if err == nil || !lease.IsTransient(err) || attempt == lease.MaxAttempts || !lease.Backoff(ctx, attempt) {
+		if err == nil || !lease.IsTransient(err) || attempt == retry.MaxAttempts || !retry.Backoff(ctx, attempt) {
 			return err
 		}
 	}

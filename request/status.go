@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -195,7 +196,7 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		if st.State.Final() {
 			return st, nil
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(retry.Jitter(delay))
 		select {
 		case <-ctx.Done():
 			t.Stop()
