@@ -368,7 +368,7 @@ type existing struct {
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
 	if obs := r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
-		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanHandle, Attrs: []lease.Attr{{Key: lease.AttrSession, Value: msg.SessionKey}}})
+		ctx, end = obs.Start(ctx, lease.Span{Name: SpanHandle, Attrs: []lease.Attr{{Key: AttrSession, Value: msg.SessionKey}}})
 		defer func() { end(err, handleEnd(out, err)...) }()
 	}
 	if agent == nil {
@@ -831,7 +831,7 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 		}
 		var end func(error, ...lease.Attr)
 		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanTool, Attrs: []lease.Attr{
-			{Key: lease.AttrTool, Value: tool}, {Key: lease.AttrToolKind, Value: kind}, {Key: lease.AttrRequest, Value: run.id}}})
+			{Key: lease.AttrTool, Value: tool}, {Key: lease.AttrToolKind, Value: kind}, {Key: AttrRequest, Value: run.id}}})
 		defer func() { end(err, toolEnd(res, err)...) }()
 	}
 	if err := run.stopped(); err != nil {
