@@ -145,7 +145,6 @@ type Runner struct {
 	tools    *toolexec.Store
 	log      *slog.Logger
 	findQ    string
-	priorQ   string
 	q        queueState
 	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
 	watch    watching           // runs whose interrupts the batcher's rounds read
@@ -240,8 +239,6 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.Lease.MultiPrimary {
 		r.findQ = lease.SyncWait(r.findQ) // see the request a duplicate just made through another node
 	}
-	r.priorQ = cfg.Dialect.Rebind("SELECT id, tool_name, arguments_hash, COALESCE(result, '') FROM " + tools.Lease().Table().Quoted(cfg.Dialect) +
-		" WHERE session_key = ? AND request_id = ? AND status = 'success' ORDER BY created_at, id")
 	r.initQueue()
 	r.q.statusQ = r.statusQuery()
 	return r, nil
@@ -673,23 +670,18 @@ func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
 	return ex, nil
 }
 
+// prior reads the request's tool calls that committed (through toolexec,
+// which owns their table).
 func (r *Runner) prior(ctx context.Context, db lease.DB, sessionKey, requestID string) ([]ToolRecord, error) {
-	rows, err := db.QueryContext(ctx, r.priorQ, sessionKey, requestID)
-	if err != nil {
+	recs, err := r.tools.Succeeded(ctx, db, sessionKey, requestID)
+	if err != nil || recs == nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []ToolRecord
-	for rows.Next() {
-		var t ToolRecord
-		var res string
-		if err := rows.Scan(&t.ExecutionID, &t.Tool, &t.ArgumentsHash, &res); err != nil {
-			return nil, err
-		}
-		t.Result = rawOrNil(res)
-		out = append(out, t)
+	out := make([]ToolRecord, len(recs))
+	for i, rec := range recs {
+		out[i] = ToolRecord(rec)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func rawOrNil(s string) json.RawMessage {

@@ -105,7 +105,6 @@ func (r *Runner) Sweep(ctx context.Context, olderThan time.Duration) (int, error
 func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int, more bool, err error) {
 	d := r.cfg.Dialect
 	t := r.req.Table().Quoted(d)
-	tt := r.tools.Lease().Table().Quoted(d)
 	batch := r.cfg.Retention.Batch
 	micros := olderThan.Microseconds()
 	rows, err := r.db.QueryContext(ctx, d.Rebind("SELECT id FROM "+t+" WHERE status IN "+finished+
@@ -113,7 +112,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	if err != nil {
 		return 0, false, fmt.Errorf("request: reading requests to sweep: %w", err)
 	}
-	var ids []any
+	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -139,7 +138,11 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 			_ = tx.Rollback()
 		}
 	}()
-	args := append(append([]any{}, ids...), micros)
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, micros)
 	res, err := tx.ExecContext(ctx, d.Rebind("UPDATE "+t+" SET status = 'expired', reply = NULL, result = NULL, error = NULL, "+
 		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, steps = NULL, updated_at = "+d.Now()+
 		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at <= "+cutoff(d)+" AND token IS NULL"), args...)
@@ -150,10 +153,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	if err != nil {
 		return 0, false, err
 	}
-	args = append(append([]any{}, ids...), ids...)
-	if _, err = tx.ExecContext(ctx, d.Rebind("DELETE FROM "+tt+" WHERE request_id IN "+in+" AND status <> 'started'"+
-		" AND (token IS NULL OR expires_at <= "+d.Now()+") AND request_id IN (SELECT id FROM "+t+
-		" WHERE id IN "+in+" AND status = 'expired')"), args...); err != nil {
+	if _, err = r.tools.DeleteExpired(ctx, tx, r.req.Table(), ids); err != nil {
 		return 0, false, fmt.Errorf("request: deleting swept tool executions: %w", err)
 	}
 	if err = tx.Commit(); err != nil {

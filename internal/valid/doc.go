@@ -5,7 +5,8 @@
 // client request id, a tool name) by lease.CheckText's rule, and names the
 // package that refused it in the error: a caller of request or toolexec
 // reads "request: …" or "toolexec: …", as if that package had checked it
-// itself.
+// itself. DB refuses a nil database, typed nil pointers included, the same
+// way.
 //
 // Guarantees: a refusal is a *lease.ValidationError (errors.Is
 // lease.ErrInvalid), made before any SQL, and it never quotes the text.

@@ -2,6 +2,7 @@ package valid
 
 import (
 	"errors"
+	"reflect"
 
 	"github.com/rowlease/rowlease/lease"
 )
@@ -16,4 +17,17 @@ func Text(pkg, field, s string, maxBytes int) error {
 		ve.Package = pkg
 	}
 	return err
+}
+
+// DB refuses a nil database, a typed nil pointer (a nil *sql.Tx in an
+// interface) included, with a *lease.ValidationError of field "db" under
+// pkg.
+func DB(pkg string, db any) error {
+	if db == nil {
+		return &lease.ValidationError{Package: pkg, Field: "db", Reason: "nil"}
+	}
+	if v := reflect.ValueOf(db); v.Kind() == reflect.Pointer && v.IsNil() {
+		return &lease.ValidationError{Package: pkg, Field: "db", Reason: "nil"}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package valid
 
 import (
+	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -30,5 +31,22 @@ func TestTextNamesTheCallersPackage(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), "request: ") {
 			t.Fatalf("%q: %q does not name the package", bad, err)
 		}
+	}
+}
+
+// TestDBRefusesNil: a nil database, typed or not, is a validation error
+// under the caller's package; a database is not.
+func TestDBRefusesNil(t *testing.T) {
+	var nilDB *sql.DB
+	var nilTx *sql.Tx
+	for name, db := range map[string]any{"nil": nil, "typed nil db": nilDB, "typed nil tx": nilTx} {
+		err := DB("toolexec", db)
+		var ve *lease.ValidationError
+		if !errors.As(err, &ve) || ve.Package != "toolexec" || ve.Field != "db" {
+			t.Fatalf("%s: got %v, want a toolexec db *lease.ValidationError", name, err)
+		}
+	}
+	if err := DB("toolexec", &sql.DB{}); err != nil {
+		t.Fatalf("a database refused: %v", err)
 	}
 }
