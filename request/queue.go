@@ -201,77 +201,14 @@ type queueState struct {
 	hints    map[string]struct{}  // sessions that may have queued messages
 	owners   map[string]chan *Run // request id → its own Handle, waiting to run it
 	changed  chan struct{}        // closed and replaced when a request of this process starts or ends
-
-	headQ, aheadQ, aheadInterruptQ, statsQ, insertQ, flagQ, settleQ, settleOneQ, candidatesQ, flagReadQ, flagsReadQ, statusQ string
-
-	giveUpQ, cancelQueuedQ, cancelFailedQ, cancelFlagQ string // resume.go, cancel.go
 }
 
-// Shared SQL fragments. Every name in them is a schema constant; the table
-// name was validated by lease.NewTable.
-const (
-	// laneExpr orders the queued messages: interrupting ones first.
-	laneExpr = "CASE WHEN " + schema.ColOnBusy + " = 'interrupt' THEN 0 ELSE 1 END"
-)
-
 func (r *Runner) initQueue() {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
-	now := d.Now()
-	// runnable: a queued request, or a dead run to resume (see
-	// resumeConds): one that came from the queue, or one accepted at once
-	// whose content is stored, after its grace and back-off.
-	resumable, due := r.resumeConds("")
-	pResumable, pDue := r.resumeConds("p.")
-	runnable := "((" + schema.ColStatus + " = 'queued' AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
-		schema.ColInterruptedBy + " IS NULL) OR (" + resumable + " AND " + due + "))"
 	q := &r.q
 	q.life, q.stopLife = context.WithCancelCause(context.Background())
 	q.hints = map[string]struct{}{}
 	q.owners = map[string]chan *Run{}
 	q.changed = make(chan struct{})
-	// The head: a run that died first (it was running), then the
-	// interrupting messages, then the queued ones, each in arrival order.
-	// Nothing starts while a run to resume is still processing under a
-	// live request lease, or waits out its grace or back-off: its session
-	// lease can lapse a moment before its request lease (they are renewed
-	// apart), and the next message must not overtake it; it is resumed
-	// first, once it is due. Nor while a run asked to stop still holds its
-	// request lease: the claim marks it interrupted only once that lease
-	// is free or expired, and no later claim would.
-	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status, generation FROM " + t +
-		" WHERE session_key = ? AND " + runnable +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND ((" + pResumable + " AND NOT " + pDue + ")" +
-		" OR (p.status = 'processing' AND p.interrupted_by IS NOT NULL AND p.token IS NOT NULL AND p.expires_at > " + now + ")))" +
-		" ORDER BY CASE WHEN status = 'processing' THEN 0 ELSE 1 END, " + laneExpr + ", queue_seq LIMIT 1")
-	// What a new message must not overtake: the queued messages, and the
-	// runs to resume, due or not yet (a new message must not run while a
-	// dead run of the session waits out its grace).
-	waiting := "((" + schema.ColStatus + " = 'queued' AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
-		schema.ColInterruptedBy + " IS NULL) OR (" + resumable + "))"
-	q.aheadQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + waiting)
-	q.aheadInterruptQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + waiting +
-		" AND (status <> 'queued' OR on_busy = 'interrupt')")
-	q.statsQ = d.Rebind("SELECT COUNT(CASE WHEN status = 'queued' THEN 1 END), " +
-		"COUNT(CASE WHEN status = 'queued' AND on_busy = 'interrupt' THEN 1 END), COALESCE(MAX(queue_seq), 0) FROM " + t +
-		" WHERE session_key = ? AND queue_seq IS NOT NULL")
-	q.insertQ = d.Rebind("INSERT INTO " + t + " (id, session_key, client_request_id, fingerprint, status, generation, " +
-		"content, queue_seq, on_busy, updated_at) VALUES (?, ?, ?, ?, 'queued', 0, ?, ?, ?, " + now + ")")
-	q.flagQ = d.Rebind("UPDATE " + t + " SET interrupted_by = ? WHERE session_key = ? AND status = 'processing' AND interrupted_by IS NULL")
-	// A run asked to stop by its own client (Cancel: interrupted_by is
-	// its own client request id) ends cancelled, any other interrupted.
-	settle := "UPDATE " + t + " SET status = CASE WHEN interrupted_by = client_request_id THEN 'cancelled' ELSE 'interrupted' END, holder = NULL, token = NULL, expires_at = NULL, updated_at = " + now +
-		" WHERE session_key = ? AND status = 'processing' AND interrupted_by IS NOT NULL AND (token IS NULL OR expires_at <= " + now + ")"
-	q.settleQ = d.Rebind(settle)
-	q.settleOneQ = d.Rebind(settle + " AND id = ?")
-	q.candidatesQ = d.Rebind("SELECT DISTINCT session_key FROM " + t + " WHERE status = 'queued' OR (status = 'processing' AND " +
-		runnable + ") LIMIT ?")
-	r.initCancel()
-	q.flagReadQ = d.Rebind("SELECT COALESCE(interrupted_by, '') FROM " + t + " WHERE id = ?")
-	// Every run asked to stop and not stopped yet, in one read (the status
-	// index narrows it to the processing rows; a flag lives until its run
-	// marks itself interrupted, within an interval).
-	q.flagsReadQ = d.Rebind("SELECT id, interrupted_by FROM " + t + " WHERE status = 'processing' AND interrupted_by IS NOT NULL")
 }
 
 // hint records that the session may have queued messages: a run of this
@@ -362,20 +299,20 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 	}()
 	var queued, interrupting int
 	var last int64
-	if err := tx.QueryRowContext(ctx, r.q.statsQ, msg.SessionKey).Scan(&queued, &interrupting, &last); err != nil {
+	if err := tx.QueryRowContext(ctx, r.sql.stats, msg.SessionKey).Scan(&queued, &interrupting, &last); err != nil {
 		return 0, err
 	}
 	if queued >= r.cfg.Queue.Max {
 		return 0, &QueueFullError{Max: r.cfg.Queue.Max}
 	}
-	if _, err := tx.ExecContext(ctx, r.q.insertQ, id, msg.SessionKey, msg.ClientRequestID, msg.Fingerprint,
+	if _, err := tx.ExecContext(ctx, r.sql.insert, id, msg.SessionKey, msg.ClientRequestID, msg.Fingerprint,
 		msg.Content, last+1, msg.OnBusy.String()); err != nil {
 		return 0, err
 	}
 	position = queued
 	if msg.OnBusy == Interrupt {
 		position = interrupting
-		if _, err := tx.ExecContext(ctx, r.q.flagQ, msg.ClientRequestID, msg.SessionKey); err != nil {
+		if _, err := tx.ExecContext(ctx, r.sql.flag, msg.ClientRequestID, msg.SessionKey); err != nil {
 			return 0, err
 		}
 	}
@@ -390,9 +327,9 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 // interrupting one (or a run to resume) for Interrupt. It runs inside the
 // transaction that has just taken the session.
 func (r *Runner) ahead(ctx context.Context, db lease.DB, msg Message) (bool, error) {
-	q := r.q.aheadQ
+	q := r.sql.ahead
 	if msg.OnBusy == Interrupt {
-		q = r.q.aheadInterruptQ
+		q = r.sql.aheadInterrupt
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, q, msg.SessionKey).Scan(&n); err != nil {
@@ -492,7 +429,7 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.q.headQ, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation)
+		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation)
 		if errors.Is(err, sql.ErrNoRows) {
 			r.unhint(sessionKey)
 			return nil, nil
@@ -554,7 +491,7 @@ func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, r.q.settleQ, sessionKey); err != nil {
+	if _, err := tx.ExecContext(ctx, r.sql.settle, sessionKey); err != nil {
 		return nil, err
 	}
 	holder := r.holder()
@@ -771,7 +708,7 @@ func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(conte
 // and starts the head of each whose lock is free or expired (one read for
 // each that is held). It returns how many it started.
 func (r *Runner) dispatchOnce(ctx context.Context) int {
-	rows, err := r.db.QueryContext(ctx, r.q.candidatesQ, r.cfg.Queue.DispatchBatch)
+	rows, err := r.db.QueryContext(ctx, r.sql.candidates, r.cfg.Queue.DispatchBatch)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("rowlease: reading the queue failed; retrying at the next interval", "err", err)

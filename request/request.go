@@ -144,7 +144,7 @@ type Runner struct {
 	req      *lease.Lease[string]
 	tools    *toolexec.Store
 	log      *slog.Logger
-	findQ    string
+	sql      statements
 	q        queueState
 	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
 	watch    watching           // runs whose interrupts the batcher's rounds read
@@ -233,14 +233,8 @@ func New(cfg Config) (*Runner, error) {
 			return nil, err
 		}
 	}
-	r.findQ = cfg.Dialect.Rebind("SELECT id, fingerprint, status, COALESCE(reply, ''), COALESCE(result, ''), generation, " +
-		"COALESCE(interrupted_by, ''), CASE WHEN queue_seq IS NULL THEN 0 ELSE 1 END FROM " +
-		req.Table().Quoted(cfg.Dialect) + " WHERE session_key = ? AND client_request_id = ?")
-	if cfg.Lease.MultiPrimary {
-		r.findQ = lease.SyncWait(r.findQ) // see the request a duplicate just made through another node
-	}
+	r.sql = r.newStatements(reqTable)
 	r.initQueue()
-	r.q.statusQ = r.statusQuery()
 	return r, nil
 }
 
@@ -662,7 +656,7 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
 	var ex existing
-	err := r.db.QueryRowContext(ctx, r.findQ, msg.SessionKey, msg.ClientRequestID).
+	err := r.db.QueryRowContext(ctx, r.sql.find, msg.SessionKey, msg.ClientRequestID).
 		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation, &ex.interruptedBy, &ex.queued)
 	if err != nil {
 		return ex, fmt.Errorf("request: reading the existing request: %w", err)

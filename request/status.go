@@ -119,21 +119,6 @@ func (s Status) Outcome() (Outcome, error) {
 	return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrInFlight
 }
 
-func (r *Runner) statusQuery() string {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
-	lane := func(alias string) string {
-		return "CASE WHEN " + alias + ".on_busy = 'interrupt' THEN 0 ELSE 1 END"
-	}
-	return d.Rebind("SELECT r.id, r.status, COALESCE(r.reply, ''), COALESCE(r.result, ''), COALESCE(r.error, ''), " +
-		"r.generation, COALESCE(r.interrupted_by, ''), " +
-		"CASE WHEN r.token IS NOT NULL AND r.expires_at > " + d.Now() + " THEN 1 ELSE 0 END, " +
-		"CASE WHEN r.status = 'queued' THEN (SELECT COUNT(*) FROM " + t + " q WHERE q.session_key = r.session_key " +
-		"AND q.status = 'queued' AND q.queue_seq IS NOT NULL AND (" + lane("q") + " < " + lane("r") + " OR (" +
-		lane("q") + " = " + lane("r") + " AND q.queue_seq < r.queue_seq))) ELSE 0 END " +
-		"FROM " + t + " r WHERE r.session_key = ? AND r.client_request_id = ?")
-}
-
 // Status reads the state of the request (sessionKey, clientRequestID)
 // and its stored outcome, in one statement and without taking any lock.
 // An unknown request gives an error matching ErrNotFound (and
@@ -145,7 +130,7 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 	st := Status{SessionKey: sessionKey, ClientRequestID: clientRequestID}
 	var status, result string
 	var live int
-	err := r.db.QueryRowContext(ctx, r.q.statusQ, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
+	err := r.db.QueryRowContext(ctx, r.sql.status, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
 		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, ErrNotFound

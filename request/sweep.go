@@ -3,10 +3,7 @@ package request
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/rowlease/rowlease/lease"
 )
 
 // Defaults of RetentionConfig.
@@ -51,21 +48,6 @@ func (c *RetentionConfig) fill() error {
 	return nil
 }
 
-// finished are the statuses the sweeper sweeps.
-const finished = "('success', 'error', 'interrupted', 'cancelled')"
-
-// cutoff is "now − ? microseconds" by the database clock, in the column
-// representation.
-func cutoff(d lease.Dialect) string {
-	switch d {
-	case lease.MySQL:
-		return "(" + d.Now() + " - INTERVAL ? MICROSECOND)"
-	case lease.Postgres:
-		return "(" + d.Now() + " - CAST(? AS bigint) * INTERVAL '1 microsecond')"
-	}
-	return "(" + d.Now() + " - ?)"
-}
-
 // Sweep turns the requests that finished (succeeded, failed, were
 // interrupted or cancelled) at least olderThan ago, by the database clock, into
 // tombstones and deletes their tool executions, in batches of
@@ -103,12 +85,9 @@ func (r *Runner) Sweep(ctx context.Context, olderThan time.Duration) (int, error
 // sweepBatch sweeps one batch; more reports a full batch (there may be
 // more to sweep).
 func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int, more bool, err error) {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
 	batch := r.cfg.Retention.Batch
 	micros := olderThan.Microseconds()
-	rows, err := r.db.QueryContext(ctx, d.Rebind("SELECT id FROM "+t+" WHERE status IN "+finished+
-		" AND updated_at <= "+cutoff(d)+" LIMIT ?"), micros, batch)
+	rows, err := r.db.QueryContext(ctx, r.sql.sweepIDs, micros, batch)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: reading requests to sweep: %w", err)
 	}
@@ -128,7 +107,6 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	if len(ids) == 0 {
 		return 0, false, nil
 	}
-	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
@@ -143,9 +121,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 		args = append(args, id)
 	}
 	args = append(args, micros)
-	res, err := tx.ExecContext(ctx, d.Rebind("UPDATE "+t+" SET status = 'expired', reply = NULL, result = NULL, error = NULL, "+
-		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, steps = NULL, updated_at = "+d.Now()+
-		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at <= "+cutoff(d)+" AND token IS NULL"), args...)
+	res, err := tx.ExecContext(ctx, r.sweepStatement(r.req.Table(), len(ids)), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: sweeping requests: %w", err)
 	}
