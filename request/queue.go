@@ -453,7 +453,8 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 			}
 			slot = new(sync.Once)
 		}
-		run, err := r.claimTx(ctx, sessionKey, h)
+		run, err := r.claim(ctx, claim{kind: queueHead, id: h.id, holder: r.holder(), from: h.status, fromQueue: true,
+			msg: Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint}})
 		if slot != nil {
 			if err != nil {
 				r.giveResumeSlot()
@@ -475,53 +476,6 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 		return nil, err
 	}
 	return nil, nil
-}
-
-func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (run *Run, err error) {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	sg, err := r.sessions.AcquireExisting(ctx, tx, sessionKey, h.id, r.cfg.TTL)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, r.sql.settle, sessionKey); err != nil {
-		return nil, err
-	}
-	holder := r.holder()
-	g, err := r.req.AcquireWith(ctx, tx, h.id, holder, r.cfg.TTL,
-		lease.AcquireOptions{InStates: []string{h.status}, SetState: schema.StoredProcessing})
-	if err != nil {
-		return nil, err
-	}
-	msg := Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint}
-	run = &Run{r: r, msg: msg, id: h.id, holder: holder, sess: sg, req: g, fromQueue: true}
-	if h.status == schema.StoredProcessing {
-		// A run started from the queue died: take over its tool calls as
-		// any takeover does.
-		if _, err := r.tools.ReleaseForRequest(ctx, tx, sessionKey, h.id); err != nil {
-			return nil, err
-		}
-		if run.prior, err = r.prior(ctx, tx, sessionKey, h.id); err != nil {
-			return nil, err
-		}
-		if run.steps, err = r.loadSteps(ctx, tx, h.id); err != nil {
-			return nil, err
-		}
-		run.resumed = true
-	}
-	if err := tx.Commit(); err != nil {
-		// The outcome is unknown; give back whatever took effect.
-		r.releaseAll(ctx, run)
-		return nil, err
-	}
-	return run, nil
 }
 
 // deliver hands a claimed run to the Handle of this process that waits to

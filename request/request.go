@@ -505,10 +505,7 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 			return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
 		}
 	}
-	run, err := r.takeOver(ctx, msg, ex, holder)
-	if run != nil {
-		run.fromQueue = ex.queued == 1
-	}
+	run, err := r.claim(ctx, claim{kind: resend, msg: msg, id: ex.id, holder: holder, from: ex.status, fromQueue: ex.queued == 1})
 	switch {
 	case errors.Is(err, session.ErrNotFound):
 		// The session row is gone: that is final, and the same answer
@@ -521,84 +518,85 @@ func (r *Runner) resume(ctx context.Context, msg Message, ex existing, holder st
 	return run, Outcome{}, err
 }
 
-// create starts a new request. In one transaction it takes the session for
-// the request and then inserts the request, already held by this run: the
-// one lock order, and both or neither. A busy session rolls the
-// transaction back, so nothing is left to delete and no session is left
-// held by a request that does not exist.
+// create starts a new request (claim, newRequest). A session without a
+// lock row gets one first when Config.Session.AutoCreate is set: inserted
+// on its own, outside the claim's transaction, and the claim made again.
 func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, error) {
-	id := uuid.NewString()
-	sg, g, err := r.createTx(ctx, msg, id, holder)
+	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
+	run, err := r.claim(ctx, c)
 	if errors.Is(err, session.ErrNotFound) && r.cfg.Session.AutoCreate {
-		// The session's first request: insert its lock row on its own,
-		// outside the transaction, and go again.
 		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
 			return nil, err
 		}
-		sg, g, err = r.createTx(ctx, msg, id, holder)
+		run, err = r.claim(ctx, c)
 		// On a multi-primary cluster the transaction may run on a node
 		// that has not applied the insert yet (inside a transaction
 		// wsrep_sync_wait does not wait): try again, briefly.
 		for attempt := 1; errors.Is(err, session.ErrNotFound) && r.cfg.Lease.MultiPrimary &&
 			attempt < retry.MaxAttempts && retry.Backoff(ctx, attempt); attempt++ {
-			sg, g, err = r.createTx(ctx, msg, id, holder)
+			run, err = r.claim(ctx, c)
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return &Run{r: r, msg: msg, id: id, holder: holder, sess: sg, req: g}, nil
+	return run, err
 }
 
-func (r *Runner) createTx(ctx context.Context, msg Message, id, holder string) (session.Grant, lease.Grant[string], error) {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return session.Grant{}, lease.Grant[string]{}, err
-	}
-	sg, err := r.sessions.AcquireExisting(ctx, tx, msg.SessionKey, id, r.cfg.TTL)
-	if err == nil && msg.OnBusy != Reject {
-		// The session is free, but messages queued before this one (or,
-		// for Interrupt, interrupting ones) go first.
-		var ahead bool
-		if ahead, err = r.ahead(ctx, tx, msg); err == nil && ahead {
-			err = fmt.Errorf("%w: %w", session.ErrBusy, errQueueAhead)
-		}
-	}
-	var g lease.Grant[string]
-	if err == nil {
-		g, err = r.req.Create(ctx, tx, id, holder, r.cfg.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
-			lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
-			lease.Set(schema.ColFingerprint, msg.Fingerprint),
-			// The content, so that the service can resume the run if it
-			// dies and its client never resends (see resume.go).
-			lease.Set(schema.ColContent, msg.Content),
-		}})
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		if errors.Is(err, session.ErrBusy) {
-			err = fmt.Errorf("%w: %w", ErrSessionBusy, err)
-		}
-		return session.Grant{}, lease.Grant[string]{}, err
-	}
-	if err := tx.Commit(); err != nil {
-		// The outcome is unknown: the commit may have taken effect with
-		// its reply lost. Undo whatever did; both writes are token-checked
-		// and change nothing if it did not. The session goes first: its
-		// release waits for a commit still in progress to end, and the
-		// delete then sees the row.
-		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, sg) })
-		r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
-		return session.Grant{}, lease.Grant[string]{}, err
-	}
-	return sg, g, nil
+// claimKind is the path that takes a request.
+type claimKind int
+
+const (
+	// newRequest: a new message; its request is inserted, born held by
+	// the run.
+	newRequest claimKind = iota
+	// resend: a resend of a failed request, or of one whose run died (its
+	// lease expired or given back): the request is taken over.
+	resend
+	// queueHead: the head of a session's queue: a queued message started
+	// (queued → processing), or the dead run of a message that came
+	// through the queue (or was accepted at once) taken over.
+	queueHead
+)
+
+// claim is what claim needs to take one request.
+type claim struct {
+	kind   claimKind
+	msg    Message // for queueHead, as it was stored
+	id     string  // the request's id: the session's holder
+	holder string  // this run, in the request's holder column
+	// from is the request's stored status (resend, queueHead): the claim
+	// takes it only in that status. A dead or failed run's request
+	// (processing, error) is taken over with its tool calls and steps.
+	from string
+	// fromQueue: the request came through the queue (see Run.fromQueue).
+	fromQueue bool
 }
 
-// takeOver takes the session and then an existing request (failed, or
-// left by a run whose lease expired) in one transaction: both or neither.
-// In the same transaction it frees the leases of the request's running
-// tool executions and reads the ones that committed.
-func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder string) (run *Run, err error) {
+// claim takes the session and then the request, in one transaction: the
+// one lock order, and both or neither. Every path that runs a request
+// comes through it (claimKind). A busy session is an error matching
+// ErrSessionBusy (and session.ErrBusy); a request held by a live run, one
+// matching ErrInFlight (and lease.ErrHeld); either way the transaction
+// rolls back and nothing was written, so no session is left held by a
+// request that does not exist.
+//
+// Inside the transaction, after the session:
+//   - a new Queue or Interrupt message counts the messages it must not
+//     overtake (ahead): if there are any, the session counts as busy;
+//   - a queue head first marks interrupted (or cancelled) the dead runs of
+//     the session that were asked to stop;
+//   - a takeover (from processing or error) frees the leases of the
+//     request's tool executions still marked running — a dead run's tool
+//     lease can outlive its request lease, and freed, this run claims the
+//     same call at once and the old run can mark none of them — and reads
+//     the tool calls that committed (Run.Prior) and the recorded steps.
+//
+// When the commit's outcome is unknown (the connection dropped, or ctx was
+// cancelled, with the reply on the wire) whatever took effect is given
+// back at once, token-checked, so no lock is left held for a TTL with no
+// heartbeat: the session first (its release waits for a commit still in
+// progress to end, so the request's undo then sees the row), then a new
+// request is deleted and a taken one released (it stays processing and
+// free, and a retry resumes it).
+func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -608,47 +606,76 @@ func (r *Runner) takeOver(ctx context.Context, msg Message, ex existing, holder 
 			_ = tx.Rollback()
 		}
 	}()
-	sg, err := r.sessions.Acquire(ctx, tx, msg.SessionKey, ex.id, r.cfg.TTL)
+	key := c.msg.SessionKey
+	var sg session.Grant
+	if c.kind == resend {
+		// Acquire: with Session.AutoCreate it creates a missing lock
+		// row inside this transaction. A new message creates it outside
+		// (create), and a queue head does not create it.
+		sg, err = r.sessions.Acquire(ctx, tx, key, c.id, r.cfg.TTL)
+	} else {
+		sg, err = r.sessions.AcquireExisting(ctx, tx, key, c.id, r.cfg.TTL)
+	}
+	switch {
+	case err != nil:
+	case c.kind == newRequest && c.msg.OnBusy != Reject:
+		// The session is free, but messages queued before this one (or,
+		// for Interrupt, interrupting ones) go first.
+		var ahead bool
+		if ahead, err = r.ahead(ctx, tx, c.msg); err == nil && ahead {
+			err = fmt.Errorf("%w: %w", session.ErrBusy, errQueueAhead)
+		}
+	case c.kind == queueHead:
+		_, err = tx.ExecContext(ctx, r.sql.settle, key)
+	}
 	if err != nil {
 		if errors.Is(err, session.ErrBusy) {
 			return nil, fmt.Errorf("%w: %w", ErrSessionBusy, err)
 		}
 		return nil, err
 	}
-	opts := lease.AcquireOptions{InStates: []string{ex.status}, SetState: schema.StoredProcessing}
-	if ex.status == schema.StoredFailed {
-		opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
-	}
-	g, err := r.req.AcquireWith(ctx, tx, ex.id, holder, r.cfg.TTL, opts)
-	if err != nil {
-		if errors.Is(err, lease.ErrHeld) {
-			return nil, fmt.Errorf("%w: %w", ErrInFlight, err)
+	var g lease.Grant[string]
+	if c.kind == newRequest {
+		g, err = r.req.Create(ctx, tx, c.id, c.holder, r.cfg.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
+			lease.Set(schema.ColSessionKey, key), lease.Set(schema.ColClientRequestID, c.msg.ClientRequestID),
+			lease.Set(schema.ColFingerprint, c.msg.Fingerprint),
+			// The content, so that the service can resume the run if it
+			// dies and its client never resends (see resume.go).
+			lease.Set(schema.ColContent, c.msg.Content),
+		}})
+	} else {
+		opts := lease.AcquireOptions{InStates: []string{c.from}, SetState: schema.StoredProcessing}
+		if c.from == schema.StoredFailed {
+			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 		}
-		return nil, err
+		g, err = r.req.AcquireWith(ctx, tx, c.id, c.holder, r.cfg.TTL, opts)
+		if errors.Is(err, lease.ErrHeld) {
+			err = fmt.Errorf("%w: %w", ErrInFlight, err)
+		}
 	}
-	// The dead or failed run's tool calls still marked running may hold
-	// leases that outlive its request lease: free them, so this run can
-	// claim the same calls at once and the old run can mark none of them.
-	if _, err := r.tools.ReleaseForRequest(ctx, tx, msg.SessionKey, ex.id); err != nil {
-		return nil, err
-	}
-	prior, err := r.prior(ctx, tx, msg.SessionKey, ex.id)
 	if err != nil {
 		return nil, err
 	}
-	steps, err := r.loadSteps(ctx, tx, ex.id)
-	if err != nil {
-		return nil, err
+	run = &Run{r: r, msg: c.msg, id: c.id, holder: c.holder, sess: sg, req: g, fromQueue: c.fromQueue}
+	if c.kind != newRequest && c.from != schema.StoredQueued {
+		if _, err := r.tools.ReleaseForRequest(ctx, tx, key, c.id); err != nil {
+			return nil, err
+		}
+		if run.prior, err = r.prior(ctx, tx, key, c.id); err != nil {
+			return nil, err
+		}
+		if run.steps, err = r.loadSteps(ctx, tx, c.id); err != nil {
+			return nil, err
+		}
+		run.resumed = true
 	}
-	run = &Run{r: r, msg: msg, id: ex.id, holder: holder, sess: sg, req: g, resumed: true, prior: prior, steps: steps}
 	if err := tx.Commit(); err != nil {
-		// The outcome is unknown: the commit may have taken effect with
-		// its reply lost, leaving both locks held with no heartbeat. Give
-		// back whatever took effect (token-checked: nothing changes if it
-		// did not), session first, as createTx does; the request stays
-		// processing and free, and a retry resumes it.
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, sg) })
-		r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, g) })
+		if c.kind == newRequest {
+			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Delete(c, r.db, g) })
+		} else {
+			r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, g) })
+		}
 		return nil, err
 	}
 	return run, nil
@@ -961,8 +988,6 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 		r.releaseAll(ctx, run)
 		return base, context.Cause(ctx)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
-	defer cancel()
 	if aerr != nil {
 		set := []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))}
 		if errors.Is(aerr, ErrStepDiverged) {
@@ -970,29 +995,19 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 			// (the committed tool calls still count: same call, same result).
 			set = append(set, lease.Set(schema.ColSteps, nil))
 		}
-		_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-			From: []string{schema.StoredProcessing}, To: schema.StoredFailed, Set: set,
-		})
-		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-		if errors.Is(merr, lease.ErrLost) {
-			return base, fmt.Errorf("%w: %w", ErrTakenOver, merr)
+		err := r.mark(ctx, run, schema.StoredFailed, set)
+		if errors.Is(err, ErrTakenOver) {
+			return base, err
 		}
-		return base, errors.Join(fmt.Errorf("%w: %w", ErrAgentFailed, aerr), merr)
+		return base, errors.Join(fmt.Errorf("%w: %w", ErrAgentFailed, aerr), err)
 	}
 	set := []lease.Assignment{lease.Set(schema.ColReply, ans.Reply)}
 	if len(ans.Result) > 0 {
 		set = append(set, lease.Set(schema.ColResult, string(ans.Result)))
 	}
-	if _, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StoredProcessing}, To: schema.StoredSucceeded, Set: set,
-	}); err != nil {
-		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-		if errors.Is(err, lease.ErrLost) {
-			return base, fmt.Errorf("%w: %w", ErrTakenOver, err)
-		}
+	if err := r.mark(ctx, run, schema.StoredSucceeded, set); err != nil {
 		return base, err
 	}
-	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	base.Reply, base.Result = ans.Reply, ans.Result
 	return base, nil
 }
@@ -1009,23 +1024,37 @@ func runAgent(ctx context.Context, run *Run, agent Agent) (ans Answer, err error
 }
 
 // markStopped marks the run's request as stopped on request (to:
-// interrupted or cancelled), token-checked, and frees its session. It
-// returns why (the interruption, or ErrCancelled), joined with the
-// mark's error if the mark failed; ErrTakenOver if the lease was lost.
+// interrupted or cancelled) and frees its session (mark). It returns why
+// (the interruption, or ErrCancelled), joined with the mark's error if the
+// mark failed; ErrTakenOver if the lease was lost.
 func (r *Runner) markStopped(ctx context.Context, run *Run, to string, why error) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
-	defer cancel()
-	_, merr := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
-		From: []string{schema.StoredProcessing}, To: to,
-	})
-	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-	if errors.Is(merr, lease.ErrLost) {
-		return fmt.Errorf("%w: %w", ErrTakenOver, merr)
-	}
-	if merr != nil {
-		return errors.Join(why, merr)
+	err := r.mark(ctx, run, to, nil)
+	switch {
+	case errors.Is(err, ErrTakenOver):
+		return err
+	case err != nil:
+		return errors.Join(why, err)
 	}
 	return why
+}
+
+// mark ends the run: it moves the request from processing to its final
+// status to, with set, token-checked, and frees the session, both with a
+// bounded context that survives the caller's cancellation. The session
+// is freed whatever the mark did. A lost request lease gives an error
+// matching ErrTakenOver (and lease.ErrLost); any other error of the mark
+// is returned as it is.
+func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assignment) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	_, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
+		From: []string{schema.StoredProcessing}, To: to, Set: set,
+	})
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+	if errors.Is(err, lease.ErrLost) {
+		return fmt.Errorf("%w: %w", ErrTakenOver, err)
+	}
+	return err
 }
 
 func (r *Runner) releaseAll(ctx context.Context, run *Run) {
