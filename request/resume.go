@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -154,15 +153,4 @@ func (r *Runner) giveUp(ctx context.Context, h queuedHead) (bool, error) {
 			"request", h.id, "attempts", h.generation)
 	}
 	return n == 1, nil
-}
-
-// loadSteps reads the steps a request recorded, inside the transaction
-// that has just taken it over (its lease row is then locked by that
-// transaction's write, so no stale run can add one meanwhile).
-func (r *Runner) loadSteps(ctx context.Context, db lease.DB, id string) ([]stepRecord, error) {
-	var s string
-	if err := db.QueryRowContext(ctx, r.sql.steps, id).Scan(&s); err != nil {
-		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
-	}
-	return decodeSteps(s)
 }

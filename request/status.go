@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowlease/rowlease/internal/retry"
-	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -194,7 +193,9 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 	}
 }
 
-// invalid is the *lease.ValidationError of bad input to this package.
-func invalid(field, reason string) error {
-	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
+func rawOrNil(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
 }
