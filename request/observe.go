@@ -12,8 +12,8 @@ import (
 
 // Names of the spans this package reports to the Observer
 // (Config.Observer), and of the attributes it sets on them. The values are
-// those lease.SpanHandle, lease.AttrSession and the others have always
-// had, so traces and dashboards read the same.
+// those of lease.SpanHandle, lease.AttrSession and the others (deprecated
+// there in their favour), so traces and dashboards read the same.
 const (
 	// SpanHandle is the span of one Runner.Handle call, from the first
 	// read to the last release. It starts with AttrSession and ends with
@@ -117,7 +117,7 @@ func heartbeatEvent(ctx context.Context, obs lease.Observer) func(heartbeat.Even
 	return func(ev heartbeat.Event) {
 		switch ev.Kind {
 		case heartbeat.EventRetry:
-			obs.Event(ctx, lease.EventRenewRetry, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
+			obs.Event(ctx, heartbeat.EventRenewRetry, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
 				lease.Attr{Key: lease.AttrAttempt, Value: int64(ev.Attempt)})
 		case heartbeat.EventLost:
 			reason := ""
@@ -125,8 +125,8 @@ func heartbeatEvent(ctx context.Context, obs lease.Observer) func(heartbeat.Even
 			if errors.As(ev.Err, &le) {
 				reason = le.Reason
 			}
-			obs.Event(ctx, lease.EventLeaseLost, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
-				lease.Attr{Key: lease.AttrReason, Value: reason})
+			obs.Event(ctx, heartbeat.EventLeaseLost, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
+				lease.Attr{Key: heartbeat.AttrReason, Value: reason})
 		}
 	}
 }

@@ -178,7 +178,7 @@ func (run *Run) Fences() []lease.Fence {
 func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
-		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: "rowlease.phase", Value: "flow"}}})
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: toolexec.AttrPhase, Value: "flow"}}})
 		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
 	}
 	if err := run.stopped(); err != nil {
@@ -217,8 +217,8 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 			kind = "external"
 		}
 		var end func(error, ...lease.Attr)
-		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanTool, Attrs: []lease.Attr{
-			{Key: lease.AttrTool, Value: tool}, {Key: lease.AttrToolKind, Value: kind}, {Key: AttrRequest, Value: run.id}}})
+		ctx, end = obs.Start(ctx, lease.Span{Name: toolexec.SpanTool, Attrs: []lease.Attr{
+			{Key: toolexec.AttrTool, Value: tool}, {Key: toolexec.AttrToolKind, Value: kind}, {Key: AttrRequest, Value: run.id}}})
 		defer func() { end(err, toolEnd(res, err)...) }()
 	}
 	if err := run.stopped(); err != nil {
