@@ -2,6 +2,7 @@ package toolexec_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,38 +105,43 @@ func TestDeleteExpired(t *testing.T) {
 	})
 }
 
-// TestByRequestBadInputSendsNoSQL: Succeeded and DeleteExpired refuse bad
-// input before any SQL, and DeleteExpired of no ids sends nothing.
+// TestByRequestBadInputSendsNoSQL: Succeeded and DeleteExpired refuse a
+// nil database and text no tool execution can hold (lease.CheckText's
+// rule, under toolexec's name) before any SQL, and DeleteExpired of no
+// ids sends nothing.
 func TestByRequestBadInputSendsNoSQL(t *testing.T) {
 	s, err := toolexec.New(toolexec.Config{Dialect: lease.SQLite})
 	require.NoError(t, err)
 	var c countdb.Counter
 	db := c.Wrap(testdb.Open(t, lease.SQLite))
-	var nilTx *sqlx.Tx
 	requests := lease.MustTable(schema.RequestTable, requestColumns)
-	for name, tc := range map[string]struct {
-		db             lease.DB
-		session, reqID string
-	}{
-		"nil db":           {nil, "s", "r"},
-		"typed nil db":     {nilTx, "s", "r"},
-		"no session":       {db, "", "r"},
-		"long session":     {db, strings.Repeat("s", schema.MaxSessionKeyLen+1), "r"},
-		"bad utf8 session": {db, "\xff", "r"},
-		"no request":       {db, "s", ""},
-		"long request":     {db, "s", strings.Repeat("r", 37)},
-	} {
-		_, err := s.Succeeded(bg(t), tc.db, tc.session, tc.reqID)
+	refused := func(what string, err error) {
+		t.Helper()
 		var ve *lease.ValidationError
-		assert.ErrorAs(t, err, &ve, name)
-		assert.ErrorIs(t, err, lease.ErrInvalid, name)
-		if tc.session == "s" {
-			_, err = s.DeleteExpired(bg(t), tc.db, requests, []string{"ok", tc.reqID})
-			assert.ErrorAs(t, err, &ve, name)
+		if assert.ErrorAs(t, err, &ve, what) {
+			assert.Equal(t, "toolexec", ve.Package, what)
 		}
+	}
+	var nilTx *sqlx.Tx
+	for _, bad := range []lease.DB{nil, nilTx} {
+		_, err := s.Succeeded(bg(t), bad, "s", "r")
+		refused("Succeeded, nil db", err)
+		_, err = s.DeleteExpired(bg(t), bad, requests, []string{"r"})
+		refused("DeleteExpired, nil db", err)
+	}
+	badText := []string{"", "ends in a space ", "nul\x00", "\xff"}
+	for _, key := range append(badText, strings.Repeat("k", schema.MaxSessionKeyLen+1)) {
+		_, err := s.Succeeded(bg(t), db, key, "r")
+		refused("Succeeded, session key "+strconv.Quote(key), err)
+	}
+	for _, id := range append(badText, strings.Repeat("r", 37)) {
+		_, err := s.Succeeded(bg(t), db, "s", id)
+		refused("Succeeded, request id "+strconv.Quote(id), err)
+		_, err = s.DeleteExpired(bg(t), db, requests, []string{"r", id})
+		refused("DeleteExpired, request id "+strconv.Quote(id), err)
 	}
 	n, err := s.DeleteExpired(bg(t), db, requests, nil)
 	require.NoError(t, err)
 	assert.Zero(t, n)
-	assert.Zero(t, c.Count())
+	assert.Zero(t, c.Count(), "no statement sent")
 }
