@@ -328,7 +328,9 @@ type Agent func(ctx context.Context, run *Run) (Answer, error)
 //  7. release the session, with a bounded timeout even if ctx is done,
 //     and start the session's next queued message if there may be one.
 //
-// A nil agent means Config.Agent.
+// A nil agent means Config.Agent. Steps 1 to 4 are claim.go's (begin),
+// 5 run.go's (runAndContinue), 6 and the release finish.go's, and the
+// next queued message dispatch.go's.
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
 	if obs := r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
@@ -390,4 +392,6 @@ func invalid(field, reason string) error {
 	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
 }
 
+// holder names a new run in the holder columns: this process
+// (Config.HolderPrefix) and a random suffix.
 func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewString()[:13] }
