@@ -13,24 +13,6 @@ import (
 // cancelled run's context.
 var ErrCancelled = errors.New("request: cancelled")
 
-func (r *Runner) initCancel() {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
-	now := d.Now()
-	// A cancelled request's interrupted_by is its own client request id:
-	// no other message can have that id in its session (the unique key),
-	// so it tells a cancel from an interrupt, and the queue, the settling
-	// of dead runs and the interrupt watch treat it as one.
-	q := &r.q
-	q.cancelQueuedQ = d.Rebind("UPDATE " + t + " SET status = 'cancelled', interrupted_by = client_request_id, updated_at = " + now +
-		" WHERE session_key = ? AND client_request_id = ? AND status = 'queued'")
-	q.cancelFailedQ = d.Rebind("UPDATE " + t + " SET status = 'cancelled', interrupted_by = client_request_id, updated_at = " + now +
-		" WHERE session_key = ? AND client_request_id = ? AND status = 'error' AND (token IS NULL OR expires_at <= " + now + ")")
-	q.cancelFlagQ = d.Rebind("UPDATE " + t + " SET interrupted_by = client_request_id" +
-		" WHERE session_key = ? AND client_request_id = ? AND status = 'processing' AND interrupted_by IS NULL")
-	q.giveUpQ = r.giveUpQuery()
-}
-
 // localRuns are the runs executing in this Runner, by request id: Cancel
 // stops one of them at once instead of within a heartbeat interval.
 type localRuns struct {
@@ -103,9 +85,9 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 		}
 		switch st.State {
 		case StateQueued, StateFailed:
-			q := r.q.cancelQueuedQ
+			q := r.sql.cancelQueued
 			if st.State == StateFailed {
-				q = r.q.cancelFailedQ
+				q = r.sql.cancelFailed
 			}
 			n, err := r.exec(ctx, q, sessionKey, clientRequestID)
 			if err != nil {
@@ -118,7 +100,7 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 			return r.Status(ctx, sessionKey, clientRequestID)
 		case StateProcessing:
 			if st.InterruptedBy == "" && !st.CancelRequested {
-				n, err := r.exec(ctx, r.q.cancelFlagQ, sessionKey, clientRequestID)
+				n, err := r.exec(ctx, r.sql.cancelFlag, sessionKey, clientRequestID)
 				if err != nil {
 					return st, fmt.Errorf("request: cancelling: %w", err)
 				}

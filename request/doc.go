@@ -79,17 +79,21 @@
 //     request already held by this run. Session busy → the transaction
 //     rolls back, nothing was written, ErrSessionBusy (or ErrInFlight, when
 //     the session is busy with this very message, sent a moment ago by a
-//     duplicate; with Queue or Interrupt, see below). Existing and failed or stale: take the session, then the
-//     request, in one transaction. Either way both or neither: a session is
-//     never left held by a request that does not exist. (When the commit's
-//     outcome is unknown — the connection dropped, or ctx was cancelled,
-//     with the reply on the wire — both are given back at once,
-//     token-checked, on either path: a new request is deleted, a taken-over
-//     one stays processing and free for a retry to resume.)
+//     duplicate; with Queue or Interrupt, see below). Existing and failed
+//     or stale: take the session, then the request, in one transaction.
+//     Either way both or neither: a session is never left held by a
+//     request that does not exist. One claim does this for every path
+//     that takes a request — a new message, a resend of a failed or dead
+//     run, the head of a queue. (When the commit's outcome is unknown —
+//     the connection dropped, or ctx was cancelled, with the reply on the
+//     wire — both are given back at once, token-checked, the session
+//     first, on every path: a new request is deleted, a taken-over one
+//     stays processing and free for a retry to resume.)
 //  4. On a takeover, in the same transaction, free the leases of the
 //     request's tool executions still marked running (processing or
 //     started; toolexec.Store.ReleaseForRequest) and read the tool calls
-//     that already committed (Run.Prior). A dead run's tool lease can
+//     that already committed (Run.Prior; toolexec.Store.Succeeded) and the
+//     recorded steps. A dead run's tool lease can
 //     outlive its request lease by up to one heartbeat interval; freed,
 //     the new run claims the same call at once instead of being refused
 //     with toolexec.ErrConflict, and the dead run can mark none of them.
@@ -113,6 +117,17 @@
 // about 29 in the design of the article this project comes from
 // (TestLockPathStatements, BenchmarkLockPath). A replay costs one
 // statement.
+//
+// The code follows the flow, one file per step: runner.go (Config, New,
+// Handle), claim.go (steps 1 to 4: read the request, answer from it, or
+// claim it), run.go (step 5: the heartbeat, and the Run handed to the
+// agent), step.go (Run.Step), finish.go (step 6: mark the request, free
+// the session), queue.go (the busy policies, the queue) and dispatch.go
+// (step 7, and the dispatcher). Beside the flow: status.go (Status,
+// Wait), cancel.go, interrupt.go, resume.go, sweep.go, observe.go, and
+// statements.go, which holds every statement of this package (the lease
+// operations are package lease's; the tool-execution table is package
+// toolexec's).
 //
 // # Guarantees
 //

@@ -31,7 +31,7 @@ func (w *interruptWatch) Renew(ctx context.Context) (time.Time, error) {
 		return d, err
 	}
 	var by string
-	if err := w.run.flowDB().QueryRowContext(ctx, w.r.q.flagReadQ, w.run.id).Scan(&by); err == nil && by != "" {
+	if err := w.run.flowDB().QueryRowContext(ctx, w.r.sql.flagRead, w.run.id).Scan(&by); err == nil && by != "" {
 		w.cancel(&InterruptedError{By: by})
 	}
 	return d, nil
@@ -81,7 +81,7 @@ func (r *Runner) checkInterrupts(ctx context.Context) {
 	if n == 0 {
 		return
 	}
-	rows, err := r.db.QueryContext(ctx, r.q.flagsReadQ)
+	rows, err := r.db.QueryContext(ctx, r.sql.flagsRead)
 	if err != nil {
 		r.log.Warn("rowlease: reading interrupt requests failed; retried next round", "err", err)
 		return
@@ -106,7 +106,7 @@ func (r *Runner) checkInterrupts(ctx context.Context) {
 // statement, which changes nothing while the run is alive. It reports
 // whether it marked the request.
 func (r *Runner) settleInterrupted(ctx context.Context, sessionKey, id string) (bool, error) {
-	res, err := r.db.ExecContext(ctx, r.q.settleOneQ, sessionKey, id)
+	res, err := r.db.ExecContext(ctx, r.sql.settleOne, sessionKey, id)
 	if err != nil {
 		return false, err
 	}

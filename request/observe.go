@@ -10,13 +10,41 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
+// Names of the spans this package reports to the Observer
+// (Config.Observer), and of the attributes it sets on them. The values are
+// those of lease.SpanHandle, lease.AttrSession and the others (deprecated
+// there in their favour), so traces and dashboards read the same.
+const (
+	// SpanHandle is the span of one Runner.Handle call, from the first
+	// read to the last release. It starts with AttrSession and ends with
+	// lease.AttrVerdict (a Verdict… value), AttrConflict when the message
+	// was refused, and AttrRequest when a request id is known.
+	SpanHandle = "rowlease.handle"
+	// SpanModelRound is the span of one model round, reported by the
+	// agent through Run.ModelRound, with AttrModel.
+	SpanModelRound = "rowlease.model_round"
+)
+
+// Attribute keys of this package's spans. Values are strings.
+const (
+	// AttrSession is the session key of the message.
+	AttrSession = "rowlease.session"
+	// AttrRequest is the request id.
+	AttrRequest = "rowlease.request"
+	// AttrConflict says why a message was refused (VerdictConflict):
+	// session_busy, in_flight, fingerprint_mismatch or tool_conflict.
+	AttrConflict = "rowlease.conflict"
+	// AttrModel is the model named to Run.ModelRound.
+	AttrModel = "rowlease.model"
+)
+
 // Verdicts of a handled message (how it ended), as reported to the Observer
-// (lease.AttrVerdict on the end of a lease.SpanHandle span).
+// (lease.AttrVerdict on the end of a SpanHandle span).
 const (
 	VerdictAnswered  = "answered"   // the agent ran and its answer is stored
 	VerdictResumed   = "resumed"    // the same, taking over a failed or crashed run
 	VerdictReplayed  = "replayed"   // a stored answer, no lock taken
-	VerdictConflict  = "conflict"   // refused: see lease.AttrConflict
+	VerdictConflict  = "conflict"   // refused: see AttrConflict
 	VerdictTakenOver = "taken_over" // this run lost a lease
 	VerdictFailed    = "failed"     // the agent failed
 	VerdictInvalid   = "invalid"    // rejected before any SQL
@@ -51,10 +79,10 @@ func handleEnd(out Outcome, err error) []lease.Attr {
 	}
 	attrs := []lease.Attr{{Key: lease.AttrVerdict, Value: verdict}}
 	if conflict != "" {
-		attrs = append(attrs, lease.Attr{Key: lease.AttrConflict, Value: conflict})
+		attrs = append(attrs, lease.Attr{Key: AttrConflict, Value: conflict})
 	}
 	if out.RequestID != "" {
-		attrs = append(attrs, lease.Attr{Key: lease.AttrRequest, Value: out.RequestID})
+		attrs = append(attrs, lease.Attr{Key: AttrRequest, Value: out.RequestID})
 	}
 	return attrs
 }
@@ -89,7 +117,7 @@ func heartbeatEvent(ctx context.Context, obs lease.Observer) func(heartbeat.Even
 	return func(ev heartbeat.Event) {
 		switch ev.Kind {
 		case heartbeat.EventRetry:
-			obs.Event(ctx, lease.EventRenewRetry, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
+			obs.Event(ctx, heartbeat.EventRenewRetry, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
 				lease.Attr{Key: lease.AttrAttempt, Value: int64(ev.Attempt)})
 		case heartbeat.EventLost:
 			reason := ""
@@ -97,8 +125,8 @@ func heartbeatEvent(ctx context.Context, obs lease.Observer) func(heartbeat.Even
 			if errors.As(ev.Err, &le) {
 				reason = le.Reason
 			}
-			obs.Event(ctx, lease.EventLeaseLost, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
-				lease.Attr{Key: lease.AttrReason, Value: reason})
+			obs.Event(ctx, heartbeat.EventLeaseLost, lease.Attr{Key: lease.AttrLease, Value: ev.Lease},
+				lease.Attr{Key: heartbeat.AttrReason, Value: reason})
 		}
 	}
 }
@@ -116,6 +144,6 @@ func (run *Run) ModelRound(ctx context.Context, model string) (context.Context, 
 	if obs == nil {
 		return ctx, func(error) {}
 	}
-	ctx, end := obs.Start(ctx, lease.Span{Name: lease.SpanModelRound, Attrs: []lease.Attr{{Key: "rowlease.model", Value: model}}})
+	ctx, end := obs.Start(ctx, lease.Span{Name: SpanModelRound, Attrs: []lease.Attr{{Key: AttrModel, Value: model}}})
 	return ctx, func(err error) { end(err) }
 }

@@ -2,20 +2,16 @@ package request
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
-	"github.com/rowlease/rowlease/schema"
-	"github.com/rowlease/rowlease/session"
 )
 
 // Policy says what Handle does with a new message whose session is busy
@@ -201,77 +197,30 @@ type queueState struct {
 	hints    map[string]struct{}  // sessions that may have queued messages
 	owners   map[string]chan *Run // request id → its own Handle, waiting to run it
 	changed  chan struct{}        // closed and replaced when a request of this process starts or ends
-
-	headQ, aheadQ, aheadInterruptQ, statsQ, insertQ, flagQ, settleQ, settleOneQ, candidatesQ, flagReadQ, flagsReadQ, statusQ string
-
-	giveUpQ, cancelQueuedQ, cancelFailedQ, cancelFlagQ string // resume.go, cancel.go
 }
 
-// Shared SQL fragments. Every name in them is a schema constant; the table
-// name was validated by lease.NewTable.
-const (
-	// laneExpr orders the queued messages: interrupting ones first.
-	laneExpr = "CASE WHEN " + schema.ColOnBusy + " = 'interrupt' THEN 0 ELSE 1 END"
-)
-
 func (r *Runner) initQueue() {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
-	now := d.Now()
-	// runnable: a queued request, or a dead run to resume (see
-	// resumeConds): one that came from the queue, or one accepted at once
-	// whose content is stored, after its grace and back-off.
-	resumable, due := r.resumeConds("")
-	pResumable, pDue := r.resumeConds("p.")
-	runnable := "((" + schema.ColStatus + " = 'queued' AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
-		schema.ColInterruptedBy + " IS NULL) OR (" + resumable + " AND " + due + "))"
 	q := &r.q
 	q.life, q.stopLife = context.WithCancelCause(context.Background())
 	q.hints = map[string]struct{}{}
 	q.owners = map[string]chan *Run{}
 	q.changed = make(chan struct{})
-	// The head: a run that died first (it was running), then the
-	// interrupting messages, then the queued ones, each in arrival order.
-	// Nothing starts while a run to resume is still processing under a
-	// live request lease, or waits out its grace or back-off: its session
-	// lease can lapse a moment before its request lease (they are renewed
-	// apart), and the next message must not overtake it; it is resumed
-	// first, once it is due. Nor while a run asked to stop still holds its
-	// request lease: the claim marks it interrupted only once that lease
-	// is free or expired, and no later claim would.
-	q.headQ = d.Rebind("SELECT id, client_request_id, fingerprint, COALESCE(content, ''), status, generation FROM " + t +
-		" WHERE session_key = ? AND " + runnable +
-		" AND NOT EXISTS (SELECT 1 FROM " + t + " p WHERE p.session_key = ? AND ((" + pResumable + " AND NOT " + pDue + ")" +
-		" OR (p.status = 'processing' AND p.interrupted_by IS NOT NULL AND p.token IS NOT NULL AND p.expires_at > " + now + ")))" +
-		" ORDER BY CASE WHEN status = 'processing' THEN 0 ELSE 1 END, " + laneExpr + ", queue_seq LIMIT 1")
-	// What a new message must not overtake: the queued messages, and the
-	// runs to resume, due or not yet (a new message must not run while a
-	// dead run of the session waits out its grace).
-	waiting := "((" + schema.ColStatus + " = 'queued' AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
-		schema.ColInterruptedBy + " IS NULL) OR (" + resumable + "))"
-	q.aheadQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + waiting)
-	q.aheadInterruptQ = d.Rebind("SELECT COUNT(*) FROM " + t + " WHERE session_key = ? AND " + waiting +
-		" AND (status <> 'queued' OR on_busy = 'interrupt')")
-	q.statsQ = d.Rebind("SELECT COUNT(CASE WHEN status = 'queued' THEN 1 END), " +
-		"COUNT(CASE WHEN status = 'queued' AND on_busy = 'interrupt' THEN 1 END), COALESCE(MAX(queue_seq), 0) FROM " + t +
-		" WHERE session_key = ? AND queue_seq IS NOT NULL")
-	q.insertQ = d.Rebind("INSERT INTO " + t + " (id, session_key, client_request_id, fingerprint, status, generation, " +
-		"content, queue_seq, on_busy, updated_at) VALUES (?, ?, ?, ?, 'queued', 0, ?, ?, ?, " + now + ")")
-	q.flagQ = d.Rebind("UPDATE " + t + " SET interrupted_by = ? WHERE session_key = ? AND status = 'processing' AND interrupted_by IS NULL")
-	// A run asked to stop by its own client (Cancel: interrupted_by is
-	// its own client request id) ends cancelled, any other interrupted.
-	settle := "UPDATE " + t + " SET status = CASE WHEN interrupted_by = client_request_id THEN 'cancelled' ELSE 'interrupted' END, holder = NULL, token = NULL, expires_at = NULL, updated_at = " + now +
-		" WHERE session_key = ? AND status = 'processing' AND interrupted_by IS NOT NULL AND (token IS NULL OR expires_at <= " + now + ")"
-	q.settleQ = d.Rebind(settle)
-	q.settleOneQ = d.Rebind(settle + " AND id = ?")
-	q.candidatesQ = d.Rebind("SELECT DISTINCT session_key FROM " + t + " WHERE status = 'queued' OR (status = 'processing' AND " +
-		runnable + ") LIMIT ?")
-	r.initCancel()
-	q.flagReadQ = d.Rebind("SELECT COALESCE(interrupted_by, '') FROM " + t + " WHERE id = ?")
-	// Every run asked to stop and not stopped yet, in one read (the status
-	// index narrows it to the processing rows; a flag lives until its run
-	// marks itself interrupted, within an interval).
-	q.flagsReadQ = d.Rebind("SELECT id, interrupted_by FROM " + t + " WHERE status = 'processing' AND interrupted_by IS NOT NULL")
+}
+
+// notify wakes the local waiters.
+func (r *Runner) notify() {
+	r.q.mu.Lock()
+	close(r.q.changed)
+	r.q.changed = make(chan struct{})
+	r.q.mu.Unlock()
+}
+
+// changedChan returns a channel that is closed the next time a request of
+// this process starts or ends.
+func (r *Runner) changedChan() <-chan struct{} {
+	r.q.mu.Lock()
+	defer r.q.mu.Unlock()
+	return r.q.changed
 }
 
 // hint records that the session may have queued messages: a run of this
@@ -304,26 +253,34 @@ func (r *Runner) hinted(sessionKey string) bool {
 	return ok
 }
 
-// changedChan returns a channel that is closed the next time a request of
-// this process starts or ends.
-func (r *Runner) changedChan() <-chan struct{} {
-	r.q.mu.Lock()
-	defer r.q.mu.Unlock()
-	return r.q.changed
-}
-
-// notify wakes the local waiters.
-func (r *Runner) notify() {
-	r.q.mu.Lock()
-	close(r.q.changed)
-	r.q.changed = make(chan struct{})
-	r.q.mu.Unlock()
-}
-
-// queuedHead is the head of a session's queue, as headQ reads it.
-type queuedHead struct {
-	id, clientRequestID, fingerprint, content, status string
-	generation                                        int64
+// busy handles a new message whose session is busy, under its policy.
+func (r *Runner) busy(ctx context.Context, msg Message, busyErr error) (*Run, Outcome, error) {
+	if r.cfg.Agent == nil {
+		return nil, Outcome{}, busyErr
+	}
+	id := uuid.NewString()
+	var own chan *Run
+	if msg.OnBusy == Interrupt {
+		// This call runs the message itself when it can start: say so
+		// before it is queued, so that a run of this process that frees
+		// the session hands it over instead of starting it elsewhere.
+		own = r.own(id)
+	}
+	pos, err := r.enqueue(ctx, msg, id)
+	if err != nil {
+		if own != nil {
+			r.disown(id, own)
+		}
+		return nil, Outcome{}, err
+	}
+	if msg.OnBusy == Queue {
+		// The session may have been freed between the busy answer and the
+		// insert, by a run that did not know of this message: start it.
+		r.kick(ctx, msg.SessionKey)
+		return nil, Outcome{RequestID: id, Queued: true, Position: pos}, nil
+	}
+	defer r.disown(id, own)
+	return r.awaitOwn(ctx, msg, id, pos, own)
 }
 
 // enqueue stores msg as queued for its session, in one transaction: the
@@ -362,20 +319,20 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 	}()
 	var queued, interrupting int
 	var last int64
-	if err := tx.QueryRowContext(ctx, r.q.statsQ, msg.SessionKey).Scan(&queued, &interrupting, &last); err != nil {
+	if err := tx.QueryRowContext(ctx, r.sql.stats, msg.SessionKey).Scan(&queued, &interrupting, &last); err != nil {
 		return 0, err
 	}
 	if queued >= r.cfg.Queue.Max {
 		return 0, &QueueFullError{Max: r.cfg.Queue.Max}
 	}
-	if _, err := tx.ExecContext(ctx, r.q.insertQ, id, msg.SessionKey, msg.ClientRequestID, msg.Fingerprint,
+	if _, err := tx.ExecContext(ctx, r.sql.insert, id, msg.SessionKey, msg.ClientRequestID, msg.Fingerprint,
 		msg.Content, last+1, msg.OnBusy.String()); err != nil {
 		return 0, err
 	}
 	position = queued
 	if msg.OnBusy == Interrupt {
 		position = interrupting
-		if _, err := tx.ExecContext(ctx, r.q.flagQ, msg.ClientRequestID, msg.SessionKey); err != nil {
+		if _, err := tx.ExecContext(ctx, r.sql.flag, msg.ClientRequestID, msg.SessionKey); err != nil {
 			return 0, err
 		}
 	}
@@ -390,9 +347,9 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 // interrupting one (or a run to resume) for Interrupt. It runs inside the
 // transaction that has just taken the session.
 func (r *Runner) ahead(ctx context.Context, db lease.DB, msg Message) (bool, error) {
-	q := r.q.aheadQ
+	q := r.sql.ahead
 	if msg.OnBusy == Interrupt {
-		q = r.q.aheadInterruptQ
+		q = r.sql.aheadInterrupt
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, q, msg.SessionKey).Scan(&n); err != nil {
@@ -403,36 +360,6 @@ func (r *Runner) ahead(ctx context.Context, db lease.DB, msg Message) (bool, err
 
 // errQueueAhead: the session was free but queued messages come first.
 var errQueueAhead = errors.New("request: messages are queued ahead")
-
-// busy handles a new message whose session is busy, under its policy.
-func (r *Runner) busy(ctx context.Context, msg Message, busyErr error) (*Run, Outcome, error) {
-	if r.cfg.Agent == nil {
-		return nil, Outcome{}, busyErr
-	}
-	id := uuid.NewString()
-	var own chan *Run
-	if msg.OnBusy == Interrupt {
-		// This call runs the message itself when it can start: say so
-		// before it is queued, so that a run of this process that frees
-		// the session hands it over instead of starting it elsewhere.
-		own = r.own(id)
-	}
-	pos, err := r.enqueue(ctx, msg, id)
-	if err != nil {
-		if own != nil {
-			r.disown(id, own)
-		}
-		return nil, Outcome{}, err
-	}
-	if msg.OnBusy == Queue {
-		// The session may have been freed between the busy answer and the
-		// insert, by a run that did not know of this message: start it.
-		r.kick(ctx, msg.SessionKey)
-		return nil, Outcome{RequestID: id, Queued: true, Position: pos}, nil
-	}
-	defer r.disown(id, own)
-	return r.awaitOwn(ctx, msg, id, pos, own)
-}
 
 // own registers a Handle call of this process that waits to run the
 // queued request id itself: deliver hands it the claimed run.
@@ -457,214 +384,6 @@ func (r *Runner) disown(id string, ch chan *Run) {
 		r.deliver(run)
 	default:
 	}
-}
-
-// kick starts the head of the session's queue if the session is free, in
-// a bounded context that survives the caller's cancellation.
-func (r *Runner) kick(ctx context.Context, sessionKey string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
-	defer cancel()
-	if err := r.tryStart(cctx, sessionKey); err != nil {
-		r.log.Warn("rowlease: starting a queued message failed; the dispatcher will", "err", err)
-	}
-}
-
-// tryStart starts the head of the session's queue if the session's lock
-// is free: one read while it is held.
-func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
-	st, err := r.sessions.Inspect(ctx, r.db, sessionKey)
-	if err != nil || st.Held {
-		return err
-	}
-	run, err := r.claimHead(ctx, sessionKey)
-	if err != nil || run == nil {
-		return err
-	}
-	r.deliver(run)
-	return nil
-}
-
-// claimHead takes the session for the head of its queue and starts it:
-// the session, then the request (queued → processing, or a dead run's
-// request taken over), in one transaction, which also marks interrupted
-// the dead runs that were asked to stop. It returns nil when there is
-// nothing to start or the session is busy.
-func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
-	for attempt := 0; attempt < 5; attempt++ {
-		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.q.headQ, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation)
-		if errors.Is(err, sql.ErrNoRows) {
-			r.unhint(sessionKey)
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		var slot *sync.Once
-		if h.status == schema.StoredProcessing {
-			// A dead run to resume: not after MaxAttempts runs, and not
-			// more than MaxConcurrent at once in this Runner.
-			if h.generation >= int64(r.cfg.Resume.MaxAttempts) {
-				if _, err := r.giveUp(ctx, h); err != nil {
-					return nil, err
-				}
-				r.notify()
-				continue
-			}
-			if !r.takeResumeSlot() {
-				return nil, nil
-			}
-			slot = new(sync.Once)
-		}
-		run, err := r.claimTx(ctx, sessionKey, h)
-		if slot != nil {
-			if err != nil {
-				r.giveResumeSlot()
-			} else {
-				run.slot = slot
-			}
-		}
-		switch {
-		case err == nil:
-			r.notify()
-			return run, nil
-		case errors.Is(err, session.ErrBusy):
-			return nil, nil
-		case errors.Is(err, session.ErrNotFound):
-			return nil, err
-		case errors.Is(err, lease.ErrState), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), lease.IsRetryable(err):
-			continue // the head changed under us: read it again
-		}
-		return nil, err
-	}
-	return nil, nil
-}
-
-func (r *Runner) claimTx(ctx context.Context, sessionKey string, h queuedHead) (run *Run, err error) {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	sg, err := r.sessions.AcquireExisting(ctx, tx, sessionKey, h.id, r.cfg.TTL)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, r.q.settleQ, sessionKey); err != nil {
-		return nil, err
-	}
-	holder := r.holder()
-	g, err := r.req.AcquireWith(ctx, tx, h.id, holder, r.cfg.TTL,
-		lease.AcquireOptions{InStates: []string{h.status}, SetState: schema.StoredProcessing})
-	if err != nil {
-		return nil, err
-	}
-	msg := Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint}
-	run = &Run{r: r, msg: msg, id: h.id, holder: holder, sess: sg, req: g, fromQueue: true}
-	if h.status == schema.StoredProcessing {
-		// A run started from the queue died: take over its tool calls as
-		// any takeover does.
-		if _, err := r.tools.ReleaseForRequest(ctx, tx, sessionKey, h.id); err != nil {
-			return nil, err
-		}
-		if run.prior, err = r.prior(ctx, tx, sessionKey, h.id); err != nil {
-			return nil, err
-		}
-		if run.steps, err = r.loadSteps(ctx, tx, h.id); err != nil {
-			return nil, err
-		}
-		run.resumed = true
-	}
-	if err := tx.Commit(); err != nil {
-		// The outcome is unknown; give back whatever took effect.
-		r.releaseAll(ctx, run)
-		return nil, err
-	}
-	return run, nil
-}
-
-// deliver hands a claimed run to the Handle of this process that waits to
-// run it (an interrupting message), or starts it with Config.Agent in a
-// goroutine of the Runner. After Close it gives the leases back instead:
-// the request stays processing and free, and a dispatcher resumes it.
-func (r *Runner) deliver(run *Run) {
-	r.q.mu.Lock()
-	if ch, ok := r.q.owners[run.id]; ok {
-		// Handed over under the lock: a disown that finds the owner gone
-		// then finds the run in the channel, and starts it. (Buffered, and
-		// only one run is ever delivered per owner: it never blocks.)
-		delete(r.q.owners, run.id)
-		ch <- run
-		r.q.mu.Unlock()
-		if f := afterOwnerFound.Load(); f != nil {
-			(*f)(run)
-		}
-		return
-	}
-	if r.q.stopped || r.cfg.Agent == nil {
-		r.q.mu.Unlock()
-		run.endResume()
-		r.releaseAll(r.q.life, run)
-		r.notify()
-		return
-	}
-	r.q.runs.Add(1)
-	r.q.mu.Unlock()
-	go func() {
-		defer r.q.runs.Done()
-		_, _ = r.runAndContinue(r.q.life, run, r.cfg.Agent)
-	}()
-}
-
-// afterOwnerFound is nil but in tests, which set it to act (as a waiter
-// that gives up, say) once deliver has chosen the waiting Handle and let
-// go of the lock.
-var afterOwnerFound atomic.Pointer[func(run *Run)]
-
-// continueQueue looks, in a goroutine of the Runner, for the next queued
-// message of a session that a run of this process has just freed.
-func (r *Runner) continueQueue(sessionKey string) {
-	r.q.mu.Lock()
-	if r.q.stopped {
-		r.q.mu.Unlock()
-		return
-	}
-	r.q.runs.Add(1)
-	r.q.mu.Unlock()
-	go func() {
-		defer r.q.runs.Done()
-		ctx, cancel := context.WithTimeout(r.q.life, r.cfg.ReleaseTimeout)
-		defer cancel()
-		run, err := r.claimHead(ctx, sessionKey)
-		if err != nil {
-			r.log.Warn("rowlease: starting the next queued message failed; the dispatcher will", "err", err)
-			return
-		}
-		if run != nil {
-			r.deliver(run)
-		}
-	}()
-}
-
-// runAndContinue executes run and then, unless it was abandoned, wakes the
-// local waiters and starts the session's next queued message if there may
-// be one: the run came from the queue, was interrupted (its interrupter is
-// queued), or this process knows of queued messages for the session.
-func (r *Runner) runAndContinue(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
-	out, err := r.execute(ctx, run, agent)
-	run.endResume()
-	if run.abandoned != nil && run.isAbandoned() {
-		return out, err
-	}
-	r.notify()
-	if run.fromQueue || errors.Is(err, ErrInterrupted) || r.hinted(run.msg.SessionKey) {
-		r.continueQueue(run.msg.SessionKey)
-	}
-	return out, err
 }
 
 // awaitOwn waits, for an interrupting Handle, until its queued message
@@ -694,7 +413,7 @@ func (r *Runner) awaitOwn(ctx context.Context, msg Message, id string, pos int, 
 		if err == nil && st.State == StateQueued {
 			pos = st.Position
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(retry.Jitter(delay))
 		select {
 		case run := <-ch:
 			t.Stop()
@@ -712,147 +431,4 @@ func (r *Runner) awaitOwn(ctx context.Context, msg Message, id string, pos int, 
 		}
 		delay = min(delay*2, r.cfg.Queue.PollMax)
 	}
-}
-
-// jitter returns a duration in [d/2, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)))
-}
-
-// Start starts the Runner's background work: the dispatcher, which starts
-// queued messages of sessions that no process of this service is running
-// (the process that held the session crashed, or freed it without knowing
-// of the queue) and resumes the runs whose process died, those of messages
-// accepted at once included (see ResumeConfig), if Config.Agent is set;
-// and the retention sweeper, if
-// Config.Retention.After is set. They stop when ctx is done or Close is
-// called. A second Start returns an error; so does a Start after Close.
-//
-// Runs of queued messages started by a finishing run (a continuation)
-// need no Start: they run in goroutines of the Runner from the first
-// queued message on. Call Close before the program ends in either case.
-func (r *Runner) Start(ctx context.Context) error {
-	r.q.mu.Lock()
-	defer r.q.mu.Unlock()
-	switch {
-	case r.q.stopped:
-		return ErrClosed
-	case r.q.started:
-		return errors.New("request: runner already started")
-	}
-	r.q.started = true
-	lctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(r.q.life, cancel)
-	r.q.stopLoop = func() { stop(); cancel() }
-	if r.cfg.Agent != nil {
-		r.q.loops.Add(1)
-		go func() {
-			defer r.q.loops.Done()
-			r.loop(lctx, r.cfg.Queue.DispatchInterval, func(ctx context.Context) { r.dispatchOnce(ctx) })
-		}()
-	}
-	if r.cfg.Retention.After > 0 {
-		r.q.loops.Add(1)
-		go func() {
-			defer r.q.loops.Done()
-			r.loop(lctx, r.cfg.Retention.Interval, func(ctx context.Context) {
-				if _, err := r.Sweep(ctx, r.cfg.Retention.After); err != nil && ctx.Err() == nil {
-					r.log.Warn("rowlease: sweeping expired requests failed; retrying at the next interval", "err", err)
-				}
-			})
-		}()
-	}
-	return nil
-}
-
-// loop calls fn every interval (jittered) until ctx is done.
-func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(context.Context)) {
-	for {
-		t := time.NewTimer(interval/2 + jitter(interval))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		fn(ctx)
-	}
-}
-
-// dispatchOnce reads the sessions with queued messages (one statement)
-// and starts the head of each whose lock is free or expired (one read for
-// each that is held). It returns how many it started.
-func (r *Runner) dispatchOnce(ctx context.Context) int {
-	rows, err := r.db.QueryContext(ctx, r.q.candidatesQ, r.cfg.Queue.DispatchBatch)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("rowlease: reading the queue failed; retrying at the next interval", "err", err)
-		}
-		return 0
-	}
-	var keys []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			break
-		}
-		keys = append(keys, k)
-	}
-	_ = rows.Close()
-	started := 0
-	for _, k := range keys {
-		if ctx.Err() != nil {
-			break
-		}
-		r.hint(k)
-		st, err := r.sessions.Inspect(ctx, r.db, k)
-		if err != nil || st.Held {
-			continue
-		}
-		run, err := r.claimHead(ctx, k)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Warn("rowlease: starting a queued message failed; retrying at the next interval", "err", err)
-			}
-			continue
-		}
-		if run != nil {
-			r.deliver(run)
-			started++
-		}
-	}
-	return started
-}
-
-// stop stops the dispatcher and the sweeper at once, lets the runs that
-// the Runner started from the queue finish until ctx is done, then
-// cancels the rest and waits for them (see Close). It returns ctx's error
-// when it had to cancel runs, and is safe to call twice.
-func (r *Runner) stop(ctx context.Context) error {
-	r.q.mu.Lock()
-	r.q.stopped = true
-	stopLoop := r.q.stopLoop
-	r.q.mu.Unlock()
-	if stopLoop != nil {
-		stopLoop()
-	}
-	r.q.loops.Wait()
-	done := make(chan struct{})
-	go func() {
-		r.q.runs.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		r.q.stopLife(ErrClosed)
-		<-done
-	}
-	r.q.stopLife(ErrClosed)
-	return err
 }

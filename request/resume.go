@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -77,17 +76,6 @@ func (c *ResumeConfig) fill(ttl time.Duration) error {
 	return nil
 }
 
-// minusMicros is "t − expr microseconds" in the column representation.
-func minusMicros(d lease.Dialect, t, expr string) string {
-	switch d {
-	case lease.MySQL:
-		return "(" + t + " - INTERVAL (" + expr + ") MICROSECOND)"
-	case lease.Postgres:
-		return "(" + t + " - CAST((" + expr + ") AS bigint) * INTERVAL '1 microsecond')"
-	}
-	return "(" + t + " - (" + expr + "))"
-}
-
 // resumeConds returns the SQL conditions (on the unqualified or
 // alias-qualified columns of the request table, prefix p: "" or "p.") of
 //
@@ -107,7 +95,7 @@ func (r *Runner) resumeConds(p string) (resumable, due string) {
 	if !c.Disabled {
 		kind = "(" + kind + " OR " + p + schema.ColContent + " IS NOT NULL)"
 	}
-	resumable = p + schema.ColStatus + " = 'processing' AND " + p + schema.ColInterruptedBy + " IS NULL AND " + kind
+	resumable = p + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + p + schema.ColInterruptedBy + " IS NULL AND " + kind
 	delay := "CASE WHEN " + p + schema.ColQueueSeq + " IS NULL THEN " + strconv.FormatInt(c.Grace.Microseconds(), 10) +
 		" ELSE 0 END + " + strconv.FormatInt(c.Backoff.Microseconds(), 10) + " * (" + p + schema.ColGeneration + " - 1)"
 	at := minusMicros(d, d.Now(), delay)
@@ -147,22 +135,12 @@ func (run *Run) endResume() {
 	}
 }
 
-// giveUpQuery marks error a dead run that the service resumed too often:
-// one statement, which changes nothing if a run took it meanwhile (its
-// lease is live or its generation moved on).
-func (r *Runner) giveUpQuery() string {
-	d := r.cfg.Dialect
-	return d.Rebind("UPDATE " + r.req.Table().Quoted(d) + " SET status = 'error', error = ?, holder = NULL, token = NULL, " +
-		"expires_at = NULL, updated_at = " + d.Now() + " WHERE id = ? AND status = 'processing' AND generation = ? " +
-		"AND interrupted_by IS NULL AND (token IS NULL OR expires_at <= " + d.Now() + ")")
-}
-
 // giveUp marks the head's request error after its runs died
 // MaxAttempts times; it reports whether it did.
 func (r *Runner) giveUp(ctx context.Context, h queuedHead) (bool, error) {
 	msg := fmt.Sprintf("request: not resumed again: its run died %d times (its lease expired without an outcome; "+
 		"ResumeConfig.MaxAttempts is %d); a resend of the message retries it", h.generation, r.cfg.Resume.MaxAttempts)
-	res, err := r.db.ExecContext(ctx, r.q.giveUpQ, schema.ErrorText(msg), h.id, h.generation)
+	res, err := r.db.ExecContext(ctx, r.sql.giveUp, schema.ErrorText(msg), h.id, h.generation)
 	if err != nil {
 		return false, fmt.Errorf("request: marking a dead run error after its attempts: %w", err)
 	}
@@ -175,17 +153,4 @@ func (r *Runner) giveUp(ctx context.Context, h queuedHead) (bool, error) {
 			"request", h.id, "attempts", h.generation)
 	}
 	return n == 1, nil
-}
-
-// loadSteps reads the steps a request recorded, inside the transaction
-// that has just taken it over (its lease row is then locked by that
-// transaction's write, so no stale run can add one meanwhile).
-func (r *Runner) loadSteps(ctx context.Context, db lease.DB, id string) ([]stepRecord, error) {
-	d := r.cfg.Dialect
-	var s string
-	if err := db.QueryRowContext(ctx, d.Rebind("SELECT COALESCE("+schema.ColSteps+", '') FROM "+r.req.Table().Quoted(d)+
-		" WHERE id = ?"), id).Scan(&s); err != nil {
-		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
-	}
-	return decodeSteps(s)
 }

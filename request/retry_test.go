@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -44,7 +45,7 @@ func raiseVictim(ctx context.Context, tx *sql.Tx, d lease.Dialect) error {
 // TestInTxVictimRunAgain: Run.InTx runs a transaction that ended as a
 // victim (nothing committed) again, fences included, and its writes
 // commit once; one that keeps failing returns the database's error after
-// lease.MaxAttempts runs, with nothing written.
+// retry.MaxAttempts runs, with nothing written.
 func TestInTxVictimRunAgain(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnvTB(t, db, 30*time.Second)
@@ -76,7 +77,7 @@ func TestInTxVictimRunAgain(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Equal(t, 3, runs)
-		assert.Equal(t, lease.MaxAttempts, always)
+		assert.Equal(t, retry.MaxAttempts, always)
 		assert.Equal(t, 1, e.ledgerRows(t), "one commit of the first, none of the second")
 	})
 }

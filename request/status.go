@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -118,21 +118,6 @@ func (s Status) Outcome() (Outcome, error) {
 	return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrInFlight
 }
 
-func (r *Runner) statusQuery() string {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
-	lane := func(alias string) string {
-		return "CASE WHEN " + alias + ".on_busy = 'interrupt' THEN 0 ELSE 1 END"
-	}
-	return d.Rebind("SELECT r.id, r.status, COALESCE(r.reply, ''), COALESCE(r.result, ''), COALESCE(r.error, ''), " +
-		"r.generation, COALESCE(r.interrupted_by, ''), " +
-		"CASE WHEN r.token IS NOT NULL AND r.expires_at > " + d.Now() + " THEN 1 ELSE 0 END, " +
-		"CASE WHEN r.status = 'queued' THEN (SELECT COUNT(*) FROM " + t + " q WHERE q.session_key = r.session_key " +
-		"AND q.status = 'queued' AND q.queue_seq IS NOT NULL AND (" + lane("q") + " < " + lane("r") + " OR (" +
-		lane("q") + " = " + lane("r") + " AND q.queue_seq < r.queue_seq))) ELSE 0 END " +
-		"FROM " + t + " r WHERE r.session_key = ? AND r.client_request_id = ?")
-}
-
 // Status reads the state of the request (sessionKey, clientRequestID)
 // and its stored outcome, in one statement and without taking any lock.
 // An unknown request gives an error matching ErrNotFound (and
@@ -144,7 +129,7 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 	st := Status{SessionKey: sessionKey, ClientRequestID: clientRequestID}
 	var status, result string
 	var live int
-	err := r.db.QueryRowContext(ctx, r.q.statusQ, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
+	err := r.db.QueryRowContext(ctx, r.sql.status, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
 		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, ErrNotFound
@@ -195,7 +180,7 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		if st.State.Final() {
 			return st, nil
 		}
-		t := time.NewTimer(jitter(delay))
+		t := time.NewTimer(retry.Jitter(delay))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -208,17 +193,9 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 	}
 }
 
-// invalid is the *lease.ValidationError of bad input to this package.
-func invalid(field, reason string) error {
-	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
-}
-
-// checkText is lease.CheckText, with the error saying it is request's.
-func checkText(field, s string, maxBytes int) error {
-	err := lease.CheckText(field, s, maxBytes)
-	var ve *lease.ValidationError
-	if errors.As(err, &ve) {
-		ve.Package = "request"
+func rawOrNil(s string) json.RawMessage {
+	if s == "" {
+		return nil
 	}
-	return err
+	return json.RawMessage(s)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -182,7 +183,7 @@ func (run *Run) recordSteps(ctx context.Context, steps []stepRecord) error {
 		if errors.Is(err, lease.ErrLost) {
 			return fmt.Errorf("%w: recording step %d: %w", ErrTakenOver, len(steps)-1, err)
 		}
-		if !lease.IsTransient(err) || attempt == lease.MaxAttempts || !lease.Backoff(ctx, attempt) {
+		if !lease.IsTransient(err) || attempt == retry.MaxAttempts || !retry.Backoff(ctx, attempt) {
 			return fmt.Errorf("request: recording step %d: %w", len(steps)-1, err)
 		}
 	}

@@ -3,10 +3,7 @@ package request
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-
-	"github.com/rowlease/rowlease/lease"
 )
 
 // Defaults of RetentionConfig.
@@ -51,21 +48,6 @@ func (c *RetentionConfig) fill() error {
 	return nil
 }
 
-// finished are the statuses the sweeper sweeps.
-const finished = "('success', 'error', 'interrupted', 'cancelled')"
-
-// cutoff is "now − ? microseconds" by the database clock, in the column
-// representation.
-func cutoff(d lease.Dialect) string {
-	switch d {
-	case lease.MySQL:
-		return "(" + d.Now() + " - INTERVAL ? MICROSECOND)"
-	case lease.Postgres:
-		return "(" + d.Now() + " - CAST(? AS bigint) * INTERVAL '1 microsecond')"
-	}
-	return "(" + d.Now() + " - ?)"
-}
-
 // Sweep turns the requests that finished (succeeded, failed, were
 // interrupted or cancelled) at least olderThan ago, by the database clock, into
 // tombstones and deletes their tool executions, in batches of
@@ -103,17 +85,13 @@ func (r *Runner) Sweep(ctx context.Context, olderThan time.Duration) (int, error
 // sweepBatch sweeps one batch; more reports a full batch (there may be
 // more to sweep).
 func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int, more bool, err error) {
-	d := r.cfg.Dialect
-	t := r.req.Table().Quoted(d)
-	tt := r.tools.Lease().Table().Quoted(d)
 	batch := r.cfg.Retention.Batch
 	micros := olderThan.Microseconds()
-	rows, err := r.db.QueryContext(ctx, d.Rebind("SELECT id FROM "+t+" WHERE status IN "+finished+
-		" AND updated_at <= "+cutoff(d)+" LIMIT ?"), micros, batch)
+	rows, err := r.db.QueryContext(ctx, r.sql.sweepIDs, micros, batch)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: reading requests to sweep: %w", err)
 	}
-	var ids []any
+	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
@@ -129,7 +107,6 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	if len(ids) == 0 {
 		return 0, false, nil
 	}
-	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
@@ -139,10 +116,12 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 			_ = tx.Rollback()
 		}
 	}()
-	args := append(append([]any{}, ids...), micros)
-	res, err := tx.ExecContext(ctx, d.Rebind("UPDATE "+t+" SET status = 'expired', reply = NULL, result = NULL, error = NULL, "+
-		"content = NULL, queue_seq = NULL, on_busy = NULL, interrupted_by = NULL, steps = NULL, updated_at = "+d.Now()+
-		" WHERE id IN "+in+" AND status IN "+finished+" AND updated_at <= "+cutoff(d)+" AND token IS NULL"), args...)
+	args := make([]any, 0, len(ids)+1)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	args = append(args, micros)
+	res, err := tx.ExecContext(ctx, r.sweepStatement(r.req.Table(), len(ids)), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: sweeping requests: %w", err)
 	}
@@ -150,10 +129,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	if err != nil {
 		return 0, false, err
 	}
-	args = append(append([]any{}, ids...), ids...)
-	if _, err = tx.ExecContext(ctx, d.Rebind("DELETE FROM "+tt+" WHERE request_id IN "+in+" AND status <> 'started'"+
-		" AND (token IS NULL OR expires_at <= "+d.Now()+") AND request_id IN (SELECT id FROM "+t+
-		" WHERE id IN "+in+" AND status = 'expired')"), args...); err != nil {
+	if _, err = r.tools.DeleteExpired(ctx, tx, r.req.Table(), ids); err != nil {
 		return 0, false, fmt.Errorf("request: deleting swept tool executions: %w", err)
 	}
 	if err = tx.Commit(); err != nil {

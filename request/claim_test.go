@@ -15,98 +15,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
-	"github.com/rowlease/rowlease/schema"
-	"github.com/rowlease/rowlease/toolexec"
 )
-
-type env struct {
-	// pauseSideEffect, when set, excludes the side effect's own writes
-	// from the statement count.
-	pauseSideEffect *countdb.Counter
-	db              *sqlx.DB
-	d               lease.Dialect
-	r               *Runner
-	tools           *toolexec.Registry
-	writes          atomic.Int64 // side effects committed by the "write" tool
-}
-
-const ledgerDDL = "CREATE TABLE ledger_entry (request_id VARCHAR(64) NOT NULL, amount VARCHAR(32) NOT NULL)"
-
-// newEnv applies the schema and a tiny ledger table on a fresh database,
-// and registers a side-effecting tool "write" and a read-only tool "read".
-func newEnv(t *testing.T, db *sqlx.DB, ttl time.Duration) *env { return newEnvTB(t, db, ttl) }
-
-func newEnvTB(t testing.TB, db *sqlx.DB, ttl time.Duration) *env {
-	t.Helper()
-	ctx := context.Background()
-	d, err := lease.DetectDialect(db)
-	require.NoError(t, err)
-	require.NoError(t, schema.Apply(ctx, db, d))
-	_, err = db.ExecContext(ctx, ledgerDDL)
-	require.NoError(t, err)
-	e := &env{db: db, d: d}
-	tools := toolexec.NewRegistry()
-	require.NoError(t, tools.Register("write", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
-		var args struct {
-			Amount json.Number `json:"amount"`
-		}
-		if err := json.Unmarshal(x.Canonical, &args); err != nil {
-			return nil, err
-		}
-		if args.Amount == "" {
-			return nil, errors.New("amount required")
-		}
-		if c := e.pauseSideEffect; c != nil {
-			c.Pause()
-			defer c.Resume()
-		}
-		if _, err := x.Tx.ExecContext(ctx, d.Rebind("INSERT INTO ledger_entry (request_id, amount) VALUES (?, ?)"),
-			x.Call.RequestID, args.Amount.String()); err != nil {
-			return nil, err
-		}
-		e.writes.Add(1)
-		return json.RawMessage(fmt.Sprintf(`{"written":%q,"generation":%d}`, args.Amount, x.Generation)), nil
-	}))
-	require.NoError(t, tools.Register("read", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
-		return json.RawMessage(`{"ok":true}`), nil
-	}))
-	e.tools = tools
-	e.r, err = New(Config{DB: db, TTL: ttl, HeartbeatInterval: ttl / 4, Tools: tools, ReleaseTimeout: 10 * time.Second,
-		Session: sessionConfigAutoCreate()})
-	require.NoError(t, err)
-	return e
-}
-
-func (e *env) ledgerRows(t testing.TB) int {
-	t.Helper()
-	var n int
-	require.NoError(t, e.db.Get(&n, "SELECT COUNT(*) FROM ledger_entry"))
-	return n
-}
-
-func (e *env) status(t *testing.T, session, client string) (status string, held bool) {
-	t.Helper()
-	ex, err := e.r.find(context.Background(), Message{SessionKey: session, ClientRequestID: client})
-	require.NoError(t, err)
-	st, err := e.r.req.Inspect(context.Background(), e.db, ex.id)
-	require.NoError(t, err)
-	return ex.status, st.Held
-}
-
-func each(t *testing.T, fn func(t *testing.T, db *sqlx.DB)) { testdb.Each(t, fn) }
-
-func bg(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func isConflict(err error) bool {
-	return errors.Is(err, ErrInFlight) || errors.Is(err, ErrSessionBusy)
-}
 
 func TestSameClientRequestIDRunsOnce(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
@@ -167,19 +78,6 @@ func TestSameClientRequestIDRunsOnce(t *testing.T) {
 		assert.True(t, out.Replayed)
 		assert.Equal(t, int64(1), runs.Load())
 	})
-}
-
-// waitFor polls a condition that other goroutines make true, bounded.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 30s")
-		}
-		timer := time.NewTimer(2 * time.Millisecond)
-		<-timer.C
-	}
 }
 
 func TestOneSessionNeverRunsTwoAtOnce(t *testing.T) {
@@ -307,33 +205,6 @@ func TestDuplicateLeavesOwnerToFinish(t *testing.T) {
 		assert.False(t, held)
 		assert.Equal(t, 1, e.ledgerRows(t))
 	})
-}
-
-// snapshot reads the lock columns of every row of the three tables.
-func snapshot(t *testing.T, e *env) []string { return snapshotExcept(t, e, "") }
-
-func snapshotExcept(t *testing.T, e *env, skipClient string) []string {
-	t.Helper()
-	var out []string
-	rows, err := e.db.Queryx(e.d.Rebind("SELECT session_key, COALESCE(holder,''), COALESCE(token,''), generation FROM rowlease_session ORDER BY session_key"))
-	require.NoError(t, err)
-	for rows.Next() {
-		var a, b, c string
-		var g int64
-		require.NoError(t, rows.Scan(&a, &b, &c, &g))
-		out = append(out, fmt.Sprintf("session %s %s %s %d", a, b, c, g))
-	}
-	rows.Close()
-	rows, err = e.db.Queryx(e.d.Rebind("SELECT client_request_id, status, COALESCE(holder,''), COALESCE(token,''), generation FROM rowlease_request WHERE client_request_id <> ? ORDER BY id"), skipClient)
-	require.NoError(t, err)
-	for rows.Next() {
-		var a, b, c, d string
-		var g int64
-		require.NoError(t, rows.Scan(&a, &b, &c, &d, &g))
-		out = append(out, fmt.Sprintf("request %s %s %s %s %d", a, b, c, d, g))
-	}
-	rows.Close()
-	return out
 }
 
 func TestFingerprintMismatch(t *testing.T) {
@@ -469,83 +340,6 @@ func TestCrashTakeoverDoesNotRepeatSideEffect(t *testing.T) {
 		assert.Equal(t, 1, e.ledgerRows(t))
 		st, _ := e.status(t, "s", "c")
 		assert.Equal(t, "success", st)
-	})
-}
-
-func TestLossCancelsTheRun(t *testing.T) {
-	each(t, func(t *testing.T, db *sqlx.DB) {
-		ttl := 2 * time.Second
-		e := newEnv(t, db, ttl)
-		interval := ttl / 4
-		ctx := bg(t)
-		entered := make(chan *Run, 1)
-		var cause error
-		var lostAt time.Time
-		cancelled := make(chan time.Time, 1)
-		done := make(chan error, 1)
-		go func() {
-			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
-				func(ctx context.Context, run *Run) (Answer, error) {
-					entered <- run
-					<-ctx.Done()
-					cancelled <- time.Now()
-					cause = context.Cause(ctx)
-					return Answer{}, ctx.Err()
-				})
-			done <- err
-		}()
-		run := <-entered
-		// Someone frees the session behind the run's back and takes it.
-		lostAt = time.Now()
-		require.NoError(t, e.r.sessions.Release(ctx, db, run.sess))
-		_, err := e.r.sessions.Acquire(ctx, db, "s", "intruder", time.Minute)
-		require.NoError(t, err)
-		at := <-cancelled
-		err = <-done
-		require.ErrorIs(t, err, ErrTakenOver)
-		require.ErrorIs(t, cause, lease.ErrLost)
-		assert.Less(t, at.Sub(lostAt), interval+interval/2, "cancelled within one heartbeat interval (plus slack)")
-		st, held := e.status(t, "s", "c")
-		assert.Equal(t, "processing", st)
-		assert.False(t, held, "the run gave back the request it still held")
-		ss, err := e.r.sessions.Inspect(ctx, db, "s")
-		require.NoError(t, err)
-		assert.Equal(t, "intruder", ss.Holder, "the new holder's session is untouched")
-	})
-}
-
-func TestToolErrorsAndUnknownTool(t *testing.T) {
-	each(t, func(t *testing.T, db *sqlx.DB) {
-		e := newEnv(t, db, 5*time.Second)
-		ctx := bg(t)
-		out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
-			func(ctx context.Context, run *Run) (Answer, error) {
-				_, err := run.CallTool(ctx, "nope", json.RawMessage(`{}`))
-				assert.ErrorIs(t, err, toolexec.ErrUnknownTool)
-				_, err = run.CallTool(ctx, "write", json.RawMessage(`[1]`))
-				assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
-				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"amount":`))
-				assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
-				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"note":"no amount"}`))
-				var fe *toolexec.FailedError
-				assert.ErrorAs(t, err, &fe)
-				// Retried after an error: the same call runs again.
-				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"note":"no amount"}`))
-				assert.ErrorIs(t, err, toolexec.ErrToolFailed)
-				res, err := run.CallTool(ctx, "read", json.RawMessage(`{"b":1,"a":{"y":2,"x":1}}`))
-				require.NoError(t, err)
-				res2, err := run.CallTool(ctx, "read", json.RawMessage(`{"a":{"x":1,"y":2},"b":1.0}`))
-				require.NoError(t, err)
-				assert.True(t, res2.Reused)
-				assert.Equal(t, res.ExecutionID, res2.ExecutionID)
-				return Answer{Reply: "ok"}, nil
-			})
-		require.NoError(t, err)
-		assert.Equal(t, "ok", out.Reply)
-		assert.Equal(t, 0, e.ledgerRows(t))
-		var n int
-		require.NoError(t, db.Get(&n, "SELECT COUNT(*) FROM rowlease_tool_execution"))
-		assert.Equal(t, 2, n, "unknown tools and invalid arguments write nothing")
 	})
 }
 

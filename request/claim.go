@@ -1,0 +1,363 @@
+package request
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/rowlease/rowlease/internal/retry"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
+)
+
+// begin takes the locks for msg (beginOnce), or returns a replayed or
+// queued outcome, trying again while the request changes under it.
+func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
+	holder := r.holder()
+	// A request read as missing may be inserted by a duplicate a moment
+	// later, and one read as existing may change state before it is taken;
+	// and MySQL or PostgreSQL may roll a transaction back to break a
+	// deadlock. Either way nothing was changed: start again.
+	var last error // the last attempt's error, kept as the cause
+	for attempt := 0; attempt < 5; attempt++ {
+		run, out, err := r.beginOnce(ctx, msg, holder)
+		if errors.Is(err, errVanished) {
+			last = nil
+			continue
+		}
+		if lease.IsRetryable(err) && retry.Backoff(ctx, attempt+1) {
+			last = err
+			continue // a jittered pause: a certification failure repeats at once on Galera
+		}
+		return run, out, err
+	}
+	if last != nil {
+		// A database that keeps refusing (a deadlock each time, SQLite busy
+		// with no busy timeout) is told apart from a request that kept
+		// changing state: errors.Is matches both ErrInFlight and the cause.
+		return nil, Outcome{}, fmt.Errorf("%w: the database kept refusing the locks: %w", ErrInFlight, last)
+	}
+	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
+}
+
+// errVanished: the request row appeared, was deleted, or changed state,
+// between two statements of beginOnce; begin tries again.
+var errVanished = errors.New("request: row changed under us")
+
+// beginOnce reads the request (one statement) and, by what it finds,
+// creates it (create), answers from it or takes it over (onExisting), or
+// applies msg.OnBusy when the session is busy (busy, queue.go).
+func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
+	ex, err := r.find(ctx, msg)
+	if errors.Is(err, sql.ErrNoRows) {
+		run, err := r.create(ctx, msg, holder)
+		switch {
+		case err == nil:
+			return run, Outcome{}, nil
+		case errors.Is(err, lease.ErrExists):
+			return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
+		case errors.Is(err, ErrSessionBusy):
+			// Busy with this very message, sent a moment ago by a
+			// duplicate? Then the answer is about the request.
+			ex, ferr := r.find(ctx, msg)
+			if ferr == nil {
+				return r.onExisting(ctx, msg, ex, holder)
+			}
+			if !errors.Is(ferr, sql.ErrNoRows) {
+				return nil, Outcome{}, ferr
+			}
+			if msg.OnBusy != Reject {
+				return r.busy(ctx, msg, err)
+			}
+		}
+		return nil, Outcome{}, err
+	}
+	if err != nil {
+		return nil, Outcome{}, err
+	}
+	return r.onExisting(ctx, msg, ex, holder)
+}
+
+// existing is a request as find reads it.
+type existing struct {
+	id, fingerprint, status, reply, result string
+	generation                             int64
+	interruptedBy                          string // who asked it to stop, or ""
+	queued                                 int    // 1: it came through the queue
+}
+
+// find reads the request (session, client request id) of msg: one
+// statement; sql.ErrNoRows (wrapped) when there is none.
+func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
+	var ex existing
+	err := r.db.QueryRowContext(ctx, r.sql.find, msg.SessionKey, msg.ClientRequestID).
+		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation, &ex.interruptedBy, &ex.queued)
+	if err != nil {
+		return ex, fmt.Errorf("request: reading the existing request: %w", err)
+	}
+	return ex, nil
+}
+
+// onExisting deals with a request that exists: replay, conflict, or a
+// takeover (claim, resend).
+func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holder string) (*Run, Outcome, error) {
+	if ex.fingerprint != msg.Fingerprint {
+		return nil, Outcome{}, ErrFingerprintMismatch
+	}
+	switch ex.status {
+	case schema.StoredSucceeded:
+		return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
+	case schema.StoredExpired:
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrExpired
+	case schema.StoredInterrupted:
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
+	case schema.StoredCancelled:
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
+	case schema.StoredQueued:
+		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
+		if errors.Is(err, ErrNotFound) {
+			return nil, Outcome{}, errVanished
+		}
+		if err != nil {
+			return nil, Outcome{}, err
+		}
+		if st.State != StateQueued {
+			return nil, Outcome{}, errVanished
+		}
+		return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
+	}
+	if ex.status == schema.StoredProcessing {
+		// Running now, or left by a run that died? The database clock
+		// says; a live run is in flight, and nothing is taken.
+		st, err := r.req.Inspect(ctx, r.db, ex.id)
+		if errors.Is(err, lease.ErrNotFound) {
+			return nil, Outcome{}, errVanished
+		}
+		if err != nil {
+			return nil, Outcome{}, err
+		}
+		if st.Held {
+			return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
+				&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
+		}
+		if ex.interruptedBy != "" {
+			// Asked to stop, and its run is gone: it is interrupted, and
+			// never runs again.
+			ok, err := r.settleInterrupted(ctx, msg.SessionKey, ex.id)
+			if err != nil {
+				return nil, Outcome{}, err
+			}
+			if !ok {
+				return nil, Outcome{}, errVanished
+			}
+			r.notify()
+			if ex.interruptedBy == msg.ClientRequestID {
+				return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
+			}
+			return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
+		}
+	}
+	run, err := r.claim(ctx, claim{kind: resend, msg: msg, id: ex.id, holder: holder, from: ex.status, fromQueue: ex.queued == 1})
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		// The session row is gone: that is final, and the same answer
+		// as on the new-request path (it also matches lease.ErrNotFound,
+		// so it is told apart first).
+		return nil, Outcome{}, err
+	case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound):
+		return nil, Outcome{}, errVanished // it finished, failed or went away under us
+	}
+	return run, Outcome{}, err
+}
+
+// create starts a new request (claim, newRequest). A session without a
+// lock row gets one first when Config.Session.AutoCreate is set: inserted
+// on its own, outside the claim's transaction, and the claim made again.
+func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, error) {
+	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
+	run, err := r.claim(ctx, c)
+	if errors.Is(err, session.ErrNotFound) && r.cfg.Session.AutoCreate {
+		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
+			return nil, err
+		}
+		run, err = r.claim(ctx, c)
+		// On a multi-primary cluster the transaction may run on a node
+		// that has not applied the insert yet (inside a transaction
+		// wsrep_sync_wait does not wait): try again, briefly.
+		for attempt := 1; errors.Is(err, session.ErrNotFound) && r.cfg.Lease.MultiPrimary &&
+			attempt < retry.MaxAttempts && retry.Backoff(ctx, attempt); attempt++ {
+			run, err = r.claim(ctx, c)
+		}
+	}
+	return run, err
+}
+
+// claimKind is the path that takes a request.
+type claimKind int
+
+const (
+	// newRequest: a new message; its request is inserted, born held by
+	// the run.
+	newRequest claimKind = iota
+	// resend: a resend of a failed request, or of one whose run died (its
+	// lease expired or given back): the request is taken over.
+	resend
+	// queueHead: the head of a session's queue: a queued message started
+	// (queued → processing), or the dead run of a message that came
+	// through the queue (or was accepted at once) taken over.
+	queueHead
+)
+
+// claim is what claim needs to take one request.
+type claim struct {
+	kind   claimKind
+	msg    Message // for queueHead, as it was stored
+	id     string  // the request's id: the session's holder
+	holder string  // this run, in the request's holder column
+	// from is the request's stored status (resend, queueHead): the claim
+	// takes it only in that status. A dead or failed run's request
+	// (processing, error) is taken over with its tool calls and steps.
+	from string
+	// fromQueue: the request came through the queue (see Run.fromQueue).
+	fromQueue bool
+}
+
+// claim takes the session and then the request, in one transaction: the
+// one lock order, and both or neither. Every path that runs a request
+// comes through it (claimKind). A busy session is an error matching
+// ErrSessionBusy (and session.ErrBusy); a request held by a live run, one
+// matching ErrInFlight (and lease.ErrHeld); either way the transaction
+// rolls back and nothing was written, so no session is left held by a
+// request that does not exist.
+//
+// Inside the transaction, after the session:
+//   - a new Queue or Interrupt message counts the messages it must not
+//     overtake (ahead): if there are any, the session counts as busy;
+//   - a queue head first marks interrupted (or cancelled) the dead runs of
+//     the session that were asked to stop;
+//   - a takeover (from processing or error) frees the leases of the
+//     request's tool executions still marked running — a dead run's tool
+//     lease can outlive its request lease, and freed, this run claims the
+//     same call at once and the old run can mark none of them — and reads
+//     the tool calls that committed (Run.Prior) and the recorded steps.
+//
+// When the commit's outcome is unknown (the connection dropped, or ctx was
+// cancelled, with the reply on the wire) whatever took effect is given
+// back at once, token-checked, so no lock is left held for a TTL with no
+// heartbeat: the session first (its release waits for a commit still in
+// progress to end, so the request's undo then sees the row), then a new
+// request is deleted and a taken one released (it stays processing and
+// free, and a retry resumes it).
+func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	key := c.msg.SessionKey
+	var sg session.Grant
+	if c.kind == resend {
+		// Acquire: with Session.AutoCreate it creates a missing lock
+		// row inside this transaction. A new message creates it outside
+		// (create), and a queue head does not create it.
+		sg, err = r.sessions.Acquire(ctx, tx, key, c.id, r.cfg.TTL)
+	} else {
+		sg, err = r.sessions.AcquireExisting(ctx, tx, key, c.id, r.cfg.TTL)
+	}
+	switch {
+	case err != nil:
+	case c.kind == newRequest && c.msg.OnBusy != Reject:
+		// The session is free, but messages queued before this one (or,
+		// for Interrupt, interrupting ones) go first.
+		var ahead bool
+		if ahead, err = r.ahead(ctx, tx, c.msg); err == nil && ahead {
+			err = fmt.Errorf("%w: %w", session.ErrBusy, errQueueAhead)
+		}
+	case c.kind == queueHead:
+		_, err = tx.ExecContext(ctx, r.sql.settle, key)
+	}
+	if err != nil {
+		if errors.Is(err, session.ErrBusy) {
+			return nil, fmt.Errorf("%w: %w", ErrSessionBusy, err)
+		}
+		return nil, err
+	}
+	var g lease.Grant[string]
+	if c.kind == newRequest {
+		g, err = r.req.Create(ctx, tx, c.id, c.holder, r.cfg.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
+			lease.Set(schema.ColSessionKey, key), lease.Set(schema.ColClientRequestID, c.msg.ClientRequestID),
+			lease.Set(schema.ColFingerprint, c.msg.Fingerprint),
+			// The content, so that the service can resume the run if it
+			// dies and its client never resends (see resume.go).
+			lease.Set(schema.ColContent, c.msg.Content),
+		}})
+	} else {
+		opts := lease.AcquireOptions{InStates: []string{c.from}, SetState: schema.StoredProcessing}
+		if c.from == schema.StoredFailed {
+			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
+		}
+		g, err = r.req.AcquireWith(ctx, tx, c.id, c.holder, r.cfg.TTL, opts)
+		if errors.Is(err, lease.ErrHeld) {
+			err = fmt.Errorf("%w: %w", ErrInFlight, err)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	run = &Run{r: r, msg: c.msg, id: c.id, holder: c.holder, sess: sg, req: g, fromQueue: c.fromQueue}
+	if c.kind != newRequest && c.from != schema.StoredQueued {
+		if _, err := r.tools.ReleaseForRequest(ctx, tx, key, c.id); err != nil {
+			return nil, err
+		}
+		if run.prior, err = r.prior(ctx, tx, key, c.id); err != nil {
+			return nil, err
+		}
+		if run.steps, err = r.loadSteps(ctx, tx, c.id); err != nil {
+			return nil, err
+		}
+		run.resumed = true
+	}
+	if err := tx.Commit(); err != nil {
+		r.releaseQuietly(ctx, func(cctx context.Context) error { return r.sessions.Release(cctx, r.db, sg) })
+		if c.kind == newRequest {
+			r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
+		} else {
+			r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Release(cctx, r.db, g) })
+		}
+		return nil, err
+	}
+	return run, nil
+}
+
+// prior reads the request's tool calls that committed (through toolexec,
+// which owns their table).
+func (r *Runner) prior(ctx context.Context, db lease.DB, sessionKey, requestID string) ([]ToolRecord, error) {
+	recs, err := r.tools.Succeeded(ctx, db, sessionKey, requestID)
+	if err != nil || recs == nil {
+		return nil, err
+	}
+	out := make([]ToolRecord, len(recs))
+	for i, rec := range recs {
+		out[i] = ToolRecord(rec)
+	}
+	return out, nil
+}
+
+// loadSteps reads the steps a request recorded, inside the transaction
+// that has just taken it over (its lease row is then locked by that
+// transaction's write, so no stale run can add one meanwhile).
+func (r *Runner) loadSteps(ctx context.Context, db lease.DB, id string) ([]stepRecord, error) {
+	var s string
+	if err := db.QueryRowContext(ctx, r.sql.steps, id).Scan(&s); err != nil {
+		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
+	}
+	return decodeSteps(s)
+}

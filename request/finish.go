@@ -1,0 +1,135 @@
+package request
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// finish ends a run after its agent returned: it marks the request, by
+// how the run ended, and frees the session, or gives the leases back and
+// leaves the request to be resumed. ictx is the context the work ran
+// under: its cause says whether the run was cancelled or interrupted.
+func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr error) (Outcome, error) {
+	if d := run.divergence(); aerr == nil && d != nil {
+		aerr = d // the agent went on after a divergent replay
+	}
+	if aerr == nil && len(ans.Result) > 0 && !json.Valid(ans.Result) {
+		// Stored, it would break every replay of the request.
+		aerr = invalid("answer result", "not valid JSON")
+	}
+	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
+
+	if run.isAbandoned() {
+		return base, fmt.Errorf("request: run abandoned: %w", context.Canceled)
+	}
+	if lost := run.sup.Lost(); lost != nil || errors.Is(aerr, lease.ErrLost) {
+		if lost == nil {
+			lost = aerr
+		}
+		// Give back whatever we may still hold; token-checked, so nothing
+		// changes where someone else holds it now.
+		r.releaseAll(ctx, run)
+		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
+	}
+	if aerr != nil && ctx.Err() == nil && errors.Is(context.Cause(ictx), ErrCancelled) {
+		// Its client cancelled it, and it stopped: it is cancelled,
+		// token-checked, and frees the session, as an interrupt does.
+		return base, r.markStopped(ctx, run, schema.StoredCancelled, ErrCancelled)
+	}
+	var ie *InterruptedError
+	if aerr != nil && ctx.Err() == nil && errors.As(context.Cause(ictx), &ie) {
+		// Another message asked this run to stop, and it stopped: it is
+		// interrupted, token-checked, and frees the session. Its tool
+		// calls that committed stay; it never runs again.
+		return base, r.markStopped(ctx, run, schema.StoredInterrupted, ie)
+	}
+	if aerr != nil && ctx.Err() != nil {
+		// The caller gave up (shutdown, client gone) and the agent
+		// stopped: leave the request processing but free, so a retry
+		// resumes it. (An answer that came back is stored below, even if
+		// the caller has gone meanwhile: a retry replays it instead of
+		// paying for the model rounds again.)
+		r.releaseAll(ctx, run)
+		return base, context.Cause(ctx)
+	}
+	if aerr != nil {
+		set := []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))}
+		if errors.Is(aerr, ErrStepDiverged) {
+			// A resend starts the steps afresh instead of diverging again
+			// (the committed tool calls still count: same call, same result).
+			set = append(set, lease.Set(schema.ColSteps, nil))
+		}
+		err := r.mark(ctx, run, schema.StoredFailed, set)
+		if errors.Is(err, ErrTakenOver) {
+			return base, err
+		}
+		return base, errors.Join(fmt.Errorf("%w: %w", ErrAgentFailed, aerr), err)
+	}
+	set := []lease.Assignment{lease.Set(schema.ColReply, ans.Reply)}
+	if len(ans.Result) > 0 {
+		set = append(set, lease.Set(schema.ColResult, string(ans.Result)))
+	}
+	if err := r.mark(ctx, run, schema.StoredSucceeded, set); err != nil {
+		return base, err
+	}
+	base.Reply, base.Result = ans.Reply, ans.Result
+	return base, nil
+}
+
+// mark ends the run: it moves the request from processing to its final
+// status to, with set, token-checked, and frees the session, both with a
+// bounded context that survives the caller's cancellation. The session
+// is freed whatever the mark did. A lost request lease gives an error
+// matching ErrTakenOver (and lease.ErrLost); any other error of the mark
+// is returned as it is.
+func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assignment) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	_, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{
+		From: []string{schema.StoredProcessing}, To: to, Set: set,
+	})
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+	if errors.Is(err, lease.ErrLost) {
+		return fmt.Errorf("%w: %w", ErrTakenOver, err)
+	}
+	return err
+}
+
+// markStopped marks the run's request as stopped on request (to:
+// interrupted or cancelled) and frees its session (mark). It returns why
+// (the interruption, or ErrCancelled), joined with the mark's error if the
+// mark failed; ErrTakenOver if the lease was lost.
+func (r *Runner) markStopped(ctx context.Context, run *Run, to string, why error) error {
+	err := r.mark(ctx, run, to, nil)
+	switch {
+	case errors.Is(err, ErrTakenOver):
+		return err
+	case err != nil:
+		return errors.Join(why, err)
+	}
+	return why
+}
+
+// releaseAll gives back the run's request and session leases, as
+// releaseQuietly does: token-checked, so nothing changes where another
+// run holds them now. The request stays as it is (processing: free for a
+// retry or a dispatcher to resume).
+func (r *Runner) releaseAll(ctx context.Context, run *Run) {
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.req.Release(c, r.db, run.req) })
+	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
+}
+
+// releaseQuietly runs a clean-up write with a bounded context that
+// survives the caller's cancellation, and logs (never returns) a failure.
+func (r *Runner) releaseQuietly(ctx context.Context, f func(context.Context) error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	if err := f(cctx); err != nil && !errors.Is(err, lease.ErrLost) {
+		r.log.Warn("rowlease: release failed; the lease will expire after its TTL", "err", err)
+	}
+}

@@ -1,0 +1,283 @@
+package request
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/crash"
+	"github.com/rowlease/rowlease/internal/retry"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// runAndContinue executes run and then, unless it was abandoned, wakes the
+// local waiters and starts the session's next queued message if there may
+// be one: the run came from the queue, was interrupted (its interrupter is
+// queued), or this process knows of queued messages for the session.
+func (r *Runner) runAndContinue(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
+	out, err := r.execute(ctx, run, agent)
+	run.endResume()
+	if run.abandoned != nil && run.isAbandoned() {
+		return out, err
+	}
+	r.notify()
+	if run.fromQueue || errors.Is(err, ErrInterrupted) || r.hinted(run.msg.SessionKey) {
+		r.continueQueue(run.msg.SessionKey)
+	}
+	return out, err
+}
+
+// execute runs the agent under supervision — a heartbeat that renews the
+// session and request leases, and cancels the work's context when one is
+// lost or the run is asked to stop — and finishes the request (finish).
+func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
+	run.abandoned = make(chan struct{})
+	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log, Batcher: r.batcher}
+	if r.cfg.Observer != nil {
+		hc.OnEvent = heartbeatEvent(ctx, r.cfg.Observer)
+	}
+	sup, err := heartbeat.New(hc)
+	if err != nil {
+		r.releaseAll(ctx, run)
+		return Outcome{}, err
+	}
+	// The request's renewals also read whether another message asked the
+	// run to stop: then ictx, and with it the work context, is cancelled
+	// with an *InterruptedError.
+	ictx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	// An interrupt asked by the run's own client is a cancel (cancel.go).
+	interrupt := func(cause error) { stop(run.stopCause(cause)) }
+	defer r.addLocal(run.id, stop)()
+	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess))
+	if r.batcher != nil {
+		// Batched: the request lease is renewed with every run's, and one
+		// read per round finds the runs asked to stop (checkInterrupts).
+		sup.Add(heartbeat.ForLease("request", r.req, run.flowDB(), run.req))
+		defer r.watchInterrupts(run.id, interrupt)()
+	} else {
+		sup.Add(&interruptWatch{LeaseRenewer: heartbeat.ForLease("request", r.req, run.flowDB(), run.req),
+			r: r, run: run, cancel: interrupt})
+	}
+	work, err := sup.Start(ictx)
+	if err != nil {
+		r.releaseAll(ctx, run)
+		return Outcome{}, err
+	}
+	run.sup, run.work = sup, work
+	ans, aerr := runAgent(work, run, agent)
+	sup.Stop()
+	return r.finish(ctx, ictx, run, ans, aerr)
+}
+
+// runAgent calls the agent and turns a panic into an error, so the locks
+// are still released.
+func runAgent(ctx context.Context, run *Run, agent Agent) (ans Answer, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("request: agent panicked: %v", p)
+		}
+	}()
+	return agent(ctx, run)
+}
+
+// Run is one run of a request, handed to the Agent.
+type Run struct {
+	r       *Runner
+	msg     Message
+	id      string
+	holder  string
+	sess    session.Grant
+	req     lease.Grant[string]
+	resumed bool
+	prior   []ToolRecord
+	sup     *heartbeat.Supervisor
+	// fromQueue: the request came through the queue; when it ends, the
+	// session's next queued message is started.
+	fromQueue bool
+	// work is the agent's context, set before the agent is called: once
+	// it is done, CallTool and InTx refuse to write.
+	work context.Context
+
+	flowOnce sync.Once
+	flow     *lease.FlowDB // the heartbeat's database; see flowDB
+
+	abandoned   chan struct{}
+	abandonOnce sync.Once
+
+	// Steps (step.go): the request's recorded steps, the position of the
+	// next one, how many were replayed, and the divergence that failed
+	// the run.
+	stepMu   sync.Mutex
+	stepBusy bool // a step's function is running
+	steps    []stepRecord
+	stepPos  int
+	replayed int
+	diverged *StepDivergedError
+	// slot: the run holds one of the Runner's resume slots (resume.go).
+	slot *sync.Once
+}
+
+// RequestID is the request's id (the session lock's holder).
+func (run *Run) RequestID() string { return run.id }
+
+// SessionKey is the session's key.
+func (run *Run) SessionKey() string { return run.msg.SessionKey }
+
+// ClientRequestID is the client's id of the message.
+func (run *Run) ClientRequestID() string { return run.msg.ClientRequestID }
+
+// Content is the message.
+func (run *Run) Content() string { return run.msg.Content }
+
+// Resumed reports whether this run took over a failed or crashed run.
+func (run *Run) Resumed() bool { return run.resumed }
+
+// ToolRecord is a tool call of this request that already succeeded (in an
+// earlier run that crashed or failed).
+type ToolRecord struct {
+	ExecutionID   string
+	Tool          string
+	ArgumentsHash string
+	Result        json.RawMessage
+}
+
+// Prior lists tool calls of this request that committed in earlier runs.
+func (run *Run) Prior() []ToolRecord { return append([]ToolRecord(nil), run.prior...) }
+
+// Generations are the fencing generations of the session and the request.
+func (run *Run) Generations() (sessionGen, requestGen int64) {
+	return run.sess.Generation, run.req.Generation
+}
+
+// Fences check, inside a transaction, that the session and the request
+// are still held by this run (see lease.Fence). CallTool uses them.
+func (run *Run) Fences() []lease.Fence {
+	return []lease.Fence{run.r.sessions.Fence(run.sess), run.r.req.Fence("request", run.req)}
+}
+
+// InTx runs fn in a transaction that ends by checking the run's fences, so
+// fn's writes commit only if this run still holds its session and request
+// (see lease.RunFenced). Use it for the flow's own writes that are not
+// tool calls, such as storing the conversation. The lease rows are locked
+// only for the end of the transaction, so a long fn does not hold up the
+// heartbeat; on SQLite the heartbeat renews inside the transaction.
+//
+// fn may run more than once: a transaction that ended as a deadlock,
+// serialization or (on Galera) certification victim committed nothing, and
+// is run again from the start, fences included, a few times (the back-off
+// of internal/retry, MaxAttempts runs in all) with a jittered pause; after
+// the last, the database's error is returned (lease.IsTransient reports
+// it).
+func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if obs := run.r.cfg.Observer; obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: toolexec.AttrPhase, Value: "flow"}}})
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
+	}
+	if err := run.stopped(); err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		err = lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+		if err == nil || !lease.IsTransient(err) || attempt == retry.MaxAttempts || !retry.Backoff(ctx, attempt) {
+			return err
+		}
+	}
+}
+
+// flowDB is the database the run's heartbeat renews through (see
+// lease.FlowDB).
+func (run *Run) flowDB() *lease.FlowDB {
+	run.flowOnce.Do(func() { run.flow = lease.NewFlowDB(run.r.db, run.r.cfg.Dialect) })
+	return run.flow
+}
+
+// CallTool runs a registered tool through toolexec: a previous success of
+// the same call (same request, tool and canonical arguments) is returned
+// without running it again. A tool registered with Register writes its
+// side effect in one transaction with the fences of the session, the
+// request and the tool; one registered with RegisterExternal records its
+// intent, acts outside the database with a stable effect key, and records
+// the result (see toolexec.Store.ExecuteExternal). A tool's own failure is a
+// *toolexec.FailedError (give its text to the model); an external effect
+// whose outcome is unknown is a *toolexec.UnknownOutcomeError; an unknown
+// tool is an error matching toolexec.ErrUnknownTool. ctx (with its values)
+// is passed on to the effect.
+func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage) (res toolexec.Result, err error) {
+	if obs := run.r.cfg.Observer; obs != nil {
+		kind := "tx"
+		if run.r.cfg.Tools.External(tool) {
+			kind = "external"
+		}
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: toolexec.SpanTool, Attrs: []lease.Attr{
+			{Key: toolexec.AttrTool, Value: tool}, {Key: toolexec.AttrToolKind, Value: kind}, {Key: AttrRequest, Value: run.id}}})
+		defer func() { end(err, toolEnd(res, err)...) }()
+	}
+	if err := run.stopped(); err != nil {
+		return toolexec.Result{}, err
+	}
+	flow := run.flowDB()
+	// One renewer per call: a run of the side effect after a transient
+	// error is watched again from the tool lease's last renewal.
+	var ren *heartbeat.LeaseRenewer[string]
+	return run.r.tools.Call(ctx, run.r.db, run.r.cfg.Tools, toolexec.Call{
+		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
+	}, toolexec.ExecOptions{
+		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
+		Watch: func(g toolexec.Grant) func() {
+			if run.sup == nil {
+				return func() {}
+			}
+			if ren == nil || ren.Grant().Token != g.Token || ren.Grant().Generation != g.Generation {
+				ren = heartbeat.ForLease("tool:"+tool, run.r.tools.Lease(), flow, g)
+			}
+			return run.sup.Add(ren)
+		},
+	})
+}
+
+// stopped returns an *InterruptedError once another message has
+// interrupted the run, so that an agent that carries on with another
+// context writes nothing more: its leases are still valid until it marks
+// itself interrupted, so the fences alone would let the write through. (A
+// run that lost a lease is refused by the fences.)
+func (run *Run) stopped() error {
+	var ie *InterruptedError
+	if run.work != nil && errors.As(context.Cause(run.work), &ie) {
+		return ie
+	}
+	if run.work != nil && errors.Is(context.Cause(run.work), ErrCancelled) {
+		return ErrCancelled
+	}
+	return nil
+}
+
+func init() { crash.Abandon = func(run any) { run.(*Run).abandon() } }
+
+// abandon stops the heartbeat and makes Handle return without writing or
+// releasing anything, as if the process had crashed: the leases expire
+// after their TTL and another run takes the request over. It is for crash
+// tests (rowleasetest.Crash). The agent should return soon after.
+func (run *Run) abandon() {
+	run.abandonOnce.Do(func() { close(run.abandoned) })
+	if run.sup != nil {
+		run.sup.Stop()
+	}
+}
+
+func (run *Run) isAbandoned() bool {
+	select {
+	case <-run.abandoned:
+		return true
+	default:
+		return false
+	}
+}

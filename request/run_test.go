@@ -1,0 +1,92 @@
+package request
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+func TestLossCancelsTheRun(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		ttl := 2 * time.Second
+		e := newEnv(t, db, ttl)
+		interval := ttl / 4
+		ctx := bg(t)
+		entered := make(chan *Run, 1)
+		var cause error
+		var lostAt time.Time
+		cancelled := make(chan time.Time, 1)
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
+				func(ctx context.Context, run *Run) (Answer, error) {
+					entered <- run
+					<-ctx.Done()
+					cancelled <- time.Now()
+					cause = context.Cause(ctx)
+					return Answer{}, ctx.Err()
+				})
+			done <- err
+		}()
+		run := <-entered
+		// Someone frees the session behind the run's back and takes it.
+		lostAt = time.Now()
+		require.NoError(t, e.r.sessions.Release(ctx, db, run.sess))
+		_, err := e.r.sessions.Acquire(ctx, db, "s", "intruder", time.Minute)
+		require.NoError(t, err)
+		at := <-cancelled
+		err = <-done
+		require.ErrorIs(t, err, ErrTakenOver)
+		require.ErrorIs(t, cause, lease.ErrLost)
+		assert.Less(t, at.Sub(lostAt), interval+interval/2, "cancelled within one heartbeat interval (plus slack)")
+		st, held := e.status(t, "s", "c")
+		assert.Equal(t, "processing", st)
+		assert.False(t, held, "the run gave back the request it still held")
+		ss, err := e.r.sessions.Inspect(ctx, db, "s")
+		require.NoError(t, err)
+		assert.Equal(t, "intruder", ss.Holder, "the new holder's session is untouched")
+	})
+}
+
+func TestToolErrorsAndUnknownTool(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 5*time.Second)
+		ctx := bg(t)
+		out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
+			func(ctx context.Context, run *Run) (Answer, error) {
+				_, err := run.CallTool(ctx, "nope", json.RawMessage(`{}`))
+				assert.ErrorIs(t, err, toolexec.ErrUnknownTool)
+				_, err = run.CallTool(ctx, "write", json.RawMessage(`[1]`))
+				assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
+				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"amount":`))
+				assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
+				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"note":"no amount"}`))
+				var fe *toolexec.FailedError
+				assert.ErrorAs(t, err, &fe)
+				// Retried after an error: the same call runs again.
+				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"note":"no amount"}`))
+				assert.ErrorIs(t, err, toolexec.ErrToolFailed)
+				res, err := run.CallTool(ctx, "read", json.RawMessage(`{"b":1,"a":{"y":2,"x":1}}`))
+				require.NoError(t, err)
+				res2, err := run.CallTool(ctx, "read", json.RawMessage(`{"a":{"x":1,"y":2},"b":1.0}`))
+				require.NoError(t, err)
+				assert.True(t, res2.Reused)
+				assert.Equal(t, res.ExecutionID, res2.ExecutionID)
+				return Answer{Reply: "ok"}, nil
+			})
+		require.NoError(t, err)
+		assert.Equal(t, "ok", out.Reply)
+		assert.Equal(t, 0, e.ledgerRows(t))
+		var n int
+		require.NoError(t, db.Get(&n, "SELECT COUNT(*) FROM rowlease_tool_execution"))
+		assert.Equal(t, 2, n, "unknown tools and invalid arguments write nothing")
+	})
+}

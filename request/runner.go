@@ -1,0 +1,397 @@
+package request
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/valid"
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
+)
+
+// Errors a web handler maps to a status code. Test with errors.Is.
+var (
+	// ErrSessionBusy: the session is running another request (409, "session
+	// busy"). Also matches session.ErrBusy and lease.ErrHeld.
+	ErrSessionBusy = errors.New("request: session busy")
+	// ErrInFlight: the same request is running elsewhere (409, "request in
+	// flight"). Also matches lease.ErrHeld.
+	ErrInFlight = errors.New("request: request in flight")
+	// ErrTakenOver: this run lost its lease while running (409, "taken
+	// over"); its work context was cancelled and it wrote nothing more.
+	// Also matches lease.ErrLost.
+	ErrTakenOver = errors.New("request: taken over")
+	// ErrFingerprintMismatch: the client request id was used before with
+	// different content (422). Nothing was changed.
+	ErrFingerprintMismatch = errors.New("request: client request id reused with different content")
+	// ErrAgentFailed: the agent function returned an error. The request is
+	// marked error and can be retried with the same client request id.
+	ErrAgentFailed = errors.New("request: agent failed")
+)
+
+// Beginner is a database that can begin transactions: *sql.DB or *sqlx.DB.
+type Beginner = toolexec.Beginner
+
+// Config configures a Runner. DB is required; the rest have defaults.
+type Config struct {
+	DB Beginner
+	// Dialect; zero means detect it from DB.
+	Dialect lease.Dialect
+	// TTL of every lease of a flow; default 30s.
+	TTL time.Duration
+	// HeartbeatInterval between renewals; default TTL/3. It must be at most TTL/3.
+	HeartbeatInterval time.Duration
+	// SeparateHeartbeats makes every run renew its own leases, one
+	// statement per lease per interval. By default the Runner's runs share
+	// one heartbeat.Batcher: every interval, one statement per table
+	// renews the leases of every run in flight (1,000 runs: a few
+	// statements instead of 2,000), each run still losing its work context
+	// on its own when one of its leases is lost.
+	SeparateHeartbeats bool
+	// ReleaseTimeout bounds the final writes and releases, which run even
+	// when the caller's context is already cancelled; default 5s.
+	ReleaseTimeout time.Duration
+	// HolderPrefix names this process in holder columns; default host:pid.
+	HolderPrefix string
+	// Session configures the session lock (table, column mapping). Its
+	// Dialect and Lease fields are filled in from this Config.
+	Session session.Config
+	// RequireSession keeps a missing session row an error on the shipped
+	// session table: a message for a session key without a row gets
+	// session.ErrNotFound (404) and nothing is written, for a service that
+	// creates its sessions itself (Sessions().Create) and wants any other
+	// key refused. Without it, on the shipped table (Session.Table empty),
+	// a new session's first message creates its row, as if
+	// Session.AutoCreate were set. On a session table of your own
+	// (Session.Table set) only Session.AutoCreate creates rows.
+	RequireSession bool
+	// RequestTable is the request table; empty means schema.RequestTable.
+	// It has the shipped table's columns (schema), under any valid name
+	// (optionally schema-qualified, see lease.NewTable).
+	RequestTable string
+	// ToolExecutionTable is the tool-execution table; empty means
+	// schema.ToolExecutionTable. Like RequestTable, only its name may
+	// differ from the shipped one.
+	ToolExecutionTable string
+	// Tools are the tools a run may call; nil means none.
+	Tools *toolexec.Registry
+	// Lease options (safety margin, clock) for every level. The heartbeat
+	// reads the same clock as the leases' trust deadlines (Lease.Clock).
+	// On a MariaDB Galera pool whose connections reach several nodes, set
+	// Lease.MultiPrimary: it also makes the Runner's own lookup of a
+	// request causal (see lease.Options.MultiPrimary).
+	Lease lease.Options
+	// Logger; nil means slog.Default(). Tokens are never logged.
+	Logger *slog.Logger
+	// Observer, when set, receives a span per Handle with children for the
+	// lease operations, the model rounds the agent reports (Run.ModelRound),
+	// the tool calls and their fenced transactions; and the heartbeat's
+	// retries and losses as events. It is also used for every level's
+	// lease operations (it overrides Lease.Observer). Nil costs nothing.
+	// See package contrib/otel for OpenTelemetry.
+	Observer lease.Observer
+	// Agent runs the messages that this Runner starts from the queue (a
+	// continuation or the dispatcher: see Start), and the messages of
+	// Handle calls whose agent is nil. The Queue and Interrupt policies
+	// need it: a queued message may be started by any process of the
+	// service, so every Runner of the service must be given the same
+	// work here.
+	Agent Agent
+	// Queue configures the queue, the dispatcher and the waits.
+	Queue QueueConfig
+	// Retention configures the sweeper that Start runs.
+	Retention RetentionConfig
+	// Resume bounds how a Started Runner with an Agent resumes the runs
+	// whose process died, those of messages accepted at once included
+	// (see ResumeConfig and the package documentation, "Resume").
+	Resume ResumeConfig
+}
+
+// Columns returns the request table's lease columns: a copy, so that no
+// package can change what New uses.
+func Columns() lease.Columns {
+	return lease.Columns{
+		Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken, ExpiresAt: schema.ColExpiresAt,
+		Generation: schema.ColGeneration, State: schema.ColStatus, UpdatedAt: schema.ColUpdatedAt,
+	}
+}
+
+// Runner runs messages through the three-level lock. It is safe for
+// concurrent use.
+type Runner struct {
+	cfg      Config
+	db       Beginner
+	sessions *session.Locker
+	req      *lease.Lease[string]
+	tools    *toolexec.Store
+	log      *slog.Logger
+	sql      statements
+	q        queueState
+	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
+	watch    watching           // runs whose interrupts the batcher's rounds read
+	local    localRuns          // runs executing here, for Cancel
+	resumes  resumeSlots        // resumed runs at once, for ResumeConfig.MaxConcurrent
+}
+
+// New validates cfg and returns a Runner.
+func New(cfg Config) (*Runner, error) {
+	if cfg.DB == nil {
+		return nil, invalid("db", "nil")
+	}
+	if cfg.Dialect == 0 {
+		d, err := lease.DetectDialect(cfg.DB)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Dialect = d
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 30 * time.Second
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = cfg.TTL / 3
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = 5 * time.Second
+	}
+	if cfg.HolderPrefix == "" {
+		host, _ := os.Hostname()
+		cfg.HolderPrefix = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if len(cfg.HolderPrefix) > 120 {
+		return nil, invalid("holder prefix", "longer than 120 bytes")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer != nil {
+		cfg.Lease.Observer = cfg.Observer
+	}
+	if err := cfg.Queue.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Retention.fill(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Resume.fill(cfg.TTL); err != nil {
+		return nil, err
+	}
+	// Validate TTL and interval once, as the heartbeat will.
+	if err := (heartbeat.Config{Interval: cfg.HeartbeatInterval, TTL: cfg.TTL}).Validate(); err != nil {
+		return nil, err
+	}
+	// The shipped session table holds nothing but the lock: its row is
+	// created with a session's first message unless the service asks
+	// otherwise. A table of the user's own keeps its rows to the user.
+	if cfg.Session.Table == "" && !cfg.RequireSession {
+		cfg.Session.AutoCreate = true
+	}
+	sc := cfg.Session
+	sc.Dialect, sc.Lease = cfg.Dialect, cfg.Lease
+	sessions, err := session.New(sc)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RequestTable == "" {
+		cfg.RequestTable = schema.RequestTable
+	}
+	reqTable, err := lease.NewTable(cfg.RequestTable, Columns())
+	if err != nil {
+		return nil, err
+	}
+	req, err := lease.New[string](cfg.Dialect, reqTable, cfg.Lease)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Table: cfg.ToolExecutionTable, Lease: cfg.Lease})
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{cfg: cfg, db: cfg.DB, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
+	if !cfg.SeparateHeartbeats {
+		if r.batcher, err = heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: cfg.HeartbeatInterval, Clock: cfg.Lease.Clock, Logger: cfg.Logger,
+			AfterRound: r.checkInterrupts}); err != nil {
+			return nil, err
+		}
+	}
+	r.sql = r.newStatements(reqTable)
+	r.initQueue()
+	return r, nil
+}
+
+// Sessions returns the session locker (to create sessions, inspect them).
+func (r *Runner) Sessions() *session.Locker { return r.sessions }
+
+// Close shuts the Runner down; it is its one shutdown. It stops the
+// dispatcher and the sweeper at once, lets the runs that the Runner started
+// from the queue finish until ctx is done, then cancels the rest (their
+// context's cause is ErrClosed: they give their leases back, and their
+// requests stay processing and free, to be resumed by a dispatcher of any
+// process) and waits for them; then it closes the prepared statements of
+// its session, request and tool-execution leases (see lease.Lease.Close).
+// It returns an error matching ctx's error when it had to cancel runs.
+//
+// Close is safe to call while messages are being handled, without Start,
+// and more than once. After Close the Runner starts no queued message
+// itself, but still runs Handle calls (a run in progress finishes),
+// sending its statements as text. Close the Runner before the database it
+// was given.
+func (r *Runner) Close(ctx context.Context) error {
+	stopErr := r.stop(ctx)
+	if stopErr != nil {
+		stopErr = fmt.Errorf("request: close: queued runs cancelled (they resume on the next start): %w", stopErr)
+	}
+	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close())
+}
+
+// Message is one user message.
+type Message struct {
+	SessionKey      string
+	ClientRequestID string // the client's idempotency key for this message
+	Content         string
+	// Fingerprint identifies the content; empty means the hex SHA-256 of
+	// Content. The same ClientRequestID with another fingerprint is
+	// ErrFingerprintMismatch.
+	Fingerprint string
+	// OnBusy says what to do when the session is busy with another
+	// message: Reject (the default), Queue or Interrupt.
+	OnBusy Policy
+}
+
+// Answer is what an agent returns.
+type Answer struct {
+	Reply string
+	// Result is optional JSON stored with the reply (e.g. result ids). If
+	// it is not valid JSON, nothing is stored: the request is marked error
+	// and Handle returns an error matching ErrAgentFailed and
+	// lease.ErrInvalid (a *lease.ValidationError).
+	Result json.RawMessage
+}
+
+// Outcome is what Handle returns. It encodes to JSON with snake_case
+// names; it holds no token.
+type Outcome struct {
+	RequestID string          `json:"request_id"`
+	Reply     string          `json:"reply"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Replayed  bool            `json:"replayed"` // a stored success, returned without running anything or taking any lock
+	Resumed   bool            `json:"resumed"`  // this run took the request over from a failed or crashed run
+	Attempt   int64           `json:"attempt"`  // the request's generation: 1 for the first run
+	// Queued: the message was stored to run when its session is free
+	// (Queue policy, or a resend of a queued message); nothing ran yet,
+	// Reply is empty. Wait returns its outcome.
+	Queued bool `json:"queued,omitempty"`
+	// Position is, when Queued, the number of queued messages of the
+	// session that run before it (0: it runs next).
+	Position int `json:"position,omitempty"`
+}
+
+// Agent is the caller's work: model rounds and tool calls. ctx dies as
+// soon as any lease of the flow is lost (cause matches lease.ErrLost), or
+// another message of the session interrupts it (cause matches
+// ErrInterrupted).
+type Agent func(ctx context.Context, run *Run) (Answer, error)
+
+// Handle runs one message through the whole flow:
+//
+//  1. read the request (one SELECT);
+//  2. a stored success is replayed, taking no lock; another fingerprint
+//     is ErrFingerprintMismatch; a live run is ErrInFlight; a queued
+//     message answers its position (Outcome.Queued), an interrupted one
+//     ErrInterrupted, a swept one ErrExpired;
+//  3. take the session, then the request — a new one inserted, an
+//     existing one taken over — in one transaction, so they succeed or
+//     fail together; a busy session is ErrSessionBusy, or, as
+//     msg.OnBusy says, the message is queued (Queue: Handle returns at
+//     once) or interrupts the running one (Interrupt: Handle waits to
+//     run it);
+//  4. on a takeover, read the tool calls that already committed;
+//  5. run agent under a heartbeat, with a context that dies on lease loss
+//     or on an interrupt;
+//  6. mark success (storing the reply), error or interrupted,
+//     token-checked;
+//  7. release the session, with a bounded timeout even if ctx is done,
+//     and start the session's next queued message if there may be one.
+//
+// A nil agent means Config.Agent. Steps 1 to 4 are claim.go's (begin),
+// 5 run.go's (runAndContinue), 6 and the release finish.go's, and the
+// next queued message dispatch.go's.
+func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
+	if obs := r.cfg.Observer; obs != nil {
+		var end func(error, ...lease.Attr)
+		ctx, end = obs.Start(ctx, lease.Span{Name: SpanHandle, Attrs: []lease.Attr{{Key: AttrSession, Value: msg.SessionKey}}})
+		defer func() { end(err, handleEnd(out, err)...) }()
+	}
+	if agent == nil {
+		agent = r.cfg.Agent
+	}
+	if agent == nil {
+		return Outcome{}, invalid("agent", "nil, and Config.Agent is nil")
+	}
+	if err := validate(&msg); err != nil {
+		return Outcome{}, err
+	}
+	if msg.OnBusy != Reject && r.cfg.Agent == nil {
+		return Outcome{}, invalid("on busy", msg.OnBusy.String()+" needs Config.Agent")
+	}
+	run, out, err := r.begin(ctx, msg)
+	if err != nil || run == nil {
+		return out, err
+	}
+	return r.runAndContinue(ctx, run, agent)
+}
+
+// validate checks a message before any SQL, and fills in its default
+// fingerprint.
+func validate(m *Message) error {
+	// One text rule for keys and ids on every dialect (lease.CheckText):
+	// no NUL, no trailing space (MySQL's PAD SPACE collations would make
+	// "abc" and "abc " one id), valid UTF-8, bounded.
+	if err := valid.Text("request", "session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {
+		return err
+	}
+	if err := valid.Text("request", "client request id", m.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
+		return err
+	}
+	switch {
+	case !utf8.ValidString(m.Content):
+		return invalid("content", "not UTF-8")
+	case strings.IndexByte(m.Content, 0) >= 0:
+		// A queued message's content is stored, and PostgreSQL's text
+		// cannot hold a NUL: refused on every dialect alike.
+		return invalid("content", "contains a NUL byte")
+	case m.OnBusy < Reject || m.OnBusy > Interrupt:
+		return invalid("on busy", "not Reject, Queue or Interrupt")
+	}
+	if m.Fingerprint == "" {
+		sum := sha256.Sum256([]byte(m.Content))
+		m.Fingerprint = hex.EncodeToString(sum[:])
+	} else if len(m.Fingerprint) > 64 {
+		return invalid("fingerprint", "longer than 64 bytes")
+	}
+	return nil
+}
+
+// invalid is the *lease.ValidationError of bad input to this package.
+func invalid(field, reason string) error {
+	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
+}
+
+// holder names a new run in the holder columns: this process
+// (Config.HolderPrefix) and a random suffix.
+func (r *Runner) holder() string { return r.cfg.HolderPrefix + "/" + uuid.NewString()[:13] }

@@ -1,0 +1,211 @@
+package request
+
+import (
+	"strings"
+
+	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
+)
+
+// statements are the Runner's own SQL on the request table, built once by
+// New. Every column name in them is a schema constant, every status a
+// schema.Stored… constant, and the table name was validated by
+// lease.NewTable: no input reaches their text. The lease operations
+// (acquire, renew, transition, release) are lease's statements, and the
+// tool-execution table is toolexec's.
+type statements struct {
+	// find reads a request by (session, client request id): the first
+	// statement of every message (beginOnce).
+	find string
+	// status reads a request's state, outcome and queue position (Status).
+	status string
+	// steps reads a request's recorded steps (claim, on a takeover).
+	steps string
+
+	// The queue (queue.go, dispatch.go).
+	head, ahead, aheadInterrupt, stats, insert, flag, settle, settleOne, candidates string
+	// Interrupts (interrupt.go): one run's flag, every flag.
+	flagRead, flagsRead string
+	// Resume (resume.go): the mark of a run that died too often.
+	giveUp string
+	// Cancel (cancel.go).
+	cancelQueued, cancelFailed, cancelFlag string
+	// The sweeper (sweep.go): the finished requests to sweep.
+	sweepIDs string
+}
+
+// lit is the SQL literal of a schema constant (none holds a quote).
+func lit(v string) string { return "'" + v + "'" }
+
+// lane orders the queued messages of a session, interrupting ones first
+// (p: "" or an alias and a dot).
+func lane(p string) string {
+	return "CASE WHEN " + p + schema.ColOnBusy + " = " + lit(Interrupt.String()) + " THEN 0 ELSE 1 END"
+}
+
+// finished are the statuses the sweeper sweeps.
+var finished = "(" + lit(schema.StoredSucceeded) + ", " + lit(schema.StoredFailed) + ", " + lit(schema.StoredInterrupted) +
+	", " + lit(schema.StoredCancelled) + ")"
+
+// newStatements builds the Runner's statements on table t.
+func (r *Runner) newStatements(t lease.Table) statements {
+	d := r.cfg.Dialect
+	tq := t.Quoted(d)
+	now := d.Now()
+	var s statements
+
+	s.find = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColFingerprint + ", " + schema.ColStatus + ", COALESCE(" +
+		schema.ColReply + ", ''), COALESCE(" + schema.ColResult + ", ''), " + schema.ColGeneration + ", COALESCE(" +
+		schema.ColInterruptedBy + ", ''), CASE WHEN " + schema.ColQueueSeq + " IS NULL THEN 0 ELSE 1 END FROM " + tq +
+		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ?")
+	if r.cfg.Lease.MultiPrimary {
+		s.find = lease.SyncWait(s.find) // see the request a duplicate just made through another node
+	}
+	s.status = r.statusStatement(tq)
+	s.steps = d.Rebind("SELECT COALESCE(" + schema.ColSteps + ", '') FROM " + tq + " WHERE " + schema.ColID + " = ?")
+
+	// runnable: a queued request, or a dead run to resume (see
+	// resumeConds): one that came from the queue, or one accepted at once
+	// whose content is stored, after its grace and back-off.
+	resumable, due := r.resumeConds("")
+	pResumable, pDue := r.resumeConds("p.")
+	queued := schema.ColStatus + " = " + lit(schema.StoredQueued) + " AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
+		schema.ColInterruptedBy + " IS NULL"
+	runnable := "((" + queued + ") OR (" + resumable + " AND " + due + "))"
+	// The head: a run that died first (it was running), then the
+	// interrupting messages, then the queued ones, each in arrival order.
+	// Nothing starts while a run to resume is still processing under a
+	// live request lease, or waits out its grace or back-off: its session
+	// lease can lapse a moment before its request lease (they are renewed
+	// apart), and the next message must not overtake it; it is resumed
+	// first, once it is due. Nor while a run asked to stop still holds its
+	// request lease: the claim marks it interrupted only once that lease
+	// is free or expired, and no later claim would.
+	s.head = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColClientRequestID + ", " + schema.ColFingerprint +
+		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + " FROM " + tq +
+		" WHERE " + schema.ColSessionKey + " = ? AND " + runnable +
+		" AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = ? AND ((" + pResumable +
+		" AND NOT " + pDue + ")" + " OR (p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND p." +
+		schema.ColInterruptedBy + " IS NOT NULL AND p." + schema.ColToken + " IS NOT NULL AND p." + schema.ColExpiresAt +
+		" > " + now + ")))" +
+		" ORDER BY CASE WHEN " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " THEN 0 ELSE 1 END, " +
+		lane("") + ", " + schema.ColQueueSeq + " LIMIT 1")
+	// What a new message must not overtake: the queued messages, and the
+	// runs to resume, due or not yet (a new message must not run while a
+	// dead run of the session waits out its grace).
+	waiting := "((" + queued + ") OR (" + resumable + "))"
+	s.ahead = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + waiting)
+	s.aheadInterrupt = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + waiting +
+		" AND (" + schema.ColStatus + " <> " + lit(schema.StoredQueued) + " OR " + schema.ColOnBusy + " = " +
+		lit(Interrupt.String()) + ")")
+	s.stats = d.Rebind("SELECT COUNT(CASE WHEN " + schema.ColStatus + " = " + lit(schema.StoredQueued) + " THEN 1 END), " +
+		"COUNT(CASE WHEN " + schema.ColStatus + " = " + lit(schema.StoredQueued) + " AND " + schema.ColOnBusy + " = " +
+		lit(Interrupt.String()) + " THEN 1 END), COALESCE(MAX(" + schema.ColQueueSeq + "), 0) FROM " + tq +
+		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColQueueSeq + " IS NOT NULL")
+	s.insert = d.Rebind("INSERT INTO " + tq + " (" + strings.Join([]string{schema.ColID, schema.ColSessionKey,
+		schema.ColClientRequestID, schema.ColFingerprint, schema.ColStatus, schema.ColGeneration, schema.ColContent,
+		schema.ColQueueSeq, schema.ColOnBusy, schema.ColUpdatedAt}, ", ") + ") VALUES (?, ?, ?, ?, " +
+		lit(schema.StoredQueued) + ", 0, ?, ?, ?, " + now + ")")
+	s.flag = d.Rebind("UPDATE " + tq + " SET " + schema.ColInterruptedBy + " = ? WHERE " + schema.ColSessionKey +
+		" = ? AND " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NULL")
+	// A run asked to stop by its own client (Cancel: interrupted_by is
+	// its own client request id) ends cancelled, any other interrupted.
+	settle := "UPDATE " + tq + " SET " + schema.ColStatus + " = CASE WHEN " + schema.ColInterruptedBy + " = " +
+		schema.ColClientRequestID + " THEN " + lit(schema.StoredCancelled) + " ELSE " + lit(schema.StoredInterrupted) +
+		" END, " + schema.ColHolder + " = NULL, " + schema.ColToken + " = NULL, " + schema.ColExpiresAt + " = NULL, " +
+		schema.ColUpdatedAt + " = " + now + " WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColStatus + " = " +
+		lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NOT NULL AND " + free(now)
+	s.settle = d.Rebind(settle)
+	s.settleOne = d.Rebind(settle + " AND " + schema.ColID + " = ?")
+	s.candidates = d.Rebind("SELECT DISTINCT " + schema.ColSessionKey + " FROM " + tq + " WHERE " + schema.ColStatus +
+		" = " + lit(schema.StoredQueued) + " OR (" + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " +
+		runnable + ") LIMIT ?")
+
+	s.flagRead = d.Rebind("SELECT COALESCE(" + schema.ColInterruptedBy + ", '') FROM " + tq + " WHERE " + schema.ColID + " = ?")
+	// Every run asked to stop and not stopped yet, in one read (the status
+	// index narrows it to the processing rows; a flag lives until its run
+	// marks itself interrupted, within an interval).
+	s.flagsRead = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColInterruptedBy + " FROM " + tq + " WHERE " +
+		schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NOT NULL")
+
+	// A dead run that the service resumed too often is marked error: the
+	// statement changes nothing if a run took it meanwhile (its lease is
+	// live or its generation moved on).
+	s.giveUp = d.Rebind("UPDATE " + tq + " SET " + schema.ColStatus + " = " + lit(schema.StoredFailed) + ", " +
+		schema.ColError + " = ?, " + schema.ColHolder + " = NULL, " + schema.ColToken + " = NULL, " + schema.ColExpiresAt +
+		" = NULL, " + schema.ColUpdatedAt + " = " + now + " WHERE " + schema.ColID + " = ? AND " + schema.ColStatus + " = " +
+		lit(schema.StoredProcessing) + " AND " + schema.ColGeneration + " = ? " + "AND " + schema.ColInterruptedBy +
+		" IS NULL AND " + free(now))
+
+	// A cancelled request's interrupted_by is its own client request id:
+	// no other message can have that id in its session (the unique key),
+	// so it tells a cancel from an interrupt, and the queue, the settling
+	// of dead runs and the interrupt watch treat it as one.
+	cancel := "UPDATE " + tq + " SET " + schema.ColStatus + " = " + lit(schema.StoredCancelled) + ", " +
+		schema.ColInterruptedBy + " = " + schema.ColClientRequestID + ", " + schema.ColUpdatedAt + " = " + now +
+		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ? AND " + schema.ColStatus + " = "
+	s.cancelQueued = d.Rebind(cancel + lit(schema.StoredQueued))
+	s.cancelFailed = d.Rebind(cancel + lit(schema.StoredFailed) + " AND " + free(now))
+	s.cancelFlag = d.Rebind("UPDATE " + tq + " SET " + schema.ColInterruptedBy + " = " + schema.ColClientRequestID +
+		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ? AND " + schema.ColStatus + " = " +
+		lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NULL")
+
+	s.sweepIDs = d.Rebind("SELECT " + schema.ColID + " FROM " + tq + " WHERE " + schema.ColStatus + " IN " + finished +
+		" AND " + schema.ColUpdatedAt + " <= " + cutoff(d) + " LIMIT ?")
+	return s
+}
+
+// free is the condition that no run holds a row's lease: none was
+// granted, or it expired by the database clock now.
+func free(now string) string {
+	return "(" + schema.ColToken + " IS NULL OR " + schema.ColExpiresAt + " <= " + now + ")"
+}
+
+// statusStatement is Status's read: the request, whether its lease is
+// live, and, when it is queued, the queued messages of its session that
+// run before it.
+func (r *Runner) statusStatement(tq string) string {
+	d := r.cfg.Dialect
+	c := func(alias, col string) string { return alias + "." + col }
+	return d.Rebind("SELECT " + c("r", schema.ColID) + ", " + c("r", schema.ColStatus) + ", COALESCE(" + c("r", schema.ColReply) +
+		", ''), COALESCE(" + c("r", schema.ColResult) + ", ''), COALESCE(" + c("r", schema.ColError) + ", ''), " +
+		c("r", schema.ColGeneration) + ", COALESCE(" + c("r", schema.ColInterruptedBy) + ", ''), " +
+		"CASE WHEN " + c("r", schema.ColToken) + " IS NOT NULL AND " + c("r", schema.ColExpiresAt) + " > " + d.Now() +
+		" THEN 1 ELSE 0 END, " +
+		"CASE WHEN " + c("r", schema.ColStatus) + " = " + lit(schema.StoredQueued) + " THEN (SELECT COUNT(*) FROM " + tq +
+		" q WHERE " + c("q", schema.ColSessionKey) + " = " + c("r", schema.ColSessionKey) + " " +
+		"AND " + c("q", schema.ColStatus) + " = " + lit(schema.StoredQueued) + " AND " + c("q", schema.ColQueueSeq) +
+		" IS NOT NULL AND (" + lane("q.") + " < " + lane("r.") + " OR (" + lane("q.") + " = " + lane("r.") + " AND " +
+		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END " +
+		"FROM " + tq + " r WHERE " + c("r", schema.ColSessionKey) + " = ? AND " + c("r", schema.ColClientRequestID) + " = ?")
+}
+
+// sweepStatement turns n finished requests into tombstones: their ids,
+// then the age in microseconds (see cutoff), checked again.
+func (r *Runner) sweepStatement(t lease.Table, n int) string {
+	d := r.cfg.Dialect
+	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
+	emptied := []string{schema.ColReply, schema.ColResult, schema.ColError, schema.ColContent, schema.ColQueueSeq,
+		schema.ColOnBusy, schema.ColInterruptedBy, schema.ColSteps}
+	return d.Rebind("UPDATE " + t.Quoted(d) + " SET " + schema.ColStatus + " = " + lit(schema.StoredExpired) + ", " +
+		strings.Join(emptied, " = NULL, ") + " = NULL, " + schema.ColUpdatedAt + " = " + d.Now() +
+		" WHERE " + schema.ColID + " IN " + in + " AND " + schema.ColStatus + " IN " + finished + " AND " +
+		schema.ColUpdatedAt + " <= " + cutoff(d) + " AND " + schema.ColToken + " IS NULL")
+}
+
+// cutoff is "now − ? microseconds" by the database clock, in the column
+// representation.
+func cutoff(d lease.Dialect) string {
+	return minusMicros(d, d.Now(), "?")
+}
+
+// minusMicros is "t − expr microseconds" in the column representation.
+func minusMicros(d lease.Dialect, t, expr string) string {
+	switch d {
+	case lease.MySQL:
+		return "(" + t + " - INTERVAL (" + expr + ") MICROSECOND)"
+	case lease.Postgres:
+		return "(" + t + " - CAST((" + expr + ") AS bigint) * INTERVAL '1 microsecond')"
+	}
+	return "(" + t + " - (" + expr + "))"
+}
