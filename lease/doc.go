@@ -21,7 +21,6 @@
 //	token.go       Token, which never prints its secret
 //	db.go          the DB and TxBeginner interfaces
 //	observe.go     Observer, Op, VerdictOf, the lease's span and attribute names
-//	deprecated.go  Backoff and MaxAttempts, kept for callers until removed
 
 // Package lease turns rows of your own SQL database into leases: exclusive,
 // time-bounded rights taken, kept and given up by single atomic conditional

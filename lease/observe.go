@@ -48,60 +48,6 @@ const (
 	AttrAttempt    = "rowlease.attempt"
 )
 
-// Names of the floors above the lease, kept here until their packages'
-// own constants (same values) replace them.
-const (
-	// SpanHandle is request.Runner.Handle's span.
-	//
-	// Deprecated: use request.SpanHandle.
-	SpanHandle = "rowlease.handle"
-	// SpanModelRound is request.Run.ModelRound's span, reported by the
-	// agent.
-	//
-	// Deprecated: use request.SpanModelRound.
-	SpanModelRound = "rowlease.model_round"
-	// SpanTool is a tool call's span (toolexec.Store.Execute /
-	// ExecuteExternal).
-	//
-	// Deprecated: use toolexec.SpanTool.
-	SpanTool = "rowlease.tool"
-
-	// EventRenewRetry: a renewal failed and will be retried.
-	//
-	// Deprecated: use heartbeat.EventRenewRetry.
-	EventRenewRetry = "rowlease.heartbeat.retry"
-	// EventLeaseLost: a supervised lease was lost (AttrReason).
-	//
-	// Deprecated: use heartbeat.EventLeaseLost.
-	EventLeaseLost = "rowlease.heartbeat.lost"
-
-	// AttrSession is the session key.
-	//
-	// Deprecated: use request.AttrSession.
-	AttrSession = "rowlease.session"
-	// AttrRequest is the request id.
-	//
-	// Deprecated: use request.AttrRequest.
-	AttrRequest = "rowlease.request"
-	// AttrTool is the tool name.
-	//
-	// Deprecated: use toolexec.AttrTool.
-	AttrTool = "rowlease.tool"
-	// AttrToolKind is "tx" (in the database) or "external".
-	//
-	// Deprecated: use toolexec.AttrToolKind.
-	AttrToolKind = "rowlease.tool.kind"
-	// AttrConflict is why a message was refused: session_busy, in_flight,
-	// fingerprint_mismatch, tool_conflict.
-	//
-	// Deprecated: use request.AttrConflict.
-	AttrConflict = "rowlease.conflict"
-	// AttrReason is why a lease was lost (heartbeat.Reason…).
-	//
-	// Deprecated: use heartbeat.AttrReason.
-	AttrReason = "rowlease.reason"
-)
-
 // Attr is one attribute of a span, an operation or an event.
 type Attr struct {
 	Key   string

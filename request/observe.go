@@ -12,8 +12,8 @@ import (
 
 // Names of the spans this package reports to the Observer
 // (Config.Observer), and of the attributes it sets on them. The values are
-// those of lease.SpanHandle, lease.AttrSession and the others (deprecated
-// there in their favour), so traces and dashboards read the same.
+// those that package lease used to name for it before v0.2.0, so traces and
+// dashboards read the same.
 const (
 	// SpanHandle is the span of one Runner.Handle call, from the first
 	// read to the last release. It starts with AttrSession and ends with

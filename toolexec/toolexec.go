@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rowlease/rowlease/internal/retry"
+	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -204,14 +205,14 @@ func IdempotencyKey(requestID, tool, argsHash string) string {
 }
 
 func validateCall(c Call) error {
-	if err := checkText("session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
+	if err := valid.Text("toolexec", "session key", c.SessionKey, schema.MaxSessionKeyLen); err != nil {
 		return err
 	}
-	if err := checkText("request id", c.RequestID, 36); err != nil {
+	if err := valid.Text("toolexec", "request id", c.RequestID, 36); err != nil {
 		return err
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
-	return checkText("tool name", c.Tool, schema.MaxToolNameLen)
+	return valid.Text("toolexec", "tool name", c.Tool, schema.MaxToolNameLen)
 }
 
 // Execute runs one tool call with exactly-once commit of its side effect:
@@ -483,13 +484,3 @@ func (s *Store) markSucceeded(ctx context.Context, tx *sql.Tx, g Grant, from str
 // Store, and more than once; the Store stays usable and sends text from
 // then on. Close it before the pools it was used with.
 func (s *Store) Close() error { return s.l.Close() }
-
-// checkText is lease.CheckText, with the error saying it is toolexec's.
-func checkText(field, s string, maxBytes int) error {
-	err := lease.CheckText(field, s, maxBytes)
-	var ve *lease.ValidationError
-	if errors.As(err, &ve) {
-		ve.Package = "toolexec"
-	}
-	return err
-}

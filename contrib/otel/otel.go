@@ -11,7 +11,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/request"
+	"github.com/rowlease/rowlease/toolexec"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
@@ -144,20 +147,20 @@ func (o *Observer) Start(ctx context.Context, s lease.Span) (context.Context, fu
 func (o *Observer) count(ctx context.Context, s lease.Span, end []lease.Attr, d time.Duration) {
 	verdict, _ := find(end, lease.AttrVerdict)
 	switch s.Name {
-	case lease.SpanHandle:
+	case request.SpanHandle:
 		o.handled.Add(ctx, 1, metric.WithAttributes(attribute.String("verdict", verdict)))
 		if verdict == "replayed" {
 			o.replays.Add(ctx, 1)
 		}
-		if kind, ok := find(end, lease.AttrConflict); ok {
+		if kind, ok := find(end, request.AttrConflict); ok {
 			o.conflicts.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
 		}
-	case lease.SpanTool:
-		tool, _ := find(s.Attrs, lease.AttrTool)
-		kind, _ := find(s.Attrs, lease.AttrToolKind)
+	case toolexec.SpanTool:
+		tool, _ := find(s.Attrs, toolexec.AttrTool)
+		kind, _ := find(s.Attrs, toolexec.AttrToolKind)
 		o.toolCalls.Add(ctx, 1, metric.WithAttributes(attribute.String("tool", tool), attribute.String("kind", kind),
 			attribute.String("verdict", verdict)))
-	case lease.SpanModelRound:
+	case request.SpanModelRound:
 		o.modelRound.Record(ctx, d.Seconds())
 	}
 }
@@ -181,10 +184,10 @@ func (o *Observer) Event(ctx context.Context, name string, attrs ...lease.Attr) 
 	trace.SpanFromContext(ctx).AddEvent(name, trace.WithAttributes(kvs(attrs)...))
 	which, _ := find(attrs, lease.AttrLease)
 	switch name {
-	case lease.EventLeaseLost:
-		reason, _ := find(attrs, lease.AttrReason)
+	case heartbeat.EventLeaseLost:
+		reason, _ := find(attrs, heartbeat.AttrReason)
 		o.losses.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason), attribute.String("lease", which)))
-	case lease.EventRenewRetry:
+	case heartbeat.EventRenewRetry:
 		o.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("lease", which)))
 	}
 }

@@ -72,17 +72,17 @@ func TestSpansAndMetricsOfOneFlow(t *testing.T) {
 	for _, s := range got {
 		byName[s.Name] = append(byName[s.Name], s)
 	}
-	handles := byName[lease.SpanHandle]
+	handles := byName[request.SpanHandle]
 	if len(handles) != 2 {
 		t.Fatalf("want 2 handle spans, got %d (%v)", len(handles), names(got))
 	}
 	first := handles[0]
-	for _, name := range []string{lease.SpanModelRound, lease.SpanTool, lease.SpanFencedTx} {
+	for _, name := range []string{request.SpanModelRound, toolexec.SpanTool, lease.SpanFencedTx} {
 		if len(byName[name]) == 0 {
 			t.Fatalf("no %s span in %v", name, names(got))
 		}
 	}
-	tool := byName[lease.SpanTool][0]
+	tool := byName[toolexec.SpanTool][0]
 	if tool.Parent.SpanID() != first.SpanContext.SpanID() {
 		t.Error("the tool span is not a child of the handle span")
 	}
