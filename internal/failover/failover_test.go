@@ -149,8 +149,8 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 	var mu sync.Mutex
 	var done []kill
 	restart := func() error {
-		at := time.Now()
-		if err := c.KillPrimary(); err != nil {
+		at, err := c.KillPrimary(0)
+		if err != nil {
 			return err
 		}
 		f, err := c.Promote(ctx, at)
