@@ -18,7 +18,8 @@
 # FAILOVER_KILLS sets the number of primary kills per PostgreSQL mode and of
 # node faults on Galera (default 5, the short run; the long run is 30);
 # FAILOVER_SEED replays a run's kill instants (each run prints its seed);
-# FAILOVER_ONLY=postgres or galera runs one half; FAILOVER_TTL sets the
+# FAILOVER_ONLY=postgres or galera runs one half, FAILOVER_MODE=sync or
+# async one PostgreSQL mode; FAILOVER_TTL sets the
 # workers' lease TTL in seconds (default 3 on PostgreSQL, 15 on Galera,
 # where a node fault stalls the whole cluster for evs.suspect_timeout);
 # FAILOVER_ASYNC_LAG_MS bounds how long the replication stream is cut
