@@ -266,10 +266,10 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 			notUnavailable += n
 		}
 	}
-	t.Logf("failover summary: postgres-%s ttl=%s kills=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | database errors not answered 503: %d | lost: grants=%d (request rows gone %d, generations given twice: request %d, session %d; holders that found their token gone %d) tool-calls=%d replies=%d intents=%d (acted again under a new key %d) | runs aborted at their trust deadline=%d | still-held=%d stuck=%d",
+	t.Logf("failover summary: postgres-%s ttl=%s kills=%d requests=%d answered=%d verified=%d | stale=%d dup-db=%d dup-ext=%d unanswered=%d | database errors not answered 503: %d | lost: grants=%d (request rows gone %d, generations given twice: request %d, session %d; holders that found their token gone %d) tool-calls=%d replies=%d intents=%d (acted again under a new key %d) | runs aborted at their trust deadline=%d | still-held=%d stuck=%d (their request row gone: %d)",
 		mode, ttl, len(done), rep.Requests, rep.Answered, rep.Verified, rep.Stale, rep.DBDuplicates, rep.ExtDuplicates, rep.Unanswered,
 		notUnavailable, l.grants(), l.requestRows, l.requestGens, l.sessionGens, l.tokenGone, rep.LostPosts, rep.Reruns, l.intents, rep.ExtDuplicates,
-		lostDeadline, rep.StillHeld, rep.StuckTools)
+		lostDeadline, rep.StillHeld, rep.StuckTools, l.orphans)
 	if rep.Unanswered > 0 || rep.Stale > 0 {
 		for _, e := range rep.Errors {
 			t.Error(e)
@@ -306,6 +306,10 @@ type lost struct {
 	// intents: effect keys acted under (their intent had committed)
 	// whose tool execution row is gone.
 	intents int
+	// orphans: tool executions left processing or started whose request
+	// row is gone: inserted on the promoted server by a run whose
+	// request was lost with the tail (a new call's insert is not fenced).
+	orphans int
 }
 
 func (l lost) grants() int { return l.requestRows + l.requestGens + l.sessionGens }
@@ -365,5 +369,10 @@ func countLost(ctx context.Context, env *chaos.Env, rep chaos.CrashReport) (lost
 		}
 	}
 	l.intents = len(goneKeys)
+	q := "SELECT COUNT(*) FROM " + schema.ToolExecutionTable + " x WHERE x." + schema.ColStatus + " IN ('processing', 'started') AND NOT EXISTS (SELECT 1 FROM " +
+		schema.RequestTable + " r WHERE r." + schema.ColID + " = x." + schema.ColRequestID + ")"
+	if err := env.Direct.QueryRowContext(ctx, q).Scan(&l.orphans); err != nil {
+		return l, err
+	}
 	return l, nil
 }
