@@ -37,7 +37,11 @@
 // in-database tool and an external one, every request resent until it is
 // answered — and fail the primary over at random instants (seeded, the
 // seed printed) while they run. Afterwards every answered request is sent
-// once more, and the database and the external receiver are checked.
+// once more, and the database and the external receiver are checked; in
+// asynchronous mode what the workers were told had committed (the grants
+// their agents ran under, the effect keys their external tool acted
+// under, the effects their tool posted, the replies they got) is looked
+// for on the promoted server, and the losses are counted per kind.
 //
 // # Galera
 //

@@ -78,11 +78,14 @@ func stats(ds []time.Duration) string {
 // processes run the whole request flow, promotes a standby, and checks
 // what held: in synchronous mode, no stale fenced write, no duplicate
 // effect (database or external), every message answered on resend with
-// its own reply, and no committed tool call, grant or reply lost; in
-// asynchronous mode the losses are counted per kind. It prints one
-// summary line per mode, with the time from the kill to the first
-// answered message split into the harness's promotion and the library's
-// part.
+// its own reply, no committed tool call, grant, intent or reply lost, and
+// every database error a client got answered 503 by httpapi; in
+// asynchronous mode (the replication stream cut for a while before each
+// kill) the losses are counted per kind against what the workers were
+// told had committed. It prints one summary line per mode, and the time
+// from the kill to the first answered message split into the harness's
+// steps and the library's part. FAILOVER_MODE=sync or async runs one
+// mode.
 func TestPostgresFailover(t *testing.T) {
 	bin := pgBin(t)
 	kills := envInt("FAILOVER_KILLS", 5)
