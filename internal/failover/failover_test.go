@@ -120,10 +120,8 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 		ms = v
 	}
 	latency := time.Duration(ms) * time.Millisecond
-	c, err := NewPGCluster(ctx, bin, dir, synchronous, latency)
-	if c != nil {
-		defer c.Stop()
-	}
+	// Removed after the servers stopped (deferred calls run in reverse):
+	// a server still running writes into its directory again.
 	defer func() {
 		if t.Failed() && os.Getenv("FAILOVER_KEEP") != "" {
 			t.Logf("failover: data and logs kept in %s", dir)
@@ -131,6 +129,10 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 		}
 		os.RemoveAll(dir)
 	}()
+	c, err := NewPGCluster(ctx, bin, dir, synchronous, latency)
+	if c != nil {
+		defer c.Stop()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
