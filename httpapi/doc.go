@@ -80,16 +80,20 @@
 //
 // # A database that cannot be reached
 //
-// IsUnavailable recognises network errors, broken connections, servers
-// that are shutting down or have too many connections, Galera nodes cut
-// off from the primary component (MySQL error 1047), and SQLite files
-// that cannot be opened or are locked (the list is in its documentation);
-// PostgreSQL and SQLite errors through their methods, so this package
-// links no driver but go-sql-driver/mysql (which lease already links).
+// IsUnavailable recognises network errors, broken connections (pgx's
+// "unexpected EOF" when a server process dies mid-answer included),
+// servers that are shutting down or have too many connections, a
+// PostgreSQL standby where a primary was expected (a failover under way),
+// Galera nodes cut off from the primary component (MySQL error 1047), and
+// SQLite files that cannot be opened or are locked (the list is in its
+// documentation); PostgreSQL and SQLite errors through their methods
+// (and pgx's two sentinels by their text), so this package links no
+// driver but go-sql-driver/mysql (which lease already links).
 //
-// A message in flight when the database went away gets 503 too. The client
-// resends it with the same client request id after Retry-After: once the
-// database is back it gets 409 request-in-flight until the lease of the
+// A message in flight when the database went away gets 503 too, even one
+// whose COMMIT was cut (it may have committed: the resend finds out). The
+// client resends it with the same client request id after Retry-After:
+// once the database is back it gets 409 request-in-flight until the lease of the
 // run that failed expires (that run could not write its final mark), and
 // then the message resumes — tool calls that committed are reused, never
 // run again. Ping marks a failed or timed-out health check as unavailable.

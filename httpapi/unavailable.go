@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -69,7 +70,18 @@ func Ping(ctx context.Context, db Pinger, timeout time.Duration) error {
 //   - an error matching ErrUnavailable (Unavailable, Ping);
 //   - driver.ErrBadConn, or go-sql-driver/mysql's ErrInvalidConn (a
 //     connection that broke mid-statement; pgx's database/sql driver
-//     reports that as driver.ErrBadConn);
+//     reports some of those as driver.ErrBadConn);
+//   - io.ErrUnexpectedEOF: the server closed the connection while the
+//     client waited for its answer — what pgx returns, bare, for a
+//     statement or a COMMIT when the server process dies (a primary
+//     killed in a failover), and what it wraps when a server dies during
+//     the connection's handshake;
+//   - pgx's sentinels "conn closed" (pgconn.ErrConnClosed: a COMMIT or a
+//     statement on a connection pgx closed when its socket went away) and
+//     "read only connection" (pgconn.ErrReadOnlyConnection: with
+//     target_session_attrs=read-write, every host is a standby, as
+//     between a primary's death and a standby's promotion), matched by
+//     their exact text since this package does not link pgx;
 //   - a *net.OpError (refused, reset, broken pipe, unreachable, i/o
 //     timeout; pgx wraps its dial errors, *pgconn.ConnectError, around
 //     one) unless it is a cancellation by the caller's context, a
@@ -82,9 +94,12 @@ func Ping(ctx context.Context, db Pinger, timeout time.Duration) error {
 //     every statement, "WSREP has not yet prepared node for application
 //     use"; nothing of the statement ran), 1053 (server shutdown in
 //     progress), 1927 (connection killed);
-//   - PostgreSQL SQLSTATE class 08 (connection exception), 53300 (too many
-//     connections), 57P01, 57P02 (the server is shutting down or crashed),
-//     57P03 (it cannot accept connections yet);
+//   - PostgreSQL SQLSTATE class 08 (connection exception), 25006 (a
+//     write refused by a read-only server: a standby, or a primary
+//     demoted in a failover, reached through an endpoint that still
+//     names it), 53300 (too many connections), 57P01, 57P02 (the server
+//     is shutting down or crashed), 57P03 (it cannot accept connections
+//     yet);
 //   - SQLite (errors with a Code() int method, as modernc.org/sqlite's)
 //     SQLITE_BUSY (locked by another connection beyond the busy timeout),
 //     SQLITE_IOERR and SQLITE_CANTOPEN (the file cannot be read or opened).
@@ -92,8 +107,17 @@ func Ping(ctx context.Context, db Pinger, timeout time.Duration) error {
 // PostgreSQL and SQLite errors are recognised through their methods
 // (SQLState() string, Code() int), so this package links neither driver.
 //
+// An error in the middle of a COMMIT is among them: the transaction may or
+// may not have committed, and 503 is still the answer, since the client
+// resends with the same client request id and the library makes that
+// safe (a committed tool call or reply is found and reused, one that did
+// not commit runs once).
+//
 // It does not look below a *url.Error: that is an HTTP client's failure
-// (a model's API, say), not the database's. A bare context.Canceled or
+// (a model's API, say), not the database's. An io.ErrUnexpectedEOF that
+// an agent returns from a stream it read itself, outside a *url.Error (a
+// response body cut short), is taken for the database's too: 503 rather
+// than 500, and the client resends either way. A bare context.Canceled or
 // context.DeadlineExceeded is not unavailability either: the caller's own
 // deadline ran out, which says nothing about the database (Ping marks the
 // timeout of a health check itself).
@@ -137,6 +161,13 @@ func is(err, target error) bool {
 	return ok && x.Is(target)
 }
 
+// The texts of pgconn.ErrConnClosed and pgconn.ErrReadOnlyConnection
+// (pinned by this package's tests against pgx's own values).
+const (
+	pgxConnClosed         = "conn closed"
+	pgxReadOnlyConnection = "read only connection"
+)
+
 var unavailableErrnos = []syscall.Errno{
 	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE, syscall.ETIMEDOUT,
 	syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.ENETDOWN,
@@ -144,8 +175,16 @@ var unavailableErrnos = []syscall.Errno{
 
 // unavailableNode checks one error of the tree.
 func unavailableNode(err error) bool {
-	if is(err, ErrUnavailable) || is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) {
+	if is(err, ErrUnavailable) || is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) || is(err, io.ErrUnexpectedEOF) {
 		return true
+	}
+	if _, wraps := err.(interface{ Unwrap() error }); !wraps {
+		// pgx's sentinels, errors.New values: only a leaf with exactly
+		// their text.
+		switch err.Error() {
+		case pgxConnClosed, pgxReadOnlyConnection:
+			return true
+		}
 	}
 	switch e := err.(type) {
 	case *net.OpError:
@@ -163,7 +202,7 @@ func unavailableNode(err error) bool {
 		return e.Number == 1040 || e.Number == 1047 || e.Number == 1053 || e.Number == 1927
 	case interface{ SQLState() string }:
 		s := e.SQLState()
-		return strings.HasPrefix(s, "08") || s == "53300" || s == "57P01" || s == "57P02" || s == "57P03"
+		return strings.HasPrefix(s, "08") || s == "25006" || s == "53300" || s == "57P01" || s == "57P02" || s == "57P03"
 	case interface{ Code() int }:
 		switch e.Code() & 0xff {
 		case 5, 10, 14: // SQLITE_BUSY, SQLITE_IOERR, SQLITE_CANTOPEN

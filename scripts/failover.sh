@@ -18,9 +18,14 @@
 # FAILOVER_KILLS sets the number of primary kills per PostgreSQL mode and of
 # node faults on Galera (default 5, the short run; the long run is 30);
 # FAILOVER_SEED replays a run's kill instants (each run prints its seed);
-# FAILOVER_ONLY=postgres or galera runs one half; FAILOVER_TTL sets the
+# FAILOVER_ONLY=postgres or galera runs one half, FAILOVER_MODE=sync or
+# async one PostgreSQL mode; FAILOVER_TTL sets the
 # workers' lease TTL in seconds (default 3 on PostgreSQL, 15 on Galera,
-# where a node fault stalls the whole cluster for evs.suspect_timeout). The summary lines are
+# where a node fault stalls the whole cluster for evs.suspect_timeout);
+# FAILOVER_ASYNC_LAG_MS bounds how long the replication stream is cut
+# before each asynchronous primary's kill (default 1000; each cut is drawn
+# at random up to it), the tail that mode loses; FAILOVER_REPL_LATENCY_MS
+# delays the replication stream (default 10). The summary lines are
 # printed; the whole log only on a failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -68,11 +73,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 t0=$SECONDS
-run='^TestPostgresFailover$'
+run='^(TestPGClusterFailover|TestPostgresFailover)$'
 if [[ $ONLY != postgres ]]; then
     mkdir -p "$TMP/galera"
     galera_start "$TMP/galera"
-    run='^(TestPostgresFailover|TestGaleraNodeFaults)$'
+    run='^(TestPGClusterFailover|TestPostgresFailover|TestGaleraNodeFaults)$'
 fi
 [[ $ONLY == galera ]] && run='^TestGaleraNodeFaults$'
 

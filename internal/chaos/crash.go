@@ -163,10 +163,45 @@ type CrashReport struct {
 	// Losses are the requests workers answered with a lost lease
 	// (class takenover), with the worker's node and lifetime.
 	Losses []Loss
-	// Others counts the "other" and "takenover" errors by their class
-	// and first words, for the log.
+	// Others counts the "other", "takenover" and "agent-failed" errors
+	// by their class and first words, for the log.
 	Others map[string]int
-	Errors []string
+	// Statuses counts the errors of Refusals by class and the HTTP status
+	// httpapi.StatusCode gives them ("other 503").
+	Statuses map[string]int
+	// Grants are the session and request grants the workers' agents ran
+	// under, and Intents the effect keys their external tool acted under
+	// (each announced in a committed intent first), in the order seen: a
+	// failover test looks for them on the promoted server.
+	Grants  []Grant
+	Intents []Intent
+	Errors  []string
+}
+
+// Grant is a run's locks as its agent saw them.
+type Grant struct {
+	Request, Session, RequestID string // client request id, session key, request row id
+	SessionGen, RequestGen      int64
+}
+
+// Intent is an external effect about to be performed under Key, its
+// intent committed, for client request Request.
+type Intent struct{ Request, Key string }
+
+// record adds what a worker's line reports of grants and intents.
+func (r *CrashReport) record(f []string) {
+	switch {
+	case len(f) == 6 && f[0] == "grant":
+		sg, err1 := strconv.ParseInt(f[4], 10, 64)
+		rg, err2 := strconv.ParseInt(f[5], 10, 64)
+		if err1 == nil && err2 == nil {
+			r.Grants = append(r.Grants, Grant{Request: f[1], Session: f[2], RequestID: f[3], SessionGen: sg, RequestGen: rg})
+		}
+	case len(f) == 3 && f[0] == "intent":
+		r.Intents = append(r.Intents, Intent{Request: f[1], Key: f[2]})
+	case len(f) == 4 && f[0] == "status":
+		r.Statuses[f[2]+" "+f[3]]++
+	}
 }
 
 // Loss is a request a worker answered with a lost lease.
@@ -300,7 +335,8 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	e := cfg.Env
 	recv := NewReceiver()
 	defer recv.Close()
-	rep := CrashReport{Kills: map[string]int{}, Refusals: map[string]int{}, Others: map[string]int{}, RestartLanded: map[string]int{}}
+	rep := CrashReport{Kills: map[string]int{}, Refusals: map[string]int{}, Others: map[string]int{}, RestartLanded: map[string]int{},
+		Statuses: map[string]int{}}
 	var pending []string
 	next := 0
 	addRequests := func(n int) {
@@ -440,6 +476,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 			}
 			for _, l := range lines {
 				f := strings.Fields(l)
+				rep.record(f)
 				if len(f) >= 3 && f[0] == "error" {
 					rep.Refusals[f[2]]++
 					if f[2] == "takenover" {
@@ -447,7 +484,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 						rep.Losses = append(rep.Losses, Loss{Node: p.node, Start: p.start, End: time.Now(),
 							Gone: !strings.Contains(msg, "deadline"), Msg: msg})
 					}
-					if f[2] == "other" || f[2] == "takenover" {
+					if f[2] == "other" || f[2] == "takenover" || f[2] == "agent-failed" {
 						msg := strings.Join(f[3:], " ")
 						if len(msg) > 110 {
 							msg = msg[:110]
@@ -538,6 +575,7 @@ func verify(ctx context.Context, e *Env, recv *Receiver, cfg CrashConfig, answer
 			<-p.done
 			for _, l := range p.snapshot() {
 				f := strings.Fields(l)
+				rep.record(f)
 				switch {
 				case len(f) >= 4 && f[0] == "answer":
 					reply := strings.Join(f[3:], " ")
@@ -603,7 +641,7 @@ func inFlow(ctx context.Context, mu *sync.Mutex, live *[]*proc, dwell, limit tim
 				continue
 			default:
 			}
-			if l := p.last(""); strings.HasPrefix(l, "stage ") && !strings.HasPrefix(l, "stage "+StageHandled) {
+			if l := p.last("stage "); l != "" && !strings.HasPrefix(l, "stage "+StageHandled) {
 				found = true
 			}
 		}

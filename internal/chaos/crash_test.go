@@ -66,6 +66,10 @@ func TestCrashMatrix(t *testing.T) {
 			if rep.TotalKills() == 0 {
 				t.Fatal("no worker was killed")
 			}
+			// What a failover test counts losses with.
+			if len(rep.Grants) == 0 || len(rep.Intents) == 0 {
+				t.Fatalf("grants (%d) and intents (%d) the workers acted under were not recorded", len(rep.Grants), len(rep.Intents))
+			}
 		})
 	}
 }

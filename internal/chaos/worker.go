@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/httpapi"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/session"
@@ -184,6 +185,11 @@ func (w *worker) run() error {
 		return err
 	}
 	if err := tools.RegisterExternal("notify", func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
+		var a struct {
+			Req string `json:"req"`
+		}
+		_ = json.Unmarshal(x.Canonical, &a)
+		w.say("intent %s %s", a.Req, x.EffectKey) // its intent committed: the act follows
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, recv, bytes.NewReader(x.Canonical))
 		if err != nil {
 			return nil, err
@@ -198,10 +204,6 @@ func (w *worker) run() error {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			return nil, fmt.Errorf("receiver: %d %v", resp.StatusCode, err)
 		}
-		var a struct {
-			Req string `json:"req"`
-		}
-		_ = json.Unmarshal(x.Canonical, &a)
 		w.hook(StageActed, a.Req)
 		return body, nil
 	}, toolexec.ExternalOptions{Repeat: true}); err != nil {
@@ -229,6 +231,8 @@ func (w *worker) run() error {
 
 func (w *worker) handle(runner *request.Runner, sess, crid string, ttl time.Duration) {
 	agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		sg, rg := run.Generations()
+		w.say("grant %s %s %s %d %d", crid, run.SessionKey(), run.RequestID(), sg, rg)
 		w.hook(StageAgent, crid)
 		res, err := run.CallTool(ctx, "post", json.RawMessage(`{"req":"`+crid+`","n":1}`))
 		if err != nil {
@@ -264,6 +268,7 @@ func (w *worker) handle(runner *request.Runner, sess, crid string, ttl time.Dura
 			time.Sleep(ttl/10 + rand.N(ttl/5))
 			continue
 		}
+		w.say("status %s %s %d", crid, class, httpapi.StatusCode(err))
 		w.say("error %s %s %s", crid, class, strings.ReplaceAll(err.Error(), "\n", " "))
 		return
 	}

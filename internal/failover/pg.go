@@ -38,6 +38,7 @@ type PGCluster struct {
 	Latency time.Duration
 	proxies [3]*faults.Proxy
 	runAs   []string
+	gone    time.Time // when the processes KillPrimary killed were gone
 }
 
 // DSN returns the multi-host DSN a client uses: every node, and
@@ -110,7 +111,10 @@ func NewPGCluster(ctx context.Context, bin, dir string, sync bool, latency time.
 		}
 	}
 	if err := c.run(ctx, "initdb", "-D", c.data(0), "-U", "postgres", "--auth-local=trust", "--auth-host=trust",
-		"--no-sync", "-E", "UTF8", "--locale=C.UTF-8"); err != nil {
+		// 1 MB WAL segments: a base backup forces a segment switch, and
+		// the padding of a 16 MB segment takes seconds through the
+		// delaying proxy, which forwards one chunk per delay.
+		"--no-sync", "--wal-segsize=1", "-E", "UTF8", "--locale=C.UTF-8"); err != nil {
 		return nil, err
 	}
 	ssn := "''"
@@ -164,7 +168,10 @@ full_page_writes = on
 			return nil, err
 		}
 	}
-	return c, c.WaitStreaming(ctx, 2)
+	if err := c.WaitStreaming(ctx, 2); err != nil {
+		return c, err
+	}
+	return c, c.waitCaughtUp(ctx, time.Minute)
 }
 
 func (c *PGCluster) start(ctx context.Context, i int) error {
@@ -304,21 +311,55 @@ func (c *PGCluster) pids(i int) []int {
 }
 
 // KillPrimary kills the primary's postmaster and every backend with
-// SIGKILL, as a machine that dies, and waits until they are gone.
-func (c *PGCluster) KillPrimary() error {
+// SIGKILL, as a machine that dies, and waits until they are gone. With a
+// lag (and a delaying proxy), the replication stream is cut for that long
+// first — the standbys receive nothing more, while the primary, if
+// asynchronous, still acknowledges commits — and the WAL held in the
+// proxy is dropped at the kill: what the primary committed in that window
+// exists only on it, as with a standby that lags by lag when its primary
+// dies. It returns the instant of the kill.
+func (c *PGCluster) KillPrimary(lag time.Duration) (time.Time, error) {
 	ps := c.pids(c.Primary)
 	if len(ps) == 0 {
-		return errors.New("failover: no primary running")
+		return time.Time{}, errors.New("failover: no primary running")
 	}
+	px := c.proxies[c.Primary]
+	if px != nil && lag > 0 {
+		px.Blackhole()
+		time.Sleep(lag)
+	}
+	at := time.Now()
 	for _, p := range ps {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
 	for _, p := range ps {
-		for syscall.Kill(p, 0) == nil {
+		for alive(p) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	return nil
+	c.gone = time.Now()
+	if px != nil && lag > 0 {
+		px.ResetAll() // drops what the blackhole held
+		px.Heal()
+	}
+	return at, nil
+}
+
+// alive reports whether process p exists and is not a zombie: a killed
+// process whose parent died waits to be reaped by process 1, which in a
+// container may take seconds, but it holds no socket and no file any
+// more.
+func alive(p int) bool {
+	if syscall.Kill(p, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+	if err != nil {
+		return !os.IsNotExist(err)
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	return len(f) == 0 || f[0] != "Z"
 }
 
 // receiveLSN returns how far node i, a standby, has received and flushed
@@ -334,12 +375,20 @@ func (c *PGCluster) receiveLSN(ctx context.Context, i int) (int64, error) {
 	return n, err
 }
 
-// Failover times one promotion.
+// Failover times one promotion, each duration from the kill.
 type Failover struct {
 	Promoted int           // the node promoted
-	Promote  time.Duration // from the kill to pg_ctl promote returning (the new primary takes writes)
-	Writable time.Duration // from the kill to a commit answered on the new primary (in sync mode: a standby streams to it again)
-	Rebuild  time.Duration // re-cloning the killed node, after Writable
+	Gone     time.Duration // the killed processes are gone
+	Stopped  time.Duration // no standby receives WAL any more (so the most advanced can be told)
+	Promote  time.Duration // pg_ctl promote returned: the new primary takes writes
+	// Repointed: the other standby streams from the new primary (in sync
+	// mode, what its commits wait for); zero when it was cloned again.
+	Repointed time.Duration
+	Writable  time.Duration // a commit answered on the new primary (in sync mode: a standby confirmed it)
+	Rebuild   time.Duration // re-cloning the killed node, after Writable (not from the kill)
+	// Restarted: a reload did not make the other standby stream from the
+	// new primary in time, and it was restarted.
+	Restarted bool
 	// Recloned: the other standby could not follow the promoted one
 	// (it had WAL the promoted one lacked) and was cloned again.
 	Recloned bool
@@ -348,13 +397,15 @@ type Failover struct {
 // Promote runs after KillPrimary: it promotes the standby that received
 // the most WAL (so that in sync mode it has every acknowledged commit, and
 // the other standby can follow it), re-points the other standby at it
-// (primary_conninfo and a restart; it follows the new timeline,
-// recovery_target_timeline being latest; one that cannot — it has WAL
-// the promoted one lacks — is cloned again, and Recloned says so),
-// waits until a commit is answered on it, then re-clones the killed node
-// as a standby of the new primary. start is the instant of the kill.
+// (primary_conninfo and a reload, which restarts its WAL receiver; it
+// follows the new timeline, recovery_target_timeline being latest; if it
+// does not stream within a few seconds, a restart; one that cannot
+// follow — it has WAL the promoted one lacks — is cloned again, and
+// Recloned says so), waits until a commit is answered on it, then
+// re-clones the killed node as a standby of the new primary. start is
+// the instant of the kill.
 func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, error) {
-	var f Failover
+	f := Failover{Gone: c.gone.Sub(start)}
 	dead := c.Primary
 	var s []int
 	for i := range 3 {
@@ -370,6 +421,7 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 			return f, err
 		}
 	}
+	f.Stopped = time.Since(start)
 	l0, err0 := c.receiveLSN(ctx, s[0])
 	l1, err1 := c.receiveLSN(ctx, s[1])
 	if err := errors.Join(err0, err1); err != nil {
@@ -385,20 +437,11 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 	f.Promoted = next
 	f.Promote = time.Since(start)
 	c.Primary = next
-	if err := c.pointAt(other, next); err != nil {
-		return f, err
-	}
-	if err := c.run(ctx, "pg_ctl", "-D", c.data(other), "-l", c.data(other)+".log", "-m", "fast", "-w", "-t", "60", "restart",
-		"-o", fmt.Sprintf("-p %d", c.Ports[other])); err != nil {
-		return f, err
-	}
+	// In sync mode commits wait for a synchronous standby, the other one:
+	// re-point it first. In async mode the new primary is probed first.
 	if c.Sync {
-		// Commits wait for a synchronous standby: the other one.
-		if err := c.waitStreaming(ctx, 1, 30*time.Second); err != nil {
-			f.Recloned = true
-			if err := c.Clone(ctx, other); err != nil {
-				return f, err
-			}
+		if err := c.repoint(ctx, other, start, &f); err != nil {
+			return f, err
 		}
 	}
 	if err := c.probeCommit(ctx); err != nil {
@@ -406,11 +449,8 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 	}
 	f.Writable = time.Since(start)
 	if !c.Sync {
-		if err := c.waitStreaming(ctx, 1, 30*time.Second); err != nil {
-			f.Recloned = true
-			if err := c.Clone(ctx, other); err != nil {
-				return f, err
-			}
+		if err := c.repoint(ctx, other, start, &f); err != nil {
+			return f, err
 		}
 	}
 	t := time.Now()
@@ -420,8 +460,69 @@ func (c *PGCluster) Promote(ctx context.Context, start time.Time) (Failover, err
 	if err := c.waitStreaming(ctx, 2, time.Minute); err != nil {
 		return f, err
 	}
+	if err := c.waitCaughtUp(ctx, time.Minute); err != nil {
+		return f, err
+	}
 	f.Rebuild = time.Since(t)
 	return f, nil
+}
+
+// waitCaughtUp waits, for at most d, until both standbys have flushed the
+// WAL the primary had written when it was called. A re-clone forces a
+// WAL segment switch, whose padding reaches the other standby through its
+// delaying proxy (for seconds with 16 MB segments; 1 MB here): a failover
+// that began then would time that catch-up, not the failover.
+func (c *PGCluster) waitCaughtUp(ctx context.Context, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	db, err := sql.Open("pgx", c.NodeDSN(c.Primary))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var lsn string
+	if err := db.QueryRowContext(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return err
+	}
+	for {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_stat_replication WHERE state = 'streaming' AND flush_lsn >= $1::pg_lsn", lsn).Scan(&n)
+		if err == nil && n >= 2 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("failover: %d standbys flushed %s: %v", n, lsn, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// repoint makes standby i follow the current primary: primary_conninfo
+// and a reload; a restart if it does not stream within 5s; a fresh clone
+// if it still does not within 30s (it cannot follow the new timeline).
+func (c *PGCluster) repoint(ctx context.Context, i int, start time.Time, f *Failover) error {
+	if err := c.pointAt(i, c.Primary); err != nil {
+		return err
+	}
+	if err := c.run(ctx, "pg_ctl", "-D", c.data(i), "reload"); err != nil {
+		return err
+	}
+	if c.waitStreaming(ctx, 1, 5*time.Second) == nil {
+		f.Repointed = time.Since(start)
+		return nil
+	}
+	f.Restarted = true
+	if err := c.run(ctx, "pg_ctl", "-D", c.data(i), "-l", c.data(i)+".log", "-m", "fast", "-w", "-t", "60", "restart",
+		"-o", fmt.Sprintf("-p %d", c.Ports[i])); err != nil {
+		return err
+	}
+	if c.waitStreaming(ctx, 1, 30*time.Second) == nil {
+		f.Repointed = time.Since(start)
+		return nil
+	}
+	f.Recloned = true
+	return c.Clone(ctx, i)
 }
 
 // probeCommit commits one transaction on the primary (waiting, in sync
