@@ -6,8 +6,11 @@
 //     (1–64 workers) for the library, the hand-written two-UPDATE pair,
 //     and the database's native lock (GET_LOCK, pg_advisory_lock), per
 //     dialect;
-//   - heartbeat statements per interval against runs in flight, batched
-//     (heartbeat.Batcher, request.Runner's default) and unbatched;
+//   - heartbeat statements and round trips per interval against runs in
+//     flight, batched (heartbeat.Batcher, request.Runner's default; 10 to
+//     10,000 runs, past lease.MaxBatch) and with a heartbeat per run (10
+//     to 1,000); at 1,000 runs also with every run recording one step
+//     (request.Run.Step) per interval;
 //   - the lock-path latency of one request (two model rounds, one tool
 //     call);
 //   - end to end: new messages per second through request.Runner.Handle
@@ -79,10 +82,14 @@ func main() {
 		dialects = append(dialects, lease.Postgres)
 	}
 	conc := []int{1, 2, 4, 8, 16, 32, 64}
-	runs := []int{10, 100, 1000}
+	// Runs in flight: with a heartbeat each up to 1,000; batched (the
+	// default) up to 10,000, past lease.MaxBatch, where a round needs more
+	// than one statement per table. At stepsAt, counted again with a step
+	// recorded per run and interval.
+	runs, batchedRuns, stepsAt := []int{10, 100, 1000}, []int{10, 100, 1000, 2000, 5000, 10000}, 1000
 	requests := 300
 	if *quick {
-		conc, runs, requests = []int{1, 8}, []int{10, 100}, 30
+		conc, runs, batchedRuns, stepsAt, requests = []int{1, 8}, []int{10, 100}, []int{10, 100}, 100, 30
 		*point = 300 * time.Millisecond
 	}
 	sessions, err := parseInts(*flowSessions)
@@ -118,14 +125,15 @@ func main() {
 			break
 		}
 		for _, batched := range []bool{true, false} {
-			for _, n := range runs {
-				p, err := measureHeartbeat(ctx, d, n, batched)
-				if err != nil {
-					log.Fatalf("%s heartbeat %d: %v", d, n, err)
-				}
-				log.Printf("heartbeat %-8s batched=%-5v runs=%-4d %7.1f statements, %7.1f round trips per interval", d, batched, n, p.Statements, p.RoundTrips)
-				rep.Heartbeat = append(rep.Heartbeat, p)
+			sizes := runs
+			if batched {
+				sizes = batchedRuns
 			}
+			pts, err := measureHeartbeat(ctx, d, sizes, batched, stepsAt)
+			if err != nil {
+				log.Fatalf("%s heartbeat (batched %v): %v", d, batched, err)
+			}
+			rep.Heartbeat = append(rep.Heartbeat, pts...)
 		}
 	}
 	for _, d := range dialects {
