@@ -20,8 +20,10 @@
 //     alone in one transaction, no lock), with p50/p99 latency,
 //     statements and round trips per message and the client's CPU per
 //     message (-flow-point, -flow-sessions size it);
-//   - MySQL: the library's acquire+release pair with and without
-//     interpolateParams=true in the DSN (round trips, prepares, rate).
+//   - MySQL: the library's acquire+release pair, and one new message
+//     through Runner.Handle, with interpolateParams=true in the DSN, with
+//     go-sql-driver's default DSN (interpolateParams off), and with the
+//     default DSN and lease.PrepareAlways (round trips, prepares, rate).
 //
 // -only runs some parts alone (report.md then holds those alone).
 //
@@ -164,15 +166,19 @@ func main() {
 		}
 	}
 	if want("mysqldsn") && slices.Contains(dialects, lease.MySQL) {
-		pts, err := measureMySQLDSN(ctx, *point)
+		pts, flow, err := measureMySQLDSN(ctx, *point, *flowPoint)
 		if err != nil {
 			log.Fatalf("mysql dsn: %v", err)
 		}
 		for _, p := range pts {
-			log.Printf("mysqldsn interpolateParams=%-5v x%-2d %8.0f pairs/s  p50 %v  %.1f round trips per pair", p.Interpolate, p.Workers, p.PerSec,
-				time.Duration(p.P50Micros)*time.Microsecond, p.RoundTrips)
+			log.Printf("mysqldsn %-27s x%-2d %8.0f pairs/s  p50 %v  %.1f round trips per pair (%.1f prepares)", p.Mode, p.Workers, p.PerSec,
+				time.Duration(p.P50Micros)*time.Microsecond, p.RoundTrips, p.Prepares)
 		}
-		rep.MySQLDSN = pts
+		for _, p := range flow {
+			log.Printf("mysqldsn flow %-45s x%-2d %7.0f msg/s  p50 %v p99 %v  %.1f statements (%.1f round trips)", p.Kind, p.Sessions, p.PerSec,
+				time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements, p.RoundTrips)
+		}
+		rep.MySQLDSN, rep.MySQLDSNFlow = pts, flow
 	}
 	rep.Finished = time.Now().UTC()
 	if err := draw(*out, rep); err != nil {
@@ -196,6 +202,7 @@ type report struct {
 	LockPath          []lockPathPoint
 	Throughput        []throughputPoint
 	MySQLDSN          []mysqlDSNPoint
+	MySQLDSNFlow      []throughputPoint // one new message under each MySQL setting
 }
 
 func parseInts(s string) ([]int, error) {
