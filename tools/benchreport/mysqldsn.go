@@ -52,8 +52,8 @@ type mysqlDSNPoint struct {
 }
 
 // measureMySQLDSN measures the pair under each of dsnModes at 1 and 16
-// workers, dur per point; then one new message through Runner.Handle
-// under each mode at 1 and 16 sessions, flowDur per point. Each point is
+// workers, dur/2 per slice; then new messages through Runner.Handle
+// under each mode at 1 and 16 sessions, flowDur per slice. Each point is
 // measured in dsnSlices slices, the modes interleaved, so that a drift of
 // a shared machine falls on all of them alike.
 func measureMySQLDSN(ctx context.Context, dur, flowDur time.Duration) ([]mysqlDSNPoint, []throughputPoint, error) {
@@ -87,22 +87,33 @@ func measureMySQLDSN(ctx context.Context, dur, flowDur time.Duration) ([]mysqlDS
 		m.PerSec = float64(m.Pairs) / m.ElapsedSec
 	}
 	var flow []throughputPoint
-	for _, sessions := range []int{1, 16} {
-		for range dsnSlices {
-			for _, mode := range dsnModes {
-				pts, err := measureThroughput(ctx, lease.MySQL, flowKindOf[mode], []int{sessions}, flowDur/2)
-				if err != nil {
-					return nil, nil, fmt.Errorf("flow %s x%d: %w", mode, sessions, err)
-				}
-				flow = mergeThroughput(flow, pts[0])
+	for range dsnSlices {
+		for _, mode := range dsnModes {
+			pts, err := measureThroughput(ctx, lease.MySQL, flowKindOf[mode], []int{1, 16}, flowDur)
+			if err != nil {
+				return nil, nil, fmt.Errorf("flow %s: %w", mode, err)
+			}
+			for _, p := range pts {
+				flow = mergeThroughput(flow, p)
 			}
 		}
 	}
+	kindAt := func(k string) int {
+		return slices.IndexFunc(dsnModes, func(m string) bool { return flowKindOf[m] == k })
+	}
+	slices.SortStableFunc(flow, func(a, b throughputPoint) int {
+		if a.Sessions != b.Sessions {
+			return a.Sessions - b.Sessions
+		}
+		return kindAt(a.Kind) - kindAt(b.Kind)
+	})
 	return merged, flow, nil
 }
 
 // dsnSlices is how many slices each point of the MySQL settings is
-// measured in (each half the point's time).
+// measured in (a pair's slice is half the point's time, a message's
+// slice the whole: a stall of a second on a shared machine would weigh
+// too much in half a second at 16 sessions).
 const dsnSlices = 4
 
 // mergeThroughput adds p to the point of pts with its dialect, kind and
