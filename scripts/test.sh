@@ -15,6 +15,8 @@
 #   through to `go test`.
 # - ROWLEASE_REPORT=DIR runs tools/benchreport instead (make bench-report):
 #   the comparison benchmarks, written as SVG charts and report.md in DIR.
+#   BENCHREPORT_FLAGS is passed to it (e.g. "-only heartbeat,mysqldsn",
+#   "-quick").
 # - ROWLEASE_SERVE=FILE runs no tests: it writes the DSNs to FILE (as export
 #   lines to source) and keeps the servers up until interrupted (make servers).
 # - ROWLEASE_MYSQL_RESTART / ROWLEASE_POSTGRES_RESTART are exported: each names
@@ -358,7 +360,10 @@ elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
 elif [[ -n ${ROWLEASE_REPORT:-} ]]; then
     mkdir -p "$ROWLEASE_REPORT"
     out=$(cd "$ROWLEASE_REPORT" && pwd)
-    (cd tools/benchreport && go run . -out "$out")
+    t0=$SECONDS
+    # shellcheck disable=SC2086
+    (cd tools/benchreport && go run . -out "$out" ${BENCHREPORT_FLAGS:-})
+    log "bench report written to $out in $((SECONDS - t0))s"
 elif [[ -n ${ROWLEASE_BENCH:-} ]]; then
     # shellcheck disable=SC2086
     each_module go test -run '^$' -bench . -benchmem -count=1 ${GOTEST_FLAGS:-}

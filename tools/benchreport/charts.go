@@ -3,14 +3,18 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/rowlease/rowlease/lease"
 )
 
 var dialectOrder = []string{"sqlite", "mysql", "postgres"}
@@ -25,6 +29,9 @@ func draw(dir string, rep report) error {
 		}
 	}
 	if err := heartbeatChart(dir, rep.Heartbeat); err != nil {
+		return err
+	}
+	if err := heartbeatChunksChart(dir, rep.Heartbeat); err != nil {
 		return err
 	}
 	if err := lockPathChart(dir, rep.LockPath); err != nil {
@@ -115,7 +122,7 @@ func heartbeatChart(dir string, pts []heartbeatPoint) error {
 		for _, batched := range []bool{true, false} {
 			var xy plotter.XYs
 			for _, pt := range pts {
-				if pt.Dialect == d && pt.Batched == batched {
+				if pt.Dialect == d && pt.Batched == batched && pt.StepsPerRun == 0 {
 					xy = append(xy, plotter.XY{X: float64(pt.Runs), Y: max(pt.Statements, 0.5)})
 				}
 			}
@@ -135,14 +142,60 @@ func heartbeatChart(dir string, pts []heartbeatPoint) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
+	// The target was set for 1,000 runs; past lease.MaxBatch a round
+	// needs a statement more per table per chunk (heartbeat-chunks.svg).
 	target := plotter.NewFunction(func(float64) float64 { return 10 })
+	target.XMin, target.XMax = p.X.Min, 1000
 	target.Color = color.RGBA{R: 200, A: 255}
 	target.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
 	p.Add(target)
-	p.Legend.Add("target: 10", target)
+	p.Legend.Add("target up to 1,000 runs: 10", target)
 	p.Y.Min, p.Y.Max = 1, p.Y.Max*30 // room for the legend above the lines
 	p.Legend.YOffs = -vg.Points(16)
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "heartbeat.svg"))
+}
+
+// heartbeatChunksChart draws the batched heartbeat from 1,000 runs in
+// flight up, on linear axes, with the statements a round needs by
+// construction (one per table per lease.MaxBatch leases, and the interrupt
+// read): heartbeat-chunks.svg.
+func heartbeatChunksChart(dir string, pts []heartbeatPoint) error {
+	p := newPlot("batched heartbeat of many runs in flight (one process)", "runs in flight (session + request lease each)", "per heartbeat interval")
+	var args []any
+	most := 0
+	for _, d := range dialectOrder {
+		var st, rt plotter.XYs
+		for _, pt := range pts {
+			if pt.Dialect == d && pt.Batched && pt.StepsPerRun == 0 && pt.Runs >= lease.MaxBatch {
+				st = append(st, plotter.XY{X: float64(pt.Runs), Y: pt.Statements})
+				rt = append(rt, plotter.XY{X: float64(pt.Runs), Y: pt.RoundTrips})
+				most = max(most, pt.Runs)
+			}
+		}
+		if len(st) == 0 {
+			continue
+		}
+		args = append(args, d+" statements", st)
+		if d == "mysql" { // elsewhere round trips = statements
+			args = append(args, d+" round trips (BEGIN/COMMIT per renewal)", rt)
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	target := plotter.NewFunction(func(x float64) float64 { return 2*math.Ceil(x/lease.MaxBatch) + 1 })
+	target.Samples = 4 * most / lease.MaxBatch * 50
+	target.Color = color.RGBA{R: 200, A: 255}
+	target.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(target)
+	p.Legend.Add(fmt.Sprintf("by construction: 2 × ⌈runs / %d⌉ + 1", lease.MaxBatch), target)
+	p.X.Min, p.X.Max = 0, float64(most)*1.02
+	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.5 // room for the legend
+	p.Legend.YOffs = -vg.Points(6)
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, filepath.Join(dir, "heartbeat-chunks.svg"))
 }
 
 func lockPathChart(dir string, pts []lockPathPoint) error {
@@ -277,16 +330,53 @@ func flowSummary(b *strings.Builder, rep report) {
 	}
 }
 
-// mysqlDSNSummary is the interpolateParams table.
+// mysqlDSNSummary is the interpolateParams tables: the lease pair and
+// the whole flow under each MySQL setting.
 func mysqlDSNSummary(b *strings.Builder, rep report) {
 	if len(rep.MySQLDSN) == 0 {
 		return
 	}
-	b.WriteString("\n## MySQL DSN: interpolateParams (rowlease acquire+release pair)\n\n" +
-		"| workers | interpolateParams | pairs/s | p50 | p99 | round trips per pair | of which prepares |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## MySQL DSN: interpolateParams\n\n" +
+		"go-sql-driver's default DSN leaves interpolateParams off: every statement with arguments is then prepared, run and closed " +
+		"(a prepare is one round trip more; the close is a message with no reply). *PrepareAlways* keeps the Lease's statements " +
+		"prepared instead (once per connection and statement, on the server, against max_prepared_stmt_count). " +
+		"÷ is the rate over interpolateParams=true's at the same concurrency.\n\n" +
+		"The rowlease acquire+release pair:\n\n" +
+		"| workers | MySQL setting | pairs/s | ÷ interpolateParams | p50 | p99 | round trips per pair | of which prepares |\n|---|---|---|---|---|---|---|---|\n")
 	for _, p := range rep.MySQLDSN {
-		fmt.Fprintf(b, "| %d | %v | %.0f | %.2f ms | %.2f ms | %.1f | %.1f |\n", p.Workers, p.Interpolate, p.PerSec,
+		base := "—"
+		for _, o := range rep.MySQLDSN {
+			if o.Workers == p.Workers && o.Mode == dsnInterpolate && o.PerSec > 0 {
+				base = fmt.Sprintf("%.2f", p.PerSec/o.PerSec)
+			}
+		}
+		mode := p.Mode
+		if mode == "" { // a report.json from before the modes
+			mode = map[bool]string{true: dsnInterpolate, false: dsnDefault}[p.Interpolate]
+		}
+		fmt.Fprintf(b, "| %d | %s | %.0f | %s | %.2f ms | %.2f ms | %.1f | %.1f |\n", p.Workers, mode, p.PerSec, base,
 			float64(p.P50Micros)/1000, float64(p.P99Micros)/1000, p.RoundTrips, p.Prepares)
+	}
+	if len(rep.MySQLDSNFlow) == 0 {
+		return
+	}
+	b.WriteString("\nOne new message through Runner.Handle (one tool call writing one ledger row):\n\n" +
+		"| sessions | MySQL setting | msg/s | ÷ interpolateParams | p50 / p99 | statements (round trips) per message |\n|---|---|---|---|---|---|\n")
+	for _, p := range rep.MySQLDSNFlow {
+		mode := ""
+		for m, k := range flowKindOf {
+			if k == p.Kind {
+				mode = m
+			}
+		}
+		base := "—"
+		for _, o := range rep.MySQLDSNFlow {
+			if o.Sessions == p.Sessions && o.Kind == flowLibrary && o.PerSec > 0 {
+				base = fmt.Sprintf("%.2f", p.PerSec/o.PerSec)
+			}
+		}
+		fmt.Fprintf(b, "| %d | %s | %.0f | %s | %.2f / %.2f ms | %.1f (%.1f) |\n", p.Sessions, mode, p.PerSec, base,
+			float64(p.P50Micros)/1000, float64(p.P99Micros)/1000, p.Statements, p.RoundTrips)
 	}
 }
 
@@ -333,17 +423,18 @@ func summary(rep report) string {
 	b.WriteString("\n## Heartbeat: statements (round trips) per interval\n\n| dialect | runs in flight | batched | one heartbeat per run | ratio |\n|---|---|---|---|---|\n")
 	for _, d := range dialectOrder {
 		for _, bp := range rep.Heartbeat {
-			if bp.Dialect != d || !bp.Batched {
+			if bp.Dialect != d || !bp.Batched || bp.StepsPerRun != 0 {
 				continue
 			}
 			for _, up := range rep.Heartbeat {
-				if up.Dialect == d && !up.Batched && up.Runs == bp.Runs {
+				if up.Dialect == d && !up.Batched && up.Runs == bp.Runs && up.StepsPerRun == 0 {
 					fmt.Fprintf(&b, "| %s | %d | %.1f (%.1f) | %.1f (%.1f) | 1 : %.0f |\n", d, bp.Runs, bp.Statements, bp.RoundTrips,
 						up.Statements, up.RoundTrips, up.Statements/max(bp.Statements, 0.5))
 				}
 			}
 		}
 	}
+	heartbeatSummary(&b, rep)
 	b.WriteString("\n## Lock path of one new request (two model rounds, one tool call)\n\n| dialect | p50 | p90 | p99 | statements (side effect included) |\n|---|---|---|---|---|\n")
 	for _, d := range dialectOrder {
 		for _, pt := range rep.LockPath {
@@ -355,4 +446,69 @@ func summary(rep report) string {
 	flowSummary(&b, rep)
 	mysqlDSNSummary(&b, rep)
 	return b.String()
+}
+
+// heartbeatSummary is the table of the batched heartbeat from 1,000 runs
+// in flight up, and what steps add.
+func heartbeatSummary(b *strings.Builder, rep report) {
+	var sizes []int
+	for _, p := range rep.Heartbeat {
+		if p.Batched && p.StepsPerRun == 0 && p.Runs >= lease.MaxBatch && !slices.Contains(sizes, p.Runs) {
+			sizes = append(sizes, p.Runs)
+		}
+	}
+	if len(sizes) == 0 {
+		return
+	}
+	slices.Sort(sizes)
+	fmt.Fprintf(b, "\n## Runs in flight in one process, batched: statements / round trips per interval\n\n"+
+		"A round renews the session and the request lease of every run with one statement per table per lease.MaxBatch (%d) leases, "+
+		"and reads which runs were asked to stop once: 2 × ⌈runs / %d⌉ + 1 statements. On MySQL each renewal statement runs in a "+
+		"READ COMMITTED transaction of its own (BEGIN and COMMIT: two round trips more). A recorded step (request.Run.Step) is one "+
+		"UPDATE of the request row, no transaction: the last column has every run record one step per interval.\n\n", lease.MaxBatch, lease.MaxBatch)
+	b.WriteString("| dialect |")
+	for _, n := range sizes {
+		fmt.Fprintf(b, " %d runs |", n)
+	}
+	b.WriteString(" with one step per run and interval |\n|---|")
+	for range sizes {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|\n| statements per table per round (⌈runs / MaxBatch⌉) |")
+	for _, n := range sizes {
+		fmt.Fprintf(b, " %d |", (n+lease.MaxBatch-1)/lease.MaxBatch)
+	}
+	b.WriteString(" |\n")
+	for _, d := range dialectOrder {
+		find := func(n, steps int) *heartbeatPoint {
+			for i := range rep.Heartbeat {
+				if p := &rep.Heartbeat[i]; p.Dialect == d && p.Batched && p.Runs == n && p.StepsPerRun == steps {
+					return p
+				}
+			}
+			return nil
+		}
+		if find(sizes[0], 0) == nil {
+			continue
+		}
+		fmt.Fprintf(b, "| %s |", d)
+		for _, n := range sizes {
+			if p := find(n, 0); p != nil {
+				fmt.Fprintf(b, " %.1f / %.1f |", p.Statements, p.RoundTrips)
+			} else {
+				b.WriteString(" — |")
+			}
+		}
+		step := "—"
+		for _, p := range rep.Heartbeat {
+			if p.Dialect != d || !p.Batched || p.StepsPerRun == 0 {
+				continue
+			}
+			if base := find(p.Runs, 0); base != nil {
+				per := (p.Statements - base.Statements) / float64(p.Runs*p.StepsPerRun)
+				step = fmt.Sprintf("%d runs: %.1f / %.1f (%+.2f statements per step)", p.Runs, p.Statements, p.RoundTrips, per)
+			}
+		}
+		fmt.Fprintf(b, " %s |\n", step)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/rowlease/rowlease/internal/countdb"
@@ -15,90 +14,6 @@ import (
 	"github.com/rowlease/rowlease/session"
 	"github.com/rowlease/rowlease/toolexec"
 )
-
-// heartbeatPoint is what keeping runs in flight costs per heartbeat
-// interval, counted at the driver.
-type heartbeatPoint struct {
-	Dialect    string
-	Batched    bool
-	Runs       int
-	Statements float64 // per interval
-	RoundTrips float64 // statements, BEGIN, COMMIT, ROLLBACK, prepares per interval
-}
-
-func measureHeartbeat(ctx context.Context, d lease.Dialect, runs int, batched bool) (heartbeatPoint, error) {
-	c := &countdb.Counter{}
-	db, done, err := fresh(ctx, d, c)
-	if err != nil {
-		return heartbeatPoint{}, err
-	}
-	defer done()
-	if err := schema.Apply(ctx, db, d); err != nil {
-		return heartbeatPoint{}, err
-	}
-	const ttl, interval, rounds = 6 * time.Second, 2 * time.Second, 3
-	r, err := request.New(request.Config{DB: db, Dialect: d, TTL: ttl, HeartbeatInterval: interval, SeparateHeartbeats: !batched,
-		Session: session.Config{AutoCreate: true}, ReleaseTimeout: time.Minute})
-	if err != nil {
-		return heartbeatPoint{}, err
-	}
-	defer r.Close(context.Background())
-	started := make(chan struct{}, runs)
-	release := make(chan struct{})
-	starting := make(chan struct{}, 8) // runs start as traffic arrives, a few at a time
-	errs := make(chan error, runs)
-	var wg sync.WaitGroup
-	for i := range runs {
-		wg.Go(func() {
-			starting <- struct{}{}
-			var once sync.Once
-			up := func() { once.Do(func() { <-starting }) }
-			_, err := r.Handle(ctx, request.Message{SessionKey: fmt.Sprintf("s%d", i), ClientRequestID: "c", Content: "x"},
-				func(ctx context.Context, run *request.Run) (request.Answer, error) {
-					up()
-					started <- struct{}{}
-					select {
-					case <-release:
-						return request.Answer{Reply: "ok"}, nil
-					case <-ctx.Done():
-						return request.Answer{}, context.Cause(ctx)
-					}
-				})
-			up()
-			errs <- err
-		})
-	}
-	finish := func() error {
-		close(release)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for range runs {
-		select {
-		case <-started:
-		case err := <-errs:
-			_ = finish()
-			return heartbeatPoint{}, fmt.Errorf("a run ended before its agent started: %v", err)
-		}
-	}
-	c.Reset()
-	t := time.NewTimer(rounds * interval)
-	<-t.C
-	st := c.Stats()
-	if err := finish(); err != nil {
-		return heartbeatPoint{}, err
-	}
-	n := float64(rounds)
-	return heartbeatPoint{Dialect: d.String(), Batched: batched, Runs: runs,
-		Statements: float64(st.Statements) / n,
-		RoundTrips: float64(st.Statements+st.Begins+st.Commits+st.Rollbacks+st.Prepares) / n}, nil
-}
 
 // lockPathPoint is the latency of one new request through the whole flow
 // (two model rounds that do nothing, one tool call whose side effect is

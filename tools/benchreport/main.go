@@ -6,8 +6,11 @@
 //     (1–64 workers) for the library, the hand-written two-UPDATE pair,
 //     and the database's native lock (GET_LOCK, pg_advisory_lock), per
 //     dialect;
-//   - heartbeat statements per interval against runs in flight, batched
-//     (heartbeat.Batcher, request.Runner's default) and unbatched;
+//   - heartbeat statements and round trips per interval against runs in
+//     flight, batched (heartbeat.Batcher, request.Runner's default; 10 to
+//     10,000 runs, past lease.MaxBatch) and with a heartbeat per run (10
+//     to 1,000); at 1,000 runs also with every run recording one step
+//     (request.Run.Step) per interval;
 //   - the lock-path latency of one request (two model rounds, one tool
 //     call);
 //   - end to end: new messages per second through request.Runner.Handle
@@ -17,8 +20,10 @@
 //     alone in one transaction, no lock), with p50/p99 latency,
 //     statements and round trips per message and the client's CPU per
 //     message (-flow-point, -flow-sessions size it);
-//   - MySQL: the library's acquire+release pair with and without
-//     interpolateParams=true in the DSN (round trips, prepares, rate).
+//   - MySQL: the library's acquire+release pair, and one new message
+//     through Runner.Handle, with interpolateParams=true in the DSN, with
+//     go-sql-driver's default DSN (interpolateParams off), and with the
+//     default DSN and lease.PrepareAlways (round trips, prepares, rate).
 //
 // -only runs some parts alone (report.md then holds those alone).
 //
@@ -79,10 +84,14 @@ func main() {
 		dialects = append(dialects, lease.Postgres)
 	}
 	conc := []int{1, 2, 4, 8, 16, 32, 64}
-	runs := []int{10, 100, 1000}
+	// Runs in flight: with a heartbeat each up to 1,000; batched (the
+	// default) up to 10,000, past lease.MaxBatch, where a round needs more
+	// than one statement per table. At stepsAt, counted again with a step
+	// recorded per run and interval.
+	runs, batchedRuns, stepsAt := []int{10, 100, 1000}, []int{10, 100, 1000, 2000, 5000, 10000}, 1000
 	requests := 300
 	if *quick {
-		conc, runs, requests = []int{1, 8}, []int{10, 100}, 30
+		conc, runs, batchedRuns, stepsAt, requests = []int{1, 8}, []int{10, 100}, []int{10, 100}, 100, 30
 		*point = 300 * time.Millisecond
 	}
 	sessions, err := parseInts(*flowSessions)
@@ -118,14 +127,15 @@ func main() {
 			break
 		}
 		for _, batched := range []bool{true, false} {
-			for _, n := range runs {
-				p, err := measureHeartbeat(ctx, d, n, batched)
-				if err != nil {
-					log.Fatalf("%s heartbeat %d: %v", d, n, err)
-				}
-				log.Printf("heartbeat %-8s batched=%-5v runs=%-4d %7.1f statements, %7.1f round trips per interval", d, batched, n, p.Statements, p.RoundTrips)
-				rep.Heartbeat = append(rep.Heartbeat, p)
+			sizes := runs
+			if batched {
+				sizes = batchedRuns
 			}
+			pts, err := measureHeartbeat(ctx, d, sizes, batched, stepsAt)
+			if err != nil {
+				log.Fatalf("%s heartbeat (batched %v): %v", d, batched, err)
+			}
+			rep.Heartbeat = append(rep.Heartbeat, pts...)
 		}
 	}
 	for _, d := range dialects {
@@ -156,15 +166,19 @@ func main() {
 		}
 	}
 	if want("mysqldsn") && slices.Contains(dialects, lease.MySQL) {
-		pts, err := measureMySQLDSN(ctx, *point)
+		pts, flow, err := measureMySQLDSN(ctx, *point, *flowPoint)
 		if err != nil {
 			log.Fatalf("mysql dsn: %v", err)
 		}
 		for _, p := range pts {
-			log.Printf("mysqldsn interpolateParams=%-5v x%-2d %8.0f pairs/s  p50 %v  %.1f round trips per pair", p.Interpolate, p.Workers, p.PerSec,
-				time.Duration(p.P50Micros)*time.Microsecond, p.RoundTrips)
+			log.Printf("mysqldsn %-27s x%-2d %8.0f pairs/s  p50 %v  %.1f round trips per pair (%.1f prepares)", p.Mode, p.Workers, p.PerSec,
+				time.Duration(p.P50Micros)*time.Microsecond, p.RoundTrips, p.Prepares)
 		}
-		rep.MySQLDSN = pts
+		for _, p := range flow {
+			log.Printf("mysqldsn flow %-45s x%-2d %7.0f msg/s  p50 %v p99 %v  %.1f statements (%.1f round trips)", p.Kind, p.Sessions, p.PerSec,
+				time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements, p.RoundTrips)
+		}
+		rep.MySQLDSN, rep.MySQLDSNFlow = pts, flow
 	}
 	rep.Finished = time.Now().UTC()
 	if err := draw(*out, rep); err != nil {
@@ -188,6 +202,7 @@ type report struct {
 	LockPath          []lockPathPoint
 	Throughput        []throughputPoint
 	MySQLDSN          []mysqlDSNPoint
+	MySQLDSNFlow      []throughputPoint // one new message under each MySQL setting
 }
 
 func parseInts(s string) ([]int, error) {

@@ -34,6 +34,17 @@ const (
 
 var flowKinds = []string{flowLibrary, flowArticle, flowFloor}
 
+// The library's flow on MySQL with go-sql-driver's default DSN, which
+// leaves interpolateParams off (the kinds above have it on): as it is,
+// and with the Runner's leases keeping their statements prepared
+// (lease.PrepareAlways); and with interpolateParams and prepared
+// statements. See mysqldsn.go.
+const (
+	flowLibraryNoInterp       = "rowlease, no interpolateParams"
+	flowLibraryPrepared       = "rowlease, no interpolateParams, PrepareAlways"
+	flowLibraryInterpPrepared = "rowlease, PrepareAlways"
+)
+
 // throughputPoint is one measurement: sessions goroutines, each its own
 // session, each sending new messages one after another for a while.
 type throughputPoint struct {
@@ -65,10 +76,13 @@ type message func(ctx context.Context, s, n int) error
 func measureThroughput(ctx context.Context, d lease.Dialect, kind string, sessions []int, dur time.Duration) ([]throughputPoint, error) {
 	c := &countdb.Counter{}
 	var tweak func(*mysql.Config)
-	if kind == flowArticle {
+	switch kind {
+	case flowArticle:
 		// The article's code checks rows affected after a touch that may
 		// change nothing within the same second: it needs matched rows.
 		tweak = func(cfg *mysql.Config) { cfg.ClientFoundRows = true }
+	case flowLibraryNoInterp, flowLibraryPrepared:
+		tweak = func(cfg *mysql.Config) { cfg.InterpolateParams = false }
 	}
 	db, done, err := freshWith(ctx, d, c, tweak)
 	if err != nil {
@@ -81,8 +95,12 @@ func measureThroughput(ctx context.Context, d lease.Dialect, kind string, sessio
 	var msg message
 	var prepare func(ctx context.Context, s int) error
 	switch kind {
-	case flowLibrary:
-		m, closeFn, err := libraryFlow(ctx, d, db)
+	case flowLibrary, flowLibraryNoInterp, flowLibraryPrepared, flowLibraryInterpPrepared:
+		mode := lease.PrepareAuto
+		if kind == flowLibraryPrepared || kind == flowLibraryInterpPrepared {
+			mode = lease.PrepareAlways
+		}
+		m, closeFn, err := libraryFlow(ctx, d, db, mode)
 		if err != nil {
 			return nil, err
 		}
@@ -187,7 +205,8 @@ func reqID(s, n int) string { return "s" + strconv.Itoa(s) + "-c" + strconv.Itoa
 
 // libraryFlow is one message through request.Runner.Handle: the agent
 // calls one tool, which writes one ledger row in the tool's transaction.
-func libraryFlow(ctx context.Context, d lease.Dialect, db *sqlx.DB) (message, func(), error) {
+// prepare is the Runner's lease.Options.Prepare.
+func libraryFlow(ctx context.Context, d lease.Dialect, db *sqlx.DB, prepare lease.PrepareMode) (message, func(), error) {
 	if err := schema.Apply(ctx, db, d); err != nil {
 		return nil, nil, err
 	}
@@ -199,7 +218,7 @@ func libraryFlow(ctx context.Context, d lease.Dialect, db *sqlx.DB) (message, fu
 	}); err != nil {
 		return nil, nil, err
 	}
-	r, err := request.New(request.Config{DB: db, Dialect: d, Tools: tools, Session: session.Config{AutoCreate: true}})
+	r, err := request.New(request.Config{DB: db, Dialect: d, Tools: tools, Session: session.Config{AutoCreate: true}, Lease: lease.Options{Prepare: prepare}})
 	if err != nil {
 		return nil, nil, err
 	}
