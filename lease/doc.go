@@ -309,14 +309,15 @@
 // ErrLost, so the first-use check refuses it (see First use). Use interpolateParams=true in the DSN, or go-sql-driver
 // prepares, runs and closes a statement for every query with arguments
 // (two round trips and a close instead of one round trip); the first-use
-// check logs a warning for a pool without it. This package offers no DSN
-// helper: the setting is one field of go-sql-driver's own configuration,
+// check logs a warning for a pool without it. Package schema's MySQLDSN
+// sets it (and parseTime) on any go-sql-driver DSN in one line; it is one
+// field of go-sql-driver's own configuration:
 //
 //	cfg, err := mysql.ParseDSN(dsn) // or mysql.NewConfig()
 //	cfg.InterpolateParams = true    // the DSN: ?interpolateParams=true
 //	db, err := sql.Open("mysql", cfg.FormatDSN())
 //
-// and a pool is opened by the program, not by the Lease. On engines that speak the MySQL
+// A pool is opened by the program, not by the Lease. On engines that speak the MySQL
 // protocol but are not MySQL (Vitess, TiDB), keep the expiry at
 // microsecond precision: rows affected is then always 1 on success, and
 // the LAST_INSERT_ID fallback of coarse columns, which such an engine may

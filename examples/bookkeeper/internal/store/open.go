@@ -104,9 +104,11 @@ func mysqlDSN(s string) (string, error) {
 		}
 		cfg = withParams
 	}
-	cfg.ParseTime = true
-	cfg.InterpolateParams = true
-	return cfg.FormatDSN(), nil
+	dsn, err := schema.MySQLDSN(cfg.FormatDSN()) // parseTime and interpolateParams
+	if err != nil {
+		return "", fmt.Errorf("store: -db: %w", err)
+	}
+	return dsn, nil
 }
 
 // Redact hides the password of a -db value, for logs and errors.
