@@ -333,9 +333,10 @@
 // error — and is tried again on a later operation, at most three times
 // per handle. A Lease remembers at most 64 handles; beyond them, handles
 // are not checked. Acquire, Renew, RenewMany, Release, Transition,
-// Verify, Inspect, Create, Delete and Ensure run the check; Confirm, which
-// runs inside a fenced transaction that a failed statement would abort on
-// PostgreSQL, relies on one of them (or Check) having run first. Check runs it
+// Verify, Inspect, Create, Delete and Ensure run the check, and so does
+// Joint for its TransitionOps and ReleaseOps; Confirm (and a ConfirmOp),
+// which runs inside a fenced transaction that a failed statement would
+// abort on PostgreSQL, relies on one of them (or Check) having run first. Check runs it
 // at once — at start-up, say, to fail before the first request does.
 // Options.SkipCheck turns it off (go-sqlmock tests that pin every
 // statement).
