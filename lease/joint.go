@@ -55,9 +55,10 @@ func (l *Lease[K]) ReleaseOp(g Grant[K]) JointOp {
 //     and the others report their loss exactly as alone (with
 //     Options.MultiPrimary, a miss is first sent again causally, as
 //     alone). One statement when every grant holds, 1 + len(ops) when one
-//     does not. Writes sent alone instead: ops of a Lease with a declared
-//     coarse expiry column (Options.ExpiryResolution), whose renewal may
-//     leave its row unchanged, and ops of a table that appears twice.
+//     does not. Every write is sent alone instead when one of them is of a
+//     Lease with a declared coarse expiry column (Options.ExpiryResolution),
+//     whose renewal may leave its row unchanged, or when a table appears
+//     twice.
 //   - SQLite: one statement per op, in order. SQLite has no statement
 //     that updates several tables (no multi-table UPDATE, and a WITH
 //     clause holds only SELECTs); Joint sends each write alone.
