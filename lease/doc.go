@@ -11,6 +11,8 @@
 //	stmt.go        the SQL of every statement, built once per table and dialect
 //	prepare.go     prepared statements kept per pool; Close
 //	fence.go       Confirm, Fence, RunFenced and WithFences
+//	joint.go       JointOp and Joint: token-checked writes on several rows in
+//	               one statement (also the end of RunFenced)
 //	flowdb.go      SQLite: FlowDB, which routes a flow's renewals into its open
 //	               fenced transaction, and RunFenced's routed path
 //	batch.go       RenewMany
@@ -64,6 +66,15 @@
 //     (RETURNING on PostgreSQL and SQLite; LAST_INSERT_ID(expr) in the OK
 //     packet on MySQL). A failed Acquire reads the row once more, to say who
 //     holds it and for how long.
+//   - Joint makes token-checked writes (ConfirmOp, TransitionOp,
+//     ReleaseOp) on rows of several tables in one statement where the
+//     dialect has one: on PostgreSQL always (a data-modifying WITH that
+//     reports each write), on MySQL when every grant holds (a multi-table
+//     UPDATE, all or nothing; else each write is sent again alone), on
+//     SQLite never (one statement per write). Each write succeeds or is
+//     lost on its own, with the lone operation's checks and errors. The
+//     end of a fenced transaction (RunFenced: the fences' confirmations
+//     and FencedTx.Mark) is sent the same way.
 //   - Exactly one winner among any number of concurrent Acquires.
 //   - The generation strictly increases with every new grant on a row and is
 //     unchanged by reentry and renewal: hand it to systems outside the
@@ -151,6 +162,30 @@
 // open transaction (and a failed side effect is rolled back to a savepoint,
 // and the renewals are made again, keeping them).
 //
+// The end of the transaction — every fence's confirmation and the writes of
+// FencedTx.Mark (a tool call's success mark, say) — is one statement on
+// PostgreSQL and MySQL when the fences were made by Lease.Fence (see
+// Joint): a tool call's session fence, request fence and success mark cost
+// one statement instead of three. Each write keeps what makes it a fence:
+// it is token- and generation-checked, a confirmation requires expires_at
+// after the database's now and always changes its row (so Galera certifies
+// it), and the transaction commits only if every one was made. On MySQL a
+// joint UPDATE that did not change every row changed none: the writes are
+// then sent one by one, as before, to name the first grant that is gone
+// (and, with Options.MultiPrimary, each miss is sent again causally
+// first). On SQLite they are always sent one by one. A failing end gives
+// the same errors as one by one: "lease: <name> fence: …" matching ErrLost
+// for the first fence gone in order, a mark's own *LostError.
+//
+// What the joint end does not change: the rows are locked only from that
+// statement to the commit; they are locked in the order given (session,
+// request, tool execution), which is the order MySQL reads the joined
+// rows and PostgreSQL runs the parts of the WITH — the engines' behaviour,
+// not a documented promise, so a deadlock remains possible in principle
+// against writers that lock several lease rows in another order: the
+// database breaks it, the victim took no effect, and package toolexec runs
+// its transaction again (IsTransient), as for any deadlock.
+//
 // A renewal routed into a transaction is undone if the transaction does
 // not commit, so it counts only when it does: a renewer sends it through
 // FlowDB.Route and hears how the transaction ended (package heartbeat moves
@@ -181,6 +216,10 @@
 //     copy of the earlier grant is then lost, never a way to renew,
 //     release, change or delete the newer one. (RenewMany, Batcher's
 //     statement, is documented on its own.)
+//   - Joint returns one error per write: nil, or the lone operation's
+//     (*LostError for a grant gone, *ValidationError for bad input, which
+//     sends nothing at all). A driver error of its joint statement is every
+//     write's error: each outcome is unknown.
 //   - ErrNotFound: no row has the key. ErrState (*StateError): the row is
 //     free but in a state the operation does not accept.
 //   - ErrExists (*DuplicateKeyError): Create hit a unique key; duplicate-key
@@ -293,9 +332,10 @@
 // error — and is tried again on a later operation, at most three times
 // per handle. A Lease remembers at most 64 handles; beyond them, handles
 // are not checked. Acquire, Renew, RenewMany, Release, Transition,
-// Verify, Inspect, Create, Delete and Ensure run the check; Confirm, which
-// runs inside a fenced transaction that a failed statement would abort on
-// PostgreSQL, relies on one of them (or Check) having run first. Check runs it
+// Verify, Inspect, Create, Delete and Ensure run the check, and so does
+// Joint for its TransitionOps and ReleaseOps; Confirm (and a ConfirmOp),
+// which runs inside a fenced transaction that a failed statement would
+// abort on PostgreSQL, relies on one of them (or Check) having run first. Check runs it
 // at once — at start-up, say, to fail before the first request does.
 // Options.SkipCheck turns it off (go-sqlmock tests that pin every
 // statement).
@@ -359,7 +399,10 @@
 //     Options.MultiPrimary: a token-checked write (or Verify) that matched
 //     no row is sent once more under wsrep_sync_wait (MariaDB's SET
 //     STATEMENT, one statement), and only a second miss is ErrLost;
-//     Inspect always reads that way. Single servers need none of this and,
+//     Inspect always reads that way. A joint statement (Joint, the end of
+//     RunFenced) is sent as it is; when it does not change every row, each
+//     write is sent again alone, and each miss of those is confirmed
+//     causally as above. Single servers need none of this and,
 //     without MultiPrimary, pay nothing for it.
 //   - Clocks. Expiry is judged by the clock of the node that runs the
 //     statement: keep the nodes' clocks in step (NTP) well below
@@ -395,6 +438,10 @@
 //     shard. RenewMany (heartbeat.Batcher, request.Runner's default)
 //     renews many sessions' rows in one statement, which Vitess would
 //     scatter to every shard: set request.Config.SeparateHeartbeats there.
+//     The end of a fenced transaction is a multi-table UPDATE of one
+//     session's rows (see Fenced transactions), which vtgate must route to
+//     that session's shard; whether a release of vtgate accepts such an
+//     UPDATE is not known here.
 //     vtgate's handling of LAST_INSERT_ID has changed across
 //     releases (16.0 misreported LAST_INSERT_ID(expr); a later change made
 //     it match MySQL when no row is updated): keep expires_at at

@@ -126,9 +126,15 @@ func autocommit(db DB) bool {
 // the error is returned at once. SQLite's busy errors are not retried
 // here: the busy timeout already waited.
 func (l *Lease[K]) retry(ctx context.Context, db DB, fn func() error) error {
+	return retryVictims(ctx, l.dialect, db, fn)
+}
+
+// retryVictims is Lease.retry for a statement of dialect d that is not one
+// Lease's (see Joint).
+func retryVictims(ctx context.Context, d Dialect, db DB, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil || attempt >= retry.MaxAttempts || l.dialect == SQLite || !IsRetryable(err) || !autocommit(db) {
+		if err == nil || attempt >= retry.MaxAttempts || d == SQLite || !IsRetryable(err) || !autocommit(db) {
 			return err
 		}
 		if !retry.Backoff(ctx, attempt) {

@@ -37,13 +37,10 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	if l.obs != nil {
 		defer l.observe(ctx, "confirm", VerdictOK, time.Now(), &rgen, &rerr)
 	}
-	if err := l.checkHeld(tx, g); err != nil {
+	if err := l.checkConfirm(tx, g); err != nil {
 		return 0, err
 	}
-	if err := l.checkTTL(g.TTL); err != nil {
-		return 0, err
-	}
-	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), vals("key", g.Key, "tok", g.Token.Secret(), "ttl", g.TTL.Microseconds(), "gen", g.Generation), true)
+	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), confirmVals(g), true)
 	if err != nil {
 		return 0, err
 	}
@@ -78,9 +75,19 @@ type FencedTx struct {
 	// order) after fn has run and before Then, so the lease rows are
 	// locked only for the end of the transaction, never while fn works.
 	Fences []Fence
-	// Then, when set, runs after the fences: the last write before the
-	// commit, such as the token-checked success mark of the tool execution
-	// whose side effect fn wrote.
+	// Mark, when set, is called once fn has succeeded and gives the
+	// token-checked writes that end the transaction after the fences, in
+	// order, such as the success mark of the tool execution whose side
+	// effect fn wrote (a Lease's TransitionOp). They are made together
+	// with the fences' confirmations: one statement on PostgreSQL, and on
+	// MySQL when every grant holds (see Joint); else, and on SQLite, one
+	// by one after the fences, as Then would be. A mark that finds its
+	// grant gone fails the transaction with the lone operation's error
+	// (*LostError). Mark is called before that statement, or on SQLite
+	// after the fences; it must not write.
+	Mark func() []JointOp
+	// Then, when set, runs after the fences and the marks: the last write
+	// before the commit, for writes that are not a JointOp.
 	Then func(ctx context.Context, tx *sql.Tx) error
 	// Flow, when set, is the database the flow's heartbeat renews through.
 	// On SQLite, where a write transaction excludes every other writer, it
@@ -105,14 +112,25 @@ func WithFences(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *
 }
 
 // RunFenced runs fn in a new transaction on db; then checks every fence in
-// order (a token-checked write each, see Confirm); then runs o.Then; and
-// commits. fn's writes therefore commit if and only if every fence holds at
-// the end. The lease rows are locked only from the fences to the commit, so
-// a heartbeat renewing them on other connections does not wait behind a
-// long fn (unless fn itself writes those rows).
+// order (a token-checked write each, see Confirm) and makes o.Mark's
+// writes; then runs o.Then; and commits. fn's writes therefore commit if
+// and only if every fence holds at the end. The lease rows are locked only
+// from the fences to the commit, so a heartbeat renewing them on other
+// connections does not wait behind a long fn (unless fn itself writes
+// those rows).
+//
+// When every fence was made by Lease.Fence, the confirmations and the
+// marks are one statement on PostgreSQL (a data-modifying WITH) and on
+// MySQL (a multi-table UPDATE), as Joint sends them: the fences of a tool
+// call and its success mark cost one statement instead of three. On MySQL,
+// when not every write matched, none was made, and they are sent again
+// one by one to find which grant is gone; on SQLite, which has no such
+// statement, they are always sent one by one. Either way the errors are
+// the same as one by one.
 //
 // A fence that no longer holds rolls everything back and returns an error
-// naming it that matches ErrLost. On a multi-primary cluster
+// naming it that matches ErrLost (the first such fence in order, when
+// several are gone). On a multi-primary cluster
 // (Options.MultiPrimary) a fence or o.Then that finds its grant gone is
 // first checked by a causal read outside the transaction: when every grant
 // of o.Fences and o.Keep still holds, the transaction ran on a node that
@@ -232,7 +250,7 @@ func runFencedBody(ctx, qctx context.Context, tx *sql.Tx, o FencedTx, fn func(tx
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := checkFences(qctx, tx, o.Fences); err != nil {
+	if err := endFenced(qctx, tx, o); err != nil {
 		return err
 	}
 	if o.Then != nil {
@@ -251,4 +269,97 @@ func checkFences(ctx context.Context, tx *sql.Tx, fences []Fence) error {
 		}
 	}
 	return nil
+}
+
+// endFenced confirms o.Fences and makes o.Mark's writes: in one statement
+// where Joint would send one, else one by one (checkFences, then each mark
+// alone), which is also how a MySQL joint statement that did not match
+// every row finds which grant is gone.
+func endFenced(ctx context.Context, tx *sql.Tx, o FencedTx) error {
+	ops, ok := fenceOps(o.Fences)
+	if !ok || len(ops) == 0 || ops[0].w.dialect() == SQLite {
+		// One by one, o.Mark called after the fences, as always.
+		if err := checkFences(ctx, tx, o.Fences); err != nil {
+			return err
+		}
+		return markAlone(ctx, tx, marks(o))
+	}
+	all := append(ops, marks(o)...)
+	if !joinable(all) {
+		return oneByOne(ctx, tx, o.Fences, all[len(ops):])
+	}
+	if i, err := checkJoint(tx, all); err != nil {
+		return fenceErr(o.Fences, i, err)
+	}
+	held, err := sendJoint(ctx, tx, all)
+	if err != nil {
+		return fmt.Errorf("lease: fences: %w", err)
+	}
+	if held == nil { // MySQL: nothing was made; find which grant is gone
+		return oneByOne(ctx, tx, o.Fences, all[len(ops):])
+	}
+	for i, h := range held {
+		if !h {
+			return fenceErr(o.Fences, i, all[i].w.lost())
+		}
+	}
+	return nil
+}
+
+// fenceOps are the fences' confirmations as JointOps; ok is false when a
+// fence was not made by Lease.Fence (or is nil).
+func fenceOps(fences []Fence) (ops []JointOp, ok bool) {
+	for _, f := range fences {
+		c, isOp := f.(interface{ confirmOp() JointOp })
+		if f == nil || !isOp {
+			return nil, false
+		}
+		op := c.confirmOp()
+		if op.w == nil {
+			return nil, false
+		}
+		ops = append(ops, op)
+	}
+	return ops, true
+}
+
+func (f fence[K]) confirmOp() JointOp {
+	if f.l == nil {
+		return JointOp{}
+	}
+	return f.l.ConfirmOp(f.g)
+}
+
+// marks are o.Mark's writes.
+func marks(o FencedTx) []JointOp {
+	if o.Mark == nil {
+		return nil
+	}
+	return o.Mark()
+}
+
+// oneByOne checks the fences, then makes each mark alone.
+func oneByOne(ctx context.Context, tx *sql.Tx, fences []Fence, marks []JointOp) error {
+	if err := checkFences(ctx, tx, fences); err != nil {
+		return err
+	}
+	return markAlone(ctx, tx, marks)
+}
+
+func markAlone(ctx context.Context, tx *sql.Tx, marks []JointOp) error {
+	for _, m := range marks {
+		if err := m.lone(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fenceErr is the error of write i of a fenced transaction's end: a
+// fence's, named as checkFences names it, or a mark's as it is.
+func fenceErr(fences []Fence, i int, err error) error {
+	if i < len(fences) {
+		return fmt.Errorf("lease: %s fence: %w", fences[i].Name(), err)
+	}
+	return err
 }

@@ -84,3 +84,49 @@ func TestObserverSeesEveryOperationAndNoToken(t *testing.T) {
 		}
 	})
 }
+
+// TestObserverSeesEachJointWrite: a Joint reports each of its writes to
+// its Lease's Observer once, named and judged as the lone operation would
+// be — also on MySQL when a grant is gone and the writes are sent again
+// alone (the joint attempt is then not reported).
+func TestObserverSeesEachJointWrite(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		rec := &opRecorder{}
+		e := conformance.Setup(t, db, lease.Options{Observer: rec})
+		other, third := e.ItemLike(t, "lease_other"), e.ItemLike(t, "lease_third")
+		l2, err := lease.New[string](e.Dialect, other.Table(), lease.Options{Observer: rec})
+		require.NoError(t, err)
+		l3, err := lease.New[string](e.Dialect, third.Table(), lease.Options{Observer: rec})
+		require.NoError(t, err)
+		ctx := context.Background()
+		hold := func(l *lease.Lease[string], key string) lease.Grant[string] {
+			require.NoError(t, l.Ensure(ctx, e.DB, key, lease.CreateOptions{}))
+			g, err := l.Acquire(ctx, e.DB, key, "h", time.Minute)
+			require.NoError(t, err)
+			return g
+		}
+		done := lease.ChangeOptions{From: []string{"processing"}, To: "success"}
+		for _, lose := range []bool{false, true} {
+			suffix := fmt.Sprint(lose)
+			a, b, c := hold(e.Lease, "a"+suffix), hold(l2, "b"+suffix), hold(l3, "c"+suffix)
+			if lose {
+				require.NoError(t, l2.Release(ctx, e.DB, b))
+			}
+			rec.mu.Lock()
+			rec.ops = nil
+			rec.mu.Unlock()
+			lease.Joint(ctx, e.DB, e.Lease.ConfirmOp(a), l2.TransitionOp(b, done), l3.ReleaseOp(c))
+			want := []string{"confirm:ok:1", "transition:ok:1", "release:ok:1"}
+			if lose {
+				want[1] = "transition:lost:1"
+			}
+			assert.Equal(t, want, rec.summary(), "lose %v", lose)
+			rec.mu.Lock()
+			for _, op := range rec.ops {
+				assert.NotContains(t, fmt.Sprintf("%+v", op), a.Token.Secret())
+				assert.False(t, op.Start.IsZero())
+			}
+			rec.mu.Unlock()
+		}
+	})
+}

@@ -126,7 +126,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
-	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation)
+	m := grantVals(g)
 	var ok bool
 	var err error
 	if l.dialect == MySQL {
@@ -152,31 +152,15 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	if l.obs != nil {
 		defer l.observe(ctx, "transition", VerdictOK, time.Now(), &out.Generation, &rerr)
 	}
-	if err := l.checkHeld(db, g); err != nil {
+	if err := l.checkChange(db, g, o); err != nil {
 		return g, err
-	}
-	if err := l.checkIn("from states", o.From); err != nil {
-		return g, err
-	}
-	if err := l.checkWrites(o.To, o.Set); err != nil {
-		return g, err
-	}
-	if o.Keep {
-		if err := l.checkTTL(o.TTL); err != nil {
-			return g, err
-		}
-	} else if o.TTL != 0 {
-		return g, invalid("ttl", "set without Keep")
 	}
 	if err := l.probe(ctx, db, false); err != nil {
 		return g, err
 	}
 	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
-	m := vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", o.TTL.Microseconds(), "state", o.To)
-	addStates(m, o.From)
-	addSet(m, o.Set)
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, m, true)
+	gen, ok, err := l.exec(ctx, db, c, changeVals(g, o), true)
 	if err != nil {
 		return g, l.translate(g.Key, err)
 	}

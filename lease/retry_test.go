@@ -99,7 +99,7 @@ func causalOp(op mockOp) mockOp {
 // matches, the operation succeeds; only a second miss is ErrLost. Without
 // MultiPrimary (single servers) a miss is ErrLost after one statement.
 func TestSQLMockMultiPrimaryMissConfirmed(t *testing.T) {
-	ops := []string{"Renew", "Release", "Delete", "TransitionKeep", "TransitionRelease", "Verify", "VerifyLock"}
+	ops := []string{"Renew", "Confirm", "Release", "Delete", "TransitionKeep", "TransitionRelease", "Verify", "VerifyLock"}
 	for _, name := range ops {
 		t.Run(name, func(t *testing.T) {
 			op := mockOp1(t, name)

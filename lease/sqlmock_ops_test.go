@@ -162,6 +162,32 @@ func mockOps() []mockOp {
 			},
 		},
 		{
+			name: "Confirm", kind: kindUpdate,
+			sql: map[lease.Dialect]any{
+				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +
+					"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
+					"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, " +
+					"`updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `expires_at` > " + myNow,
+				lease.Postgres: `UPDATE "app"."lease_item" SET ` +
+					`"expires_at" = CASE WHEN "token" = $1 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') ` +
+					`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') END, ` +
+					`"updated_at" = ` + pgNow + ` WHERE "item_key" = $3 AND "token" = $1 AND "generation" = $4 AND "expires_at" > ` + pgNow + ` RETURNING "generation"`,
+				lease.SQLite: `UPDATE "app"."lease_item" SET ` +
+					`"expires_at" = CASE WHEN "token" = ? AND "expires_at" IS NOT NULL AND "expires_at" >= (` + liteNow + ` + ?) ` +
+					`THEN ("expires_at" + 1) ELSE (` + liteNow + ` + ?) END, ` +
+					`"updated_at" = ` + liteNow + ` WHERE "item_key" = ? AND "token" = ? AND "generation" = ? AND "expires_at" > ` + liteNow + ` RETURNING "generation"`,
+			},
+			args: map[lease.Dialect]any{
+				lease.MySQL:    []any{mockTok, int64(5000000), int64(5000000), "k", mockTok, int64(2)},
+				lease.Postgres: []any{mockTok, int64(5000000), "k", int64(2)},
+				lease.SQLite:   []any{mockTok, int64(5000000), int64(5000000), "k", mockTok, int64(2)},
+			},
+			run: func(ctx context.Context, l *lease.Lease[string], db lease.DB, g lease.Grant[string]) (int64, lease.Token, error) {
+				gen, err := l.Confirm(ctx, db, g) // renews for g.TTL (5s)
+				return gen, lease.Token{}, err
+			},
+		},
+		{
 			name: "Release", kind: kindRelease,
 			sql: map[lease.Dialect]any{
 				lease.MySQL: "UPDATE `app`.`lease_item` SET `generation` = LAST_INSERT_ID(`generation`), " +

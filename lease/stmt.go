@@ -68,6 +68,28 @@ func vals(extra ...any) map[string]any {
 	return m
 }
 
+// grantVals are the arguments of a token-checked statement on g's row
+// (Release, Delete, Verify).
+func grantVals[K Key](g Grant[K]) map[string]any {
+	return vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation)
+}
+
+// confirmVals are Confirm's arguments: it renews for g.TTL.
+func confirmVals[K Key](g Grant[K]) map[string]any {
+	m := grantVals(g)
+	m["ttl"] = g.TTL.Microseconds()
+	return m
+}
+
+// changeVals are Transition's arguments.
+func changeVals[K Key](g Grant[K], o ChangeOptions) map[string]any {
+	m := grantVals(g)
+	m["ttl"], m["state"] = o.TTL.Microseconds(), o.To
+	addStates(m, o.From)
+	addSet(m, o.Set)
+	return m
+}
+
 func addStates(m map[string]any, states []string) {
 	for i, s := range states {
 		m["s"+strconv.Itoa(i)] = s
@@ -84,9 +106,19 @@ func addSet(m map[string]any, set []Assignment) {
 type sqlBuilder struct {
 	d Dialect
 	t Table
+	// alias, when set, names the table in a MySQL multi-table UPDATE (see
+	// Joint): every column is qualified with it, and no generation is
+	// handed back through LAST_INSERT_ID (one statement cannot hand back
+	// several; the rows changed prove the writes instead).
+	alias string
 }
 
-func (s sqlBuilder) col(c string) string { return s.d.quote(c) }
+func (s sqlBuilder) col(c string) string {
+	if s.alias != "" {
+		return s.alias + "." + s.d.quote(c)
+	}
+	return s.d.quote(c)
+}
 
 // genAcquire is the generation after an acquire: unchanged on reentry (same
 // token), +1 on a new grant. On MySQL it is wrapped in LAST_INSERT_ID(expr)
@@ -99,7 +131,7 @@ func (s sqlBuilder) genAssign(acquire bool) string {
 	if acquire {
 		expr = "CASE WHEN " + tok + " = {tok} THEN " + g + " ELSE " + g + " + 1 END"
 	}
-	if s.d == MySQL {
+	if s.d == MySQL && s.alias == "" {
 		return g + " = LAST_INSERT_ID(" + expr + ")"
 	}
 	if !acquire {
@@ -158,15 +190,20 @@ func (s sqlBuilder) update(assigns []string, where string) string {
 	return s.updateR(assigns, where, true)
 }
 
-// updateR is update with RETURNING only when ret is set.
-func (s sqlBuilder) updateR(assigns []string, where string, ret bool) string {
+// assignList joins the non-empty assignments.
+func assignList(assigns []string) string {
 	var parts []string
 	for _, a := range assigns {
 		if a != "" {
 			parts = append(parts, a)
 		}
 	}
-	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(parts, ", ") + " WHERE " + where
+	return strings.Join(parts, ", ")
+}
+
+// updateR is update with RETURNING only when ret is set.
+func (s sqlBuilder) updateR(assigns []string, where string, ret bool) string {
+	q := "UPDATE " + s.t.qname(s.d) + " SET " + assignList(assigns) + " WHERE " + where
 	if ret {
 		q += s.returning()
 	}
@@ -206,10 +243,15 @@ func (s sqlBuilder) renew() string {
 // affected. (On MySQL the token goes from a value to NULL, so the row
 // always changes; the LAST_INSERT_ID assignment is kept for one code path.)
 func (s sqlBuilder) release() string {
+	assigns, where := s.releaseParts()
+	return s.updateR(assigns, where, false)
+}
+
+// releaseParts are the assignments and the condition of release.
+func (s sqlBuilder) releaseParts() ([]string, string) {
 	c := s.t.cols
 	assigns := []string{s.genAssign(false), s.col(c.ExpiresAt) + " = NULL", s.col(c.Token) + " = NULL", s.col(c.Holder) + " = NULL"}
-	assigns = append(assigns, s.tail(false, nil)...)
-	return s.updateR(assigns, s.grantIs(), false)
+	return append(assigns, s.tail(false, nil)...), s.grantIs()
 }
 
 // delete removes the row if the grant (token and generation) still matches.
@@ -220,6 +262,11 @@ func (s sqlBuilder) delete() string {
 // change frees the lease (holder, token and expiry to NULL); with keep it
 // instead renews it. Transition uses it.
 func (s sqlBuilder) change(inStates []string, setState bool, set []Assignment, keep bool) string {
+	return s.update(s.changeParts(inStates, setState, set, keep))
+}
+
+// changeParts are the assignments and the condition of change.
+func (s sqlBuilder) changeParts(inStates []string, setState bool, set []Assignment, keep bool) ([]string, string) {
 	c := s.t.cols
 	assigns := []string{s.genAssign(false)}
 	if keep {
@@ -228,7 +275,7 @@ func (s sqlBuilder) change(inStates []string, setState bool, set []Assignment, k
 		assigns = append(assigns, s.col(c.ExpiresAt)+" = NULL", s.col(c.Token)+" = NULL", s.col(c.Holder)+" = NULL")
 	}
 	assigns = append(assigns, s.tail(setState, set)...)
-	return s.update(assigns, s.grantIs()+s.stateIn(inStates))
+	return assigns, s.grantIs() + s.stateIn(inStates)
 }
 
 func (s sqlBuilder) verify(lock bool) string {
@@ -246,11 +293,12 @@ func (s sqlBuilder) verify(lock bool) string {
 // another holder held the lease (a reentry that finds the row free is a
 // new grant, generation+1, under the same token): a copy of the earlier
 // grant must not pass.
-func (s sqlBuilder) confirm() string {
+func (s sqlBuilder) confirm() string { return s.update(s.confirmParts()) }
+
+// confirmParts are the assignments and the condition of confirm.
+func (s sqlBuilder) confirmParts() ([]string, string) {
 	assigns := []string{s.genAssign(false), s.expAssign()}
-	assigns = append(assigns, s.tail(false, nil)...)
-	c := s.t.cols
-	return s.update(assigns, s.keyIs()+" AND "+s.col(c.Token)+" = {tok} AND "+s.col(c.Generation)+" = {gen} AND "+s.col(c.ExpiresAt)+" > "+s.d.now())
+	return append(assigns, s.tail(false, nil)...), s.grantIs() + " AND " + s.col(s.t.cols.ExpiresAt) + " > " + s.d.now()
 }
 
 func (s sqlBuilder) inspect() string {

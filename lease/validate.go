@@ -164,6 +164,34 @@ func (l *Lease[K]) checkHeld(db DB, g Grant[K]) error {
 	return l.checkGrant(g)
 }
 
+// checkChange checks the input of a Transition.
+func (l *Lease[K]) checkChange(db DB, g Grant[K], o ChangeOptions) error {
+	if err := l.checkHeld(db, g); err != nil {
+		return err
+	}
+	if err := l.checkIn("from states", o.From); err != nil {
+		return err
+	}
+	if err := l.checkWrites(o.To, o.Set); err != nil {
+		return err
+	}
+	if o.Keep {
+		return l.checkTTL(o.TTL)
+	}
+	if o.TTL != 0 {
+		return invalid("ttl", "set without Keep")
+	}
+	return nil
+}
+
+// checkConfirm checks the input of a Confirm: it renews for g.TTL.
+func (l *Lease[K]) checkConfirm(db DB, g Grant[K]) error {
+	if err := l.checkHeld(db, g); err != nil {
+		return err
+	}
+	return l.checkTTL(g.TTL)
+}
+
 // checkWrites checks what a statement writes besides the lease columns:
 // the state column's value and the extra assignments.
 func (l *Lease[K]) checkWrites(state string, set []Assignment) error {

@@ -180,7 +180,7 @@ func TestTakeoverAmbiguousCommitFreesTheLocks(t *testing.T) {
 // isToolMark reports whether q is the statement that marks a tool
 // execution done: an UPDATE of the tool table that stores the result.
 func isToolMark(q string) bool {
-	return strings.HasPrefix(q, "UPDATE") && strings.Contains(q, schema.ToolExecutionTable) && strings.Contains(q, schema.ColResult)
+	return strings.Contains(q, "UPDATE ") && strings.Contains(q, schema.ToolExecutionTable) && strings.Contains(q, schema.ColResult)
 }
 
 // TestRetriedSideEffectStaysSupervised: the mark of a tool call (after

@@ -68,7 +68,12 @@
 //   - In the database: the side effect runs first; then the transaction
 //     confirms every fence (session, request) with a token-checked write
 //     (lease.Lease.Confirm) and marks the call success, checked against the
-//     tool's own token; then it commits. The lease rows are locked only for
+//     tool's own token; then it commits. The confirmations and the mark
+//     are one statement on PostgreSQL and MySQL (lease.RunFenced with
+//     FencedTx.Mark; on MySQL, when a grant is gone, they are sent again
+//     one by one to name it), three on SQLite: a new call costs the insert
+//     that claims it, BEGIN, that statement and COMMIT. An external call's
+//     intent and result are fenced the same way. The lease rows are locked only for
 //     that end, so the flow's heartbeat renews them while a long side
 //     effect works (on SQLite, where one writer excludes all others, it
 //     renews inside the transaction: pass ExecOptions.Flow, as request does).
@@ -120,9 +125,15 @@
 //     key; reconcile before acting again.
 //   - *TransientError (ErrTransient): the database kept failing
 //     transiently; nothing committed, the call is left free; retry.
-//   - lease.ErrLost: a fence failed; nothing committed, and the call is left
+//   - lease.ErrLost: a fence failed ("lease: session fence: …", the first
+//     in order when several did), or the tool's own mark did (its
+//     *lease.LostError); nothing committed, and the call is left
 //     processing (or started, after an act) and free for the flow that now
 //     owns the request.
+//   - A deadlock or serialization victim at the end of the transaction
+//     (the joint statement locks the session, request and tool rows
+//     together) is transient like any other: the transaction is run
+//     again, as above.
 //   - ErrConflict: another live flow is running the same call.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.

@@ -151,11 +151,10 @@ func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o E
 		// 1. The intent, before acting: fenced, and kept held.
 		err := s.retryTransient(ctx, call.Tool, func() error {
 			return s.runFenced(ctx, db, call.Tool, "intent", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
-				Then: func(ctx context.Context, tx *sql.Tx) error {
-					_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
+				Mark: func() []lease.JointOp {
+					return []lease.JointOp{s.l.TransitionOp(g, lease.ChangeOptions{
 						From: []string{schema.StoredProcessing}, To: schema.StoredStarted, Keep: true, TTL: g.TTL,
-					})
-					return err
+					})}
 				}}, func(*sql.Tx) error { return nil })
 		})
 		if err != nil {
@@ -189,9 +188,9 @@ func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o E
 	// The effect happened, so a transient failure is retried harder.
 	err = s.retryTransient(ctx, call.Tool, func() error {
 		return s.runFenced(ctx, db, call.Tool, "result", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
-			Then: func(ctx context.Context, tx *sql.Tx) error {
+			Mark: func() []lease.JointOp {
 				unwatch()
-				return s.markSucceeded(ctx, tx, g, schema.StoredStarted, out)
+				return []lease.JointOp{s.succeededOp(g, schema.StoredStarted, out)}
 			}}, func(*sql.Tx) error { return nil })
 	})
 	unwatch()

@@ -226,7 +226,9 @@ func validateCall(c Call) error {
 //
 // fn runs in a transaction that then confirms every fence (session,
 // request: a token-checked write each) and finally marks the tool done,
-// token-checked; it commits only if all of them still hold. The lease rows
+// token-checked (on PostgreSQL and MySQL the confirmations and the mark
+// are one statement, see lease.RunFenced); it commits only if all of them
+// still hold. The lease rows
 // are locked only for that end, so the heartbeat keeps renewing them while
 // fn works. If fn fails, the transaction rolls back and the failure is
 // recorded (status error) and returned as *FailedError; a transient
@@ -435,12 +437,13 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		Flow:   o.Flow,
 		Keep:   []lease.Fence{s.l.Fence("tool:"+call.Tool, g)},
 		// The mark comes last (session → request → tool, the one lock
-		// order). From here the transaction holds the tool row until
-		// commit, so the heartbeat lets go of it first: a renewal racing
-		// the token-clearing mark would report a loss.
-		Then: func(ctx context.Context, tx *sql.Tx) error {
+		// order), in the fences' statement where the dialect has one
+		// (see lease.RunFenced). From here the transaction holds the tool
+		// row until commit, so the heartbeat lets go of it first: a
+		// renewal racing the token-clearing mark would report a loss.
+		Mark: func() []lease.JointOp {
 			unwatch()
-			return s.markSucceeded(ctx, tx, g, schema.StoredProcessing, out)
+			return []lease.JointOp{s.succeededOp(g, schema.StoredProcessing, out)}
 		},
 	}, func(tx *sql.Tx) error {
 		var ferr error
@@ -468,15 +471,14 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 	return out, nil
 }
 
-// markSucceeded marks the call that g holds success, from state from, with
-// its result out, in tx: the last write of a call's fenced transaction,
-// token-checked (lease.ErrLost if g no longer holds it).
-func (s *Store) markSucceeded(ctx context.Context, tx *sql.Tx, g Grant, from string, out json.RawMessage) error {
-	_, err := s.l.Transition(ctx, tx, g, lease.ChangeOptions{
+// succeededOp marks the call that g holds success, from state from, with
+// its result out: the last write of a call's fenced transaction (its
+// FencedTx.Mark), token-checked (lease.ErrLost if g no longer holds it).
+func (s *Store) succeededOp(g Grant, from string, out json.RawMessage) lease.JointOp {
+	return s.l.TransitionOp(g, lease.ChangeOptions{
 		From: []string{from}, To: schema.StoredSucceeded,
 		Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
 	})
-	return err
 }
 
 // Close closes the prepared statements the Store's lease keeps (see

@@ -112,7 +112,9 @@ func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 			f := e.newFlow(t, "s-mark", ttl)
 			var marks atomic.Int64
 			c.FailAfter(func(q string) error {
-				if strings.HasPrefix(q, "UPDATE") && strings.Contains(q, schema.ToolExecutionTable) &&
+				// The mark: an UPDATE of the tool row that sets its result,
+				// alone (SQLite) or in the fences' joint statement.
+				if strings.Contains(q, "UPDATE ") && strings.Contains(q, schema.ToolExecutionTable) &&
 					strings.Contains(q, schema.ColResult) && marks.Add(1) == 1 {
 					return busyError{}
 				}

@@ -76,10 +76,17 @@ type Row struct {
 // ReadRow reads the raw row, for before/after comparisons.
 func (e Env) ReadRow(t testing.TB, key string) Row {
 	t.Helper()
+	return e.ReadRowOf(t, ItemTable, key)
+}
+
+// ReadRowOf is ReadRow on another table made like the item table (see
+// ItemLike).
+func (e Env) ReadRowOf(t testing.TB, table, key string) Row {
+	t.Helper()
 	var r Row
-	q := e.DB.Rebind("SELECT holder, token, generation, state, note, CAST(expires_at AS CHAR(40)) AS expires FROM lease_item WHERE item_key = ?")
+	q := e.DB.Rebind("SELECT holder, token, generation, state, note, CAST(expires_at AS CHAR(40)) AS expires FROM " + table + " WHERE item_key = ?")
 	if e.Dialect == lease.Postgres {
-		q = e.DB.Rebind("SELECT holder, token, generation, state, note, CAST(expires_at AS TEXT) AS expires FROM lease_item WHERE item_key = ?")
+		q = e.DB.Rebind("SELECT holder, token, generation, state, note, CAST(expires_at AS TEXT) AS expires FROM " + table + " WHERE item_key = ?")
 	}
 	if err := e.DB.Get(&r, q, key); err != nil {
 		t.Fatalf("read row %q: %v", key, err)

@@ -53,6 +53,12 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"ManyTakeOverOneExpiredLease", manyTakeOverOneExpired},
 		{"StaleGenerationOfReusedTokenIsLost", staleGenerationOfReusedToken},
 		{"IntegerKeyZero", integerKeyZero},
+		{"JointAllHeld", jointAllHeld},
+		{"JointOneLost", jointOneLost},
+		{"JointStaleGeneration", jointStaleGeneration},
+		{"JointExpiredConfirmIsLost", jointExpired},
+		{"JointBadInputWritesNothing", jointBadInput},
+		{"FencedJointEnd", fencedJointEnd},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
