@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/retry"
 )
 
 // Kind is a kind of fault, as counted in a Report.
@@ -412,16 +414,7 @@ func (p *Proxy) Inject(ctx context.Context, cfg InjectorConfig) error {
 		p.SetLatency(0, 0)
 		p.Disarm()
 	}()
-	sleep := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	sleep := func(d time.Duration) bool { return retry.Sleep(ctx, d) }
 	for sleep(cfg.Every/2 + rand.N(cfg.Every)) {
 		if cfg.Restart != nil && cfg.RestartOneIn > 0 && rand.IntN(cfg.RestartOneIn) == 0 {
 			if err := cfg.Restart(); err != nil {
