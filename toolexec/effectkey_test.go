@@ -137,9 +137,9 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 		before := e.toolRow(t, first)
 
 		f := e.newFlow(t, c.session, ttl)
+		call := toolexec.Call{SessionKey: c.session, RequestID: f.requestID, ClientRequestID: c.client, Tool: c.tool, Arguments: json.RawMessage(c.args)}
 		acted := false
-		_, err = e.store.ExecuteExternal(ctx, db, toolexec.Call{SessionKey: c.session, RequestID: f.requestID, ClientRequestID: c.client,
-			Tool: c.tool, Arguments: json.RawMessage(c.args)}, e.opts(f, ttl), toolexec.ExternalOptions{Repeat: true},
+		_, err = e.store.ExecuteExternal(ctx, db, call, e.opts(f, ttl), toolexec.ExternalOptions{Repeat: true},
 			func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
 				acted = true
 				return nil, nil
@@ -157,8 +157,7 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 		assert.Equal(t, before, e.toolRow(t, first), "the other request's call untouched")
 
 		// The same in the database: Execute refuses it alike.
-		_, err = e.store.Execute(ctx, db, toolexec.Call{SessionKey: c.session, RequestID: f.requestID, ClientRequestID: c.client,
-			Tool: c.tool, Arguments: json.RawMessage(c.args)}, e.opts(f, ttl), e.ledger)
+		_, err = e.store.Execute(ctx, db, call, e.opts(f, ttl), e.ledger)
 		assert.ErrorIs(t, err, toolexec.ErrKeyTaken)
 		assert.Equal(t, 0, e.ledgerRows(t))
 	})
