@@ -38,11 +38,19 @@
 // transaction open, then the result, fenced. The effect key (External.
 // EffectKey, the execution id) is the same for every attempt of the call —
 // across retries, takeovers and restarts — so send it as the remote side's
-// idempotency key. A run that finds the intent without a result does not
-// know whether the effect happened: it gets ErrUnknownOutcome unless the
-// tool was registered with a way to reconcile (ExternalOptions.Reconcile
-// asks the remote side; Repeat acts again under the same key, for remote
-// sides that honour it). It never acts again under another key.
+// idempotency key. A call that carries its client request id
+// (Call.ClientRequestID; request.Run.CallTool sets it) has a key derived
+// from the session key, that id, the tool and the canonical arguments
+// (ExecutionID, a name-based UUID), so the key also survives the loss of
+// the call's row and of its request's row, as with the tail an
+// asynchronous failover loses: the resent message makes the same call
+// under the same key. Without a client request id the key is random and
+// lives only as long as the row. A run that finds the intent without a
+// result does not know whether the effect happened: it gets
+// ErrUnknownOutcome unless the tool was registered with a way to reconcile
+// (ExternalOptions.Reconcile asks the remote side; Repeat acts again under
+// the same key, for remote sides that honour it). It never acts again
+// under another key.
 //
 // # States
 //
@@ -83,6 +91,15 @@
 //     request (the intent is fenced); an effect is performed under one key
 //     only; a recorded result is never overwritten; an intent without a
 //     result is reported, never silently repeated.
+//   - With Call.ClientRequestID set, the effect key is a function of the
+//     session key, the client request id, the tool name and the canonical
+//     arguments only (ExecutionID): a call whose row was lost — deleted, or
+//     acknowledged by a primary that died before its standby had it — and
+//     made again by the resent message gets the same key, whatever request
+//     id the resend was given. A remote side that honours the key then
+//     acts once. The same call made twice in one request is still one call
+//     (the second gets the first's result), as it always was: the unique
+//     key on request, tool and arguments finds the first.
 //   - Exec.Generation and External.Generation are the tool execution's
 //     fencing generation, for systems outside the database that fence.
 //   - A transient database error inside a side effect's transaction
@@ -113,7 +130,12 @@
 //
 // An external effect is exactly-once only if the remote side honours the
 // effect key (or is reconciled); toolexec cannot undo an effect whose
-// result it failed to record.
+// result it failed to record. When a call's row is lost, so is the
+// knowledge that it acted: the call made again acts again (External.Again
+// is false), under the same key if it carries a client request id, under
+// a new one if not. A resent message whose agent decides differently makes
+// a different call, with a different key: that is another effect, and no
+// key can make it the first one.
 //
 // # Failure handling
 //
@@ -135,6 +157,11 @@
 //     together) is transient like any other: the transaction is run
 //     again, as above.
 //   - ErrConflict: another live flow is running the same call.
+//   - *KeyTakenError (ErrKeyTaken, also lease.ErrExists): the key derived
+//     from the client request id is another request's call — the client
+//     request id was used again after its request row was deleted.
+//     Nothing is written and nothing acts. A request id that belongs to
+//     another session gives an error matching lease.ErrExists too.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.
 package toolexec

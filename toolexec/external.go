@@ -73,7 +73,9 @@ type External struct {
 	// EffectKey identifies this tool execution's effect: the same across
 	// retries, takeovers and restarts, and never reused for another call.
 	// Send it as the remote side's idempotency key (an Idempotency-Key
-	// header); it is the execution id, a UUID.
+	// header); it is the execution id, a UUID: derived from the call when
+	// it carries a client request id (ExecutionID), so that it also
+	// survives the loss of the call's row; random when it does not.
 	EffectKey string
 	// Generation is the tool execution's fencing generation, for remote
 	// sides that fence with it (refuse a lower one).

@@ -90,6 +90,15 @@ type Call struct {
 	RequestID  string
 	Tool       string
 	Arguments  json.RawMessage // a JSON object; canonicalized per RFC 8785
+	// ClientRequestID is the client's id of the message the call serves
+	// (request.Run.CallTool sets it); optional. When set, the tool
+	// execution's id, which is an external effect's EffectKey, is derived
+	// from the session key, this id, the tool name and the canonical
+	// arguments (see ExecutionID) instead of drawn at random, so that the
+	// same call made again after its row was lost — with the tail of an
+	// asynchronous failover, together with its request row — gets the same
+	// key. Empty, the id is random, and such a call gets a new one.
+	ClientRequestID string
 }
 
 // Exec is what a side effect receives.
@@ -138,6 +147,7 @@ type Config struct {
 type Store struct {
 	l     *lease.Lease[string]
 	findQ string
+	byIDQ string         // the request of the call with an id (notThisCall)
 	obs   lease.Observer // from Config.Lease.Observer; nil costs nothing
 }
 
@@ -157,7 +167,8 @@ func New(cfg Config) (*Store, error) {
 	}
 	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + t.Quoted(cfg.Dialect) +
 		" WHERE session_key = ? AND idempotency_key = ?"
-	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), obs: cfg.Lease.Observer}, nil
+	byID := "SELECT request_id FROM " + t.Quoted(cfg.Dialect) + " WHERE id = ?"
+	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), byIDQ: cfg.Dialect.Rebind(byID), obs: cfg.Lease.Observer}, nil
 }
 
 // Lease returns the underlying lease.
@@ -210,6 +221,11 @@ func validateCall(c Call) error {
 	}
 	if err := valid.Text("toolexec", "request id", c.RequestID, 36); err != nil {
 		return err
+	}
+	if c.ClientRequestID != "" {
+		if err := valid.Text("toolexec", "client request id", c.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
+			return err
+		}
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
 	return valid.Text("toolexec", "tool name", c.Tool, schema.MaxToolNameLen)
@@ -382,8 +398,11 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, g Grant, o ExecOp
 // either a grant to run under, or a stored result.
 func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o ExecOptions) (g Grant, started bool, res *Result, err error) {
 	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
-	id := uuid.NewString()
-	g, err = s.l.Create(ctx, db, id, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
+	key := uuid.NewString()
+	if call.ClientRequestID != "" {
+		key = ExecutionID(call.SessionKey, call.ClientRequestID, call.Tool, hash)
+	}
+	g, err = s.l.Create(ctx, db, key, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 		lease.Set(schema.ColIdempotencyKey, idem),
@@ -391,14 +410,13 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 	if err == nil || !errors.Is(err, lease.ErrExists) {
 		return g, false, nil, err
 	}
+	dup := err
 	for attempt := 0; attempt < 3; attempt++ {
 		var id, status, result string
 		var generation int64
 		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem).Scan(&id, &status, &result, &generation)
 		if errors.Is(err, sql.ErrNoRows) {
-			// The insert hit the (request, tool, arguments) key, but not
-			// under this session: the request id belongs to another session.
-			return Grant{}, false, nil, fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
+			return Grant{}, false, nil, s.notThisCall(ctx, db, call, key, dup)
 		}
 		if err != nil {
 			return Grant{}, false, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)

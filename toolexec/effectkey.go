@@ -1,0 +1,102 @@
+package toolexec
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// effectKeyNamespace is the namespace of the name-based UUIDs that
+// ExecutionID makes. It never changes: a call in flight across an upgrade
+// must keep its key.
+var effectKeyNamespace = uuid.MustParse("653b54d5-2b68-4712-a5d3-4755e83ab626")
+
+// ExecutionID is the id of the tool execution of a call that carries its
+// client request id (Call.ClientRequestID), and so its external effect's
+// EffectKey: the name-based UUID (version 5, SHA-1, RFC 9562) in the
+// namespace 653b54d5-2b68-4712-a5d3-4755e83ab626 of
+//
+//	sessionKey NUL clientRequestID NUL tool NUL argsHash
+//
+// where argsHash is the hex SHA-256 of the canonical arguments (see
+// CanonicalArguments). None of the four can hold a NUL (keys, ids and tool
+// names are refused with one, and the hash is hex), so two different
+// calls never give one text. It is made from what the client sends again
+// and the call itself, nothing random and nothing the database issued, so
+// a call made again after its row and its request's row were lost gets
+// the same id. It fits the 36-character id column.
+func ExecutionID(sessionKey, clientRequestID, tool, argsHash string) string {
+	name := make([]byte, 0, len(sessionKey)+len(clientRequestID)+len(tool)+len(argsHash)+3)
+	name = append(name, sessionKey...)
+	name = append(name, 0)
+	name = append(name, clientRequestID...)
+	name = append(name, 0)
+	name = append(name, tool...)
+	name = append(name, 0)
+	name = append(name, argsHash...)
+	return uuid.NewSHA1(effectKeyNamespace, name).String()
+}
+
+// ErrKeyTaken means the id a call derives from its client request id
+// (ExecutionID) is already the id of a call of another request: the same
+// session, client request id, tool and arguments, under a request id that
+// is not this call's. The library makes one request per (session key,
+// client request id), so this happens only when a client request id is
+// used again after its request row was deleted (by hand: the sweeper keeps
+// a tombstone), or when a request's tool calls were written with another
+// idempotency key. Nothing is written and nothing acts: acting under that
+// key would be answered, by a remote side that honours it, with the other
+// request's outcome. It also matches lease.ErrExists, as a call whose
+// request id belongs to another session does. The concrete error is a
+// *KeyTakenError.
+var ErrKeyTaken = errors.New("toolexec: effect key taken by another request's call")
+
+// KeyTakenError reports a call whose derived id (its effect key) is
+// another request's call. It matches ErrKeyTaken, and lease.ErrExists
+// through the duplicate-key error it unwraps to.
+type KeyTakenError struct {
+	Tool string
+	// EffectKey is the derived id, the other call's execution id.
+	EffectKey string
+	// RequestID is the request the existing call belongs to.
+	RequestID string
+	// Err is the insert's *lease.DuplicateKeyError.
+	Err error
+}
+
+// Error describes the conflict; it never contains a token.
+func (e *KeyTakenError) Error() string {
+	return fmt.Sprintf("tool %s: effect key %s is the key of a call of request %s: the client request id was used again for another request",
+		e.Tool, e.EffectKey, e.RequestID)
+}
+
+// Is makes errors.Is(err, ErrKeyTaken) true.
+func (e *KeyTakenError) Is(target error) bool { return target == ErrKeyTaken }
+
+// Unwrap returns the insert's duplicate-key error (lease.ErrExists).
+func (e *KeyTakenError) Unwrap() error { return e.Err }
+
+// notThisCall explains an insert that hit a unique key when no call of
+// this session has the call's idempotency key: the derived id is another
+// request's call (*KeyTakenError), or the request id belongs to another
+// session. dup is the insert's error.
+func (s *Store) notThisCall(ctx context.Context, db Beginner, call Call, key string, dup error) error {
+	if call.ClientRequestID != "" {
+		var requestID string
+		err := db.QueryRowContext(ctx, s.byIDQ, key).Scan(&requestID)
+		switch {
+		case err == nil:
+			return &KeyTakenError{Tool: call.Tool, EffectKey: key, RequestID: requestID, Err: dup}
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("toolexec: reading the call under the effect key: %w", err)
+		}
+	}
+	// The insert hit the (request, tool, arguments) key, but not under
+	// this session: the request id belongs to another session.
+	return fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
+}
