@@ -60,6 +60,7 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"JointBadInputWritesNothing", jointBadInput},
 		{"FencedJointEnd", fencedJointEnd},
 	}
+	cases = append(cases, acquireCreateCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
