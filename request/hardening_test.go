@@ -101,19 +101,7 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 				_, err := e.r.Handle(ctx, msg, answerOK)
 				c.FailAfter(nil)
 				require.ErrorIs(t, err, errDropped)
-
-				st, err := e.r.Sessions().Inspect(ctx, e.db, "s")
-				require.NoError(t, err)
-				assert.False(t, st.Held, "the session is not held by a request that does not exist (holder %q)", st.Holder)
-				out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c2", Content: "y"}, answerOK)
-				require.NoError(t, err, "the next message of the session is not refused")
-				assert.Equal(t, "ok", out.Reply)
-
-				out, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "x"}, answerOK)
-				require.NoError(t, err)
-				assert.False(t, out.Replayed)
-				assert.False(t, out.Resumed, "nothing of the failed send was left to resume")
-				assert.Equal(t, int64(1), out.Attempt)
+				noGhostLeft(t, ctx, e)
 			})
 		})
 	}
