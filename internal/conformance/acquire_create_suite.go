@@ -7,9 +7,7 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,43 +137,15 @@ func acquireCreateOneWinner(t *testing.T, e Env) {
 	other := e.ItemLike(t, "lease_other")
 	e.Insert(t, "hot")
 	inTx := e.Dialect != lease.Postgres
-	const n = 16
-	var (
-		wg        sync.WaitGroup
-		start     = make(chan struct{})
-		mu        sync.Mutex
-		wins      []string
-		conflicts int
-		others    []error
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			key := fmt.Sprintf("r%02d", i)
-			_, _, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp("hot", key, 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(key, "run", 30*time.Second, lease.CreateOptions{}))
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				wins = append(wins, key)
-			case errors.Is(err, lease.ErrHeld):
-				conflicts++
-			default:
-				others = append(others, err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	require.Empty(t, others)
-	require.Len(t, wins, 1, "exactly one winner")
-	assert.Equal(t, n-1, conflicts)
+	key := func(i int) string { return fmt.Sprintf("r%02d", i) }
+	win := oneWinner(t, 16, func(i int) error {
+		_, _, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp("hot", key(i), 30*time.Second, lease.AcquireOptions{}),
+			other.CreateOp(key(i), "run", 30*time.Second, lease.CreateOptions{}))
+		return err
+	})
 	st, err := e.Lease.Inspect(ctx, e.DB, "hot")
 	require.NoError(t, err)
-	assert.Equal(t, wins[0], st.Holder)
+	assert.Equal(t, key(win), st.Holder)
 	var rows int
 	require.NoError(t, e.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM lease_other").Scan(&rows))
 	assert.Equal(t, 1, rows, "only the winner's row")
