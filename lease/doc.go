@@ -13,6 +13,9 @@
 //	fence.go       Confirm, Fence, RunFenced and WithFences
 //	joint.go       JointOp and Joint: token-checked writes on several rows in
 //	               one statement (also the end of RunFenced)
+//	acquirecreate.go AcquireOp, CreateOp and AcquireCreate: a lease taken and a
+//	               new row inserted held, both or neither (one statement on
+//	               PostgreSQL)
 //	flowdb.go      SQLite: FlowDB, which routes a flow's renewals into its open
 //	               fenced transaction, and RunFenced's routed path
 //	batch.go       RenewMany
@@ -75,6 +78,13 @@
 //     lost on its own, with the lone operation's checks and errors. The
 //     end of a fenced transaction (RunFenced: the fences' confirmations
 //     and FencedTx.Mark) is sent the same way.
+//   - AcquireCreate takes a lease and inserts a new row already held (as
+//     AcquireWith and Create), both or neither: on PostgreSQL in one
+//     statement, a data-modifying WITH whose INSERT selects from the
+//     UPDATE, so a miss inserts nothing and a duplicate key undoes the
+//     acquire; on MySQL and SQLite, which cannot write two tables in one
+//     INSERT or UPDATE, as the two statements inside a transaction of
+//     yours (refused on a pool).
 //   - Exactly one winner among any number of concurrent Acquires.
 //   - The generation strictly increases with every new grant on a row and is
 //     unchanged by reentry and renewal: hand it to systems outside the
@@ -252,6 +262,8 @@
 //     error is returned at once, for the caller to run the transaction
 //     again (package toolexec and request.Run.InTx do). SQLite's busy
 //     errors are not sent again: the busy timeout already waited.
+//     AcquireCreate is never sent again: whatever its error, its caller
+//     decides (see AcquireCreate for finding out after a driver error).
 //
 // # First use
 //

@@ -314,8 +314,8 @@ func jointSQL(ops []JointOp) (string, []any) {
 			all[prefix+k] = v
 		}
 		// Each op's placeholders get a name of their own: {key} of op 1
-		// becomes {1.key}. (No identifier holds a brace: they are validated.)
-		named := func(s string) string { return strings.ReplaceAll(s, "{", "{"+prefix) }
+		// becomes {1.key}.
+		named := func(s string) string { return paramPrefix(prefix, s) }
 		if d == Postgres {
 			b := op.w.builder("")
 			assigns, where := op.w.parts(b)

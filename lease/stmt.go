@@ -315,13 +315,26 @@ func (s sqlBuilder) inspect() string {
 }
 
 func (s sqlBuilder) create(setState bool, set []Assignment) string {
+	cols, vals := s.createParts(setState, set)
+	return s.insertText(cols, vals)
+}
+
+// createParts are the columns and the values of create (see also
+// AcquireCreate, which inserts them with a SELECT).
+func (s sqlBuilder) createParts(setState bool, set []Assignment) (cols, vals []string) {
 	c := s.t.cols
-	cols := []string{s.col(c.Key), s.col(c.Holder), s.col(c.Token), s.col(c.ExpiresAt), s.col(c.Generation)}
-	vals := []string{"{key}", "{holder}", "{tok}", s.d.plusMicros(s.d.now(), "{ttl}"), "1"}
-	return s.insert(cols, vals, setState, set)
+	cols = []string{s.col(c.Key), s.col(c.Holder), s.col(c.Token), s.col(c.ExpiresAt), s.col(c.Generation)}
+	vals = []string{"{key}", "{holder}", "{tok}", s.d.plusMicros(s.d.now(), "{ttl}"), "1"}
+	return s.insertParts(cols, vals, setState, set)
 }
 
 func (s sqlBuilder) insert(cols, vals []string, setState bool, set []Assignment) string {
+	return s.insertText(s.insertParts(cols, vals, setState, set))
+}
+
+// insertParts adds the state, the extra assignments and the updated_at
+// stamp to an insert's columns and values.
+func (s sqlBuilder) insertParts(cols, vals []string, setState bool, set []Assignment) ([]string, []string) {
 	c := s.t.cols
 	if setState {
 		cols, vals = append(cols, s.col(c.State)), append(vals, "{state}")
@@ -332,6 +345,10 @@ func (s sqlBuilder) insert(cols, vals []string, setState bool, set []Assignment)
 	if c.UpdatedAt != "" {
 		cols, vals = append(cols, s.col(c.UpdatedAt)), append(vals, s.d.now())
 	}
+	return cols, vals
+}
+
+func (s sqlBuilder) insertText(cols, vals []string) string {
 	return "INSERT INTO " + s.t.qname(s.d) + " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
 }
 

@@ -228,7 +228,10 @@ type claim struct {
 
 // claim takes the session and then the request, in one transaction: the
 // one lock order, and both or neither. Every path that runs a request
-// comes through it (claimKind). A busy session is an error matching
+// comes through it (claimKind). A new message with OnBusy Reject on
+// PostgreSQL is first claimed in one statement with no transaction
+// (claimAtOnce); the transaction is for when that did not take the
+// session. A busy session is an error matching
 // ErrSessionBusy (and session.ErrBusy); a request held by a live run, one
 // matching ErrInFlight (and lease.ErrHeld); either way the transaction
 // rolls back and nothing was written, so no session is left held by a
@@ -253,6 +256,11 @@ type claim struct {
 // request is deleted and a taken one released (it stays processing and
 // free, and a retry resumes it).
 func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
+	if c.kind == newRequest && c.msg.OnBusy == Reject && r.req.Dialect() == lease.Postgres {
+		if run, done, err := r.claimAtOnce(ctx, c); done {
+			return run, err
+		}
+	}
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -292,13 +300,7 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	}
 	var g lease.Grant[string]
 	if c.kind == newRequest {
-		g, err = r.req.Create(ctx, tx, c.id, c.holder, r.cfg.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
-			lease.Set(schema.ColSessionKey, key), lease.Set(schema.ColClientRequestID, c.msg.ClientRequestID),
-			lease.Set(schema.ColFingerprint, c.msg.Fingerprint),
-			// The content, so that the service can resume the run if it
-			// dies and its client never resends (see resume.go).
-			lease.Set(schema.ColContent, c.msg.Content),
-		}})
+		g, err = r.req.Create(ctx, tx, c.id, c.holder, r.cfg.TTL, newRow(c.msg))
 	} else {
 		opts := lease.AcquireOptions{InStates: []string{c.from}, SetState: schema.StoredProcessing}
 		if c.from == schema.StoredFailed {
@@ -335,6 +337,67 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		return nil, err
 	}
 	return run, nil
+}
+
+// newRow is what a new request's row holds besides its lease.
+func newRow(msg Message) lease.CreateOptions {
+	return lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
+		lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID),
+		lease.Set(schema.ColFingerprint, msg.Fingerprint),
+		// The content, so that the service can resume the run if it
+		// dies and its client never resends (see resume.go).
+		lease.Set(schema.ColContent, msg.Content),
+	}}
+}
+
+// claimAtOnce is claim for a new message with OnBusy Reject on
+// PostgreSQL: the session taken and the request inserted in one
+// autocommit statement (lease.AcquireCreate), no transaction. done is
+// false when the session was not taken — busy, or its lock row missing —
+// and nothing was written: claim's transaction then gives the answer,
+// exactly as for every other message (ErrSessionBusy, session.ErrNotFound
+// and AutoCreate, and so on). A duplicate request fails the statement as
+// a whole: lease.ErrExists, nothing written.
+//
+// When the statement's outcome is unknown (a driver error: the connection
+// dropped, or ctx was cancelled, with the statement on the wire) whatever
+// took effect is given back at once, under a bounded context that
+// survives ctx's cancellation: the session, if the new request's id (a
+// fresh UUID) holds it, then the request row, both token-checked.
+func (r *Runner) claimAtOnce(ctx context.Context, c claim) (run *Run, done bool, err error) {
+	sg, g, err := lease.AcquireCreate(ctx, r.db,
+		r.sessions.Lease().AcquireOp(c.msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
+		r.req.CreateOp(c.id, c.holder, r.cfg.TTL, newRow(c.msg)))
+	switch {
+	case err == nil:
+		return &Run{r: r, msg: c.msg, id: c.id, holder: c.holder, sess: sg, req: g, fromQueue: c.fromQueue}, true, nil
+	case errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), errors.Is(err, lease.ErrState):
+		return nil, false, nil // the session was not taken, nothing was written
+	case errors.Is(err, lease.ErrExists), errors.Is(err, lease.ErrInvalid):
+		return nil, true, err // nothing was written
+	}
+	r.giveBack(ctx, sg, g)
+	return nil, true, err
+}
+
+// giveBack gives back what an at-once claim whose outcome is unknown may
+// have taken: the session if the request sg.Holder holds it (its
+// generation read first: it was not handed back), then the request row
+// g. Each write is token-checked: one that finds nothing of this claim's
+// changes nothing.
+func (r *Runner) giveBack(ctx context.Context, sg session.Grant, g lease.Grant[string]) {
+	r.releaseQuietly(ctx, func(cctx context.Context) error {
+		st, err := r.sessions.Inspect(cctx, r.db, sg.Key)
+		if errors.Is(err, session.ErrNotFound) || (err == nil && st.Holder != sg.Holder) {
+			return nil // not taken by this claim
+		}
+		if err != nil {
+			return err
+		}
+		sg.Generation = st.Generation
+		return r.sessions.Release(cctx, r.db, sg)
+	})
+	r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
 }
 
 // prior reads the request's tool calls that committed (through toolexec,

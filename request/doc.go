@@ -39,8 +39,8 @@
 //	            processing requests asked to stop, for Interrupt)
 //	(none) ─────────────────────────────────────▶ queued
 //	  │                                             │ the session is free: the run that freed it, a
-//	  │ INSERT (born held by its run,               │ dispatcher, or the interrupting Handle takes the
-//	  │ with the session, in one transaction)       │ session and the request (queued → processing),
+//	  │ INSERT (born held by its run, with the      │ dispatcher, or the interrupting Handle takes the
+//	  │ session: one transaction or one statement)  │ session and the request (queued → processing),
 //	  ▼                                             ▼ in one transaction
 //	processing ◀─────────────────────────────────────┘
 //	 │  │  ▲  ▲ ╰─ Step: each recorded output written (token-checked, lease kept),
@@ -79,16 +79,26 @@
 //     request already held by this run. Session busy → the transaction
 //     rolls back, nothing was written, ErrSessionBusy (or ErrInFlight, when
 //     the session is busy with this very message, sent a moment ago by a
-//     duplicate; with Queue or Interrupt, see below). Existing and failed
-//     or stale: take the session, then the request, in one transaction.
-//     Either way both or neither: a session is never left held by a
-//     request that does not exist. One claim does this for every path
-//     that takes a request — a new message, a resend of a failed or dead
-//     run, the head of a queue. (When the commit's outcome is unknown —
-//     the connection dropped, or ctx was cancelled, with the reply on the
-//     wire — both are given back at once, token-checked, the session
-//     first, on every path: a new request is deleted, a taken-over one
-//     stays processing and free for a retry to resume.)
+//     duplicate; with Queue or Interrupt, see below). On PostgreSQL a new
+//     message with OnBusy Reject does both in one autocommit statement
+//     instead (lease.AcquireCreate: a data-modifying WITH), both or
+//     neither as well; when it does not take the session (busy, or the
+//     session's lock row missing) it wrote nothing, and the transaction
+//     above gives the answer. (MySQL and SQLite cannot write two tables in
+//     one INSERT or UPDATE, and Queue and Interrupt read the messages
+//     ahead between the two, so they keep the transaction.) Existing and
+//     failed or stale: take the session, then the request, in one
+//     transaction. Either way both or neither: a session is never left
+//     held by a request that does not exist. One claim does this for
+//     every path that takes a request — a new message, a resend of a
+//     failed or dead run, the head of a queue. (When the commit's outcome
+//     is unknown — the connection dropped, or ctx was cancelled, with the
+//     reply on the wire — both are given back at once, token-checked, the
+//     session first, on every path: a new request is deleted, a taken-over
+//     one stays processing and free for a retry to resume. After the
+//     single statement, whose generation did not come back, the session's
+//     row is read first: it is released only if the new request's id
+//     holds it.)
 //  4. On a takeover, in the same transaction, free the leases of the
 //     request's tool executions still marked running (processing or
 //     started; toolexec.Store.ReleaseForRequest) and read the tool calls
@@ -112,11 +122,14 @@
 //  7. The run that frees the session starts the session's next queued
 //     message (see "The queue"), if it may have one.
 //
-// One new request with two model rounds and one tool call costs 9
-// statements and two transactions (BEGIN/COMMIT): 13 round trips, against
-// about 29 in the design of the article this project comes from
-// (TestLockPathStatements, BenchmarkLockPath). A replay costs one
-// statement.
+// One new request with two model rounds and one tool call costs, against
+// about 29 statements in the design of the article this project comes
+// from (TestLockPathStatements, BenchmarkLockPath): on PostgreSQL 5
+// statements and one transaction (BEGIN/COMMIT, the tool's side effect),
+// 7 round trips; on MySQL 6 statements and two transactions (the claim's
+// and the side effect's), 10 round trips; on SQLite, which has no
+// statement that writes two tables, 9 statements and two transactions,
+// 13 round trips. A replay costs one statement and takes no lock.
 //
 // The code follows the flow, one file per step: runner.go (Config, New,
 // Handle), claim.go (steps 1 to 4: read the request, answer from it, or

@@ -57,6 +57,7 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"JointBadInputWritesNothing", jointBadInput},
 		{"FencedJointEnd", fencedJointEnd},
 	}
+	cases = append(cases, acquireCreateCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -113,12 +114,27 @@ func acquireMissingRow(t *testing.T, e Env) {
 func manyGoroutinesOneWinner(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	e.Insert(t, "hot")
-	const n = 64
+	holder := func(i int) string { return fmt.Sprintf("h%02d", i) }
+	win := oneWinner(t, 64, func(i int) error {
+		_, err := e.Lease.Acquire(ctx, e.DB, "hot", holder(i), 30*time.Second)
+		return err
+	})
+	st, err := e.Lease.Inspect(ctx, e.DB, "hot")
+	require.NoError(t, err)
+	assert.Equal(t, holder(win), st.Holder)
+	assert.Equal(t, int64(1), st.Generation)
+}
+
+// oneWinner runs try(0) … try(n-1) on n goroutines started together, and
+// checks that exactly one succeeds and every other is refused with
+// ErrHeld. It returns the winner.
+func oneWinner(t *testing.T, n int, try func(i int) error) int {
+	t.Helper()
 	var (
 		wg        sync.WaitGroup
 		start     = make(chan struct{})
 		mu        sync.Mutex
-		wins      []lease.Grant[string]
+		wins      []int
 		conflicts int
 		others    []error
 	)
@@ -127,12 +143,12 @@ func manyGoroutinesOneWinner(t *testing.T, e Env) {
 		go func() {
 			defer wg.Done()
 			<-start
-			g, err := e.Lease.Acquire(ctx, e.DB, "hot", fmt.Sprintf("h%02d", i), 30*time.Second)
+			err := try(i)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case err == nil:
-				wins = append(wins, g)
+				wins = append(wins, i)
 			case errors.Is(err, lease.ErrHeld):
 				conflicts++
 			default:
@@ -143,12 +159,9 @@ func manyGoroutinesOneWinner(t *testing.T, e Env) {
 	close(start)
 	wg.Wait()
 	require.Empty(t, others)
-	require.Len(t, wins, 1, "exactly one grant")
+	require.Len(t, wins, 1, "exactly one winner")
 	assert.Equal(t, n-1, conflicts)
-	st, err := e.Lease.Inspect(ctx, e.DB, "hot")
-	require.NoError(t, err)
-	assert.Equal(t, wins[0].Holder, st.Holder)
-	assert.Equal(t, int64(1), st.Generation)
+	return wins[0]
 }
 
 func reentry(t *testing.T, e Env) {
