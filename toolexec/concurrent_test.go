@@ -73,10 +73,13 @@ func TestConcurrentSameCall(t *testing.T) {
 // for the transaction (on SQLite they run inside it), and nothing is lost.
 func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		// Sized so that a loaded 2-core machine does not stall a renewal
+		// past the trust deadline (TTL − TTL/10 after the last one); the
+		// test is about the transaction's renewals, not about timing.
 		const (
-			interval = 50 * time.Millisecond
-			hbTTL    = 300 * time.Millisecond
-			hold     = 150 * time.Millisecond
+			interval = 250 * time.Millisecond
+			hbTTL    = 1500 * time.Millisecond
+			hold     = 750 * time.Millisecond
 		)
 		e := newEnv(t, db)
 		ctx := bg(t)
@@ -101,7 +104,7 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		defer sup.Stop()
 
 		// A model round longer than the TTL: the heartbeat keeps the leases.
-		time.Sleep(hbTTL + 100*time.Millisecond)
+		time.Sleep(hbTTL + 500*time.Millisecond)
 
 		o := e.opts(f, hbTTL)
 		o.Flow = flow
