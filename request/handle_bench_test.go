@@ -11,6 +11,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/rowlease/rowlease/internal/proccpu"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -89,7 +90,7 @@ func benchHandle(b *testing.B, db *sqlx.DB, d lease.Dialect, sessions int) {
 	b.ReportAllocs()
 	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	metrics.Read(sample)
-	g0, cpu0 := sample[0].Value.Uint64(), processCPU()
+	g0, cpu0 := sample[0].Value.Uint64(), proccpu.Used()
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for s := range sessions {
@@ -104,7 +105,7 @@ func benchHandle(b *testing.B, db *sqlx.DB, d lease.Dialect, sessions int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	cpu := processCPU() - cpu0
+	cpu := proccpu.Used() - cpu0
 	metrics.Read(sample)
 	if p := failed.Load(); p != nil {
 		b.Fatal(*p)
