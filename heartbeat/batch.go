@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,6 +104,11 @@ type Batcher struct {
 	members  []*member // in the order added
 	running  bool
 	nextTick time.Time
+	// sleeping is when the goroutine, waiting, wakes next; zero while it
+	// works. An add that is due no sooner, and a remove that leaves
+	// members, need not wake it: it looks at every member again when it
+	// wakes.
+	sleeping time.Time
 	wake     chan struct{} // capacity 1
 	done     chan struct{} // closed when the current goroutine returns
 	lastHook time.Time     // when AfterRound last ran (the goroutine's own)
@@ -172,10 +178,11 @@ type batchable interface {
 
 // member is one lease of one Supervisor, kept by a Batcher.
 type member struct {
-	sup *Supervisor
-	e   *entry
-	r   batchable
-	due time.Time // an off-round renewal: a retry, or a lease short of trust
+	sup  *Supervisor
+	e    *entry
+	r    batchable
+	due  time.Time // an off-round renewal: a retry, or a lease short of trust
+	kept bool      // in Batcher.members; guarded by Batcher.mu
 }
 
 func (b *Batcher) signal() {
@@ -204,32 +211,42 @@ func (b *Batcher) add(m *member) {
 		m.due = half
 	}
 	b.members = append(b.members, m)
-	b.signal()
+	m.kept = true
+	if !b.sleeping.IsZero() && m.due.Before(b.sleeping) {
+		b.signal() // due before the goroutine wakes
+	}
 }
 
 // remove stops renewing m; a round in flight for it is let finish and
-// its result ignored.
+// its result ignored. The goroutine is woken only when no lease is left,
+// so that it returns.
 func (b *Batcher) remove(m *member) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, x := range b.members {
-		if x == m {
-			b.members = append(b.members[:i:i], b.members[i+1:]...)
-			break
-		}
+	b.drop(m)
+	if len(b.members) == 0 {
+		b.signal()
 	}
-	b.signal()
+}
+
+// drop takes m out of the members, keeping the others in order. b.mu
+// must be held.
+func (b *Batcher) drop(m *member) {
+	if !m.kept {
+		return
+	}
+	m.kept = false
+	if i := slices.Index(b.members, m); i >= 0 {
+		b.members = slices.Delete(b.members, i, i+1)
+	}
 }
 
 // hurry renews m at once (its trust deadline moved back).
 func (b *Batcher) hurry(m *member) {
 	now := b.clock.Now()
 	b.mu.Lock()
-	for _, x := range b.members {
-		if x == m {
-			m.due = now
-			break
-		}
+	if m.kept {
+		m.due = now
 	}
 	b.mu.Unlock()
 	b.signal()
@@ -243,6 +260,7 @@ func (b *Batcher) run(done chan struct{}) {
 	for {
 		now := b.clock.Now()
 		b.mu.Lock()
+		b.sleeping = time.Time{}
 		if len(b.members) == 0 {
 			b.running = false
 			b.mu.Unlock()
@@ -264,6 +282,9 @@ func (b *Batcher) run(done chan struct{}) {
 			} else if m.due.Before(wake) {
 				wake = m.due
 			}
+		}
+		if len(due) == 0 {
+			b.sleeping = wake
 		}
 		b.mu.Unlock()
 		if len(due) > 0 {
@@ -399,11 +420,7 @@ func firstErr(errs []error) error {
 // retry; after a loss, the member is dropped.
 func (b *Batcher) settle(m *member, now, nd time.Time, err error) {
 	b.mu.Lock()
-	keep := false
-	for _, x := range b.members {
-		keep = keep || x == m
-	}
-	if !keep {
+	if !m.kept {
 		b.mu.Unlock()
 		return
 	}
@@ -414,12 +431,7 @@ func (b *Batcher) settle(m *member, now, nd time.Time, err error) {
 			m.due = half
 		}
 	case errors.Is(err, lease.ErrLost), errors.Is(err, lease.ErrInvalid):
-		for i, x := range b.members {
-			if x == m {
-				b.members = append(b.members[:i:i], b.members[i+1:]...)
-				break
-			}
-		}
+		b.drop(m)
 	default:
 		m.due = now.Add(m.sup.retryDelay(m.r.Deadline().Sub(now)))
 	}

@@ -219,6 +219,31 @@ func TestBatcherLongFencedTransaction(t *testing.T) {
 	})
 }
 
+// TestBatcherAddShortOfTrust: a lease added while the Batcher's goroutine
+// waits for its next round, with less trust left than that wait (a large
+// safety margin), is renewed after half its trust, not at the round, which
+// would come after its trust deadline; and it goes on being renewed so.
+func TestBatcherAddShortOfTrust(t *testing.T) {
+	countedDialects(t, func(t *testing.T, e conformance.Env, _ *countdb.Counter) {
+		// Rounds every 3s; the short lease trusts about 2s at a time.
+		const interval, ttl, margin = 3 * time.Second, 9 * time.Second, 7 * time.Second
+		b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval})
+		require.NoError(t, err)
+		long := startFlows(t, e, b, e.DB, "long", 1, 1, interval, ttl)[0]
+		for end := time.Now().Add(limit); b.Len() < 1; pause(time.Millisecond) { // handed over by the goroutine
+			require.False(t, time.Now().After(end), "the long lease never reached the batcher")
+		}
+		short, err := lease.New[string](e.Dialect, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{SafetyMargin: margin})
+		require.NoError(t, err)
+		f := startFlowsWith(t, conformance.Env{DB: e.DB, Dialect: e.Dialect, Lease: short},
+			heartbeat.Config{Interval: interval, TTL: ttl, Batcher: b}, e.DB, "short", 1, 1)[0]
+		require.Less(t, time.Until(f.grants[0].Deadline), interval, "the short lease trusts less than a round")
+		f.renewed(t, 2) // fails on a loss (its trust deadline passed unrenewed)
+		require.NoError(t, f.work.Err())
+		require.NoError(t, long.work.Err())
+	})
+}
+
 func TestBatcherConfig(t *testing.T) {
 	_, err := heartbeat.NewBatcher(heartbeat.BatchConfig{})
 	assert.ErrorIs(t, err, lease.ErrInvalid)

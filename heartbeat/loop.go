@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/rowlease/rowlease/lease"
@@ -13,8 +14,10 @@ import (
 func (s *Supervisor) run(ctx context.Context) {
 	defer close(s.done)
 	defer s.flushLost()
-	s.log.Debug("heartbeat: started", "interval", s.cfg.Interval, "ttl", s.cfg.TTL)
-	defer s.log.Debug("heartbeat: stopped")
+	if s.debug(ctx) { // the arguments are boxed before Debug looks at the level
+		s.log.Debug("heartbeat: started", "interval", s.cfg.Interval, "ttl", s.cfg.TTL)
+		defer s.log.Debug("heartbeat: stopped")
+	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	s.batching(true)
@@ -48,6 +51,9 @@ func (s *Supervisor) run(ctx context.Context) {
 		}
 	}
 }
+
+// debug reports whether the logger records Debug messages.
+func (s *Supervisor) debug(ctx context.Context) bool { return s.log.Enabled(ctx, slog.LevelDebug) }
 
 // dueEntries returns, in the order added, the entries due by now, and with
 // them those due within a quarter Interval, so that leases added together
@@ -152,7 +158,9 @@ func (s *Supervisor) settle(ctx context.Context, e *entry, prev, now, nd time.Ti
 		e.deadline, e.due = nd, now.Add(s.nextRenewal(nd.Sub(now)))
 		e.failures, e.lastErr = 0, nil
 		s.mu.Unlock()
-		s.log.Debug("heartbeat: renewed", "lease", e.name, "trust_left", nd.Sub(now))
+		if s.debug(ctx) {
+			s.log.Debug("heartbeat: renewed", "lease", e.name, "trust_left", nd.Sub(now))
+		}
 		s.event(Event{Kind: EventRenewed, Lease: e.name, Deadline: nd})
 		return true
 	case err == nil:

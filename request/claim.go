@@ -90,13 +90,20 @@ type existing struct {
 	queued                                 int    // 1: it came through the queue
 }
 
+// errNoRequest is find's error for a request that does not exist: the
+// first answer of every new message, made once.
+var errNoRequest = fmt.Errorf("request: reading the existing request: %w", sql.ErrNoRows)
+
 // find reads the request (session, client request id) of msg: one
 // statement; sql.ErrNoRows (wrapped) when there is none.
 func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
 	var ex existing
-	err := r.db.QueryRowContext(ctx, r.sql.find, msg.SessionKey, msg.ClientRequestID).
+	err := r.findStmt.queryRow(ctx, r.db, msg.SessionKey, msg.ClientRequestID).
 		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation, &ex.interruptedBy, &ex.queued)
-	if err != nil {
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ex, errNoRequest
+	case err != nil:
 		return ex, fmt.Errorf("request: reading the existing request: %w", err)
 	}
 	return ex, nil

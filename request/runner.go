@@ -141,6 +141,7 @@ type Runner struct {
 	tools    *toolexec.Store
 	log      *slog.Logger
 	sql      statements
+	findStmt *keptStmt // sql.find, kept prepared where lease.Options.Prepare says
 	q        queueState
 	batcher  *heartbeat.Batcher // nil with Config.SeparateHeartbeats
 	watch    watching           // runs whose interrupts the batcher's rounds read
@@ -230,6 +231,7 @@ func New(cfg Config) (*Runner, error) {
 		}
 	}
 	r.sql = r.newStatements(reqTable)
+	r.findStmt = newKeptStmt(r.sql.find, cfg.Dialect, cfg.Lease.Prepare)
 	r.initQueue()
 	return r, nil
 }
@@ -243,7 +245,9 @@ func (r *Runner) Sessions() *session.Locker { return r.sessions }
 // context's cause is ErrClosed: they give their leases back, and their
 // requests stay processing and free, to be resumed by a dispatcher of any
 // process) and waits for them; then it closes the prepared statements of
-// its session, request and tool-execution leases (see lease.Lease.Close).
+// its session, request and tool-execution leases (see lease.Lease.Close)
+// and its own (the read of a message's request, kept prepared where
+// lease.Options.Prepare prepares the leases' statements).
 // It returns an error matching ctx's error when it had to cancel runs.
 //
 // Close is safe to call while messages are being handled, without Start,
@@ -256,7 +260,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	if stopErr != nil {
 		stopErr = fmt.Errorf("request: close: queued runs cancelled (they resume on the next start): %w", stopErr)
 	}
-	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close())
+	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close(), r.findStmt.close())
 }
 
 // Message is one user message.

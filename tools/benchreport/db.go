@@ -104,6 +104,9 @@ func freshWith(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak f
 		}
 		q := u.Query()
 		q.Set("search_path", name)
+		// Names the report's connections in pg_stat_activity, so that the
+		// server's share of a run can be told apart.
+		q.Set("application_name", "rowlease-bench")
 		u.RawQuery = q.Encode()
 		db, err := open("pgx", u.String())
 		if err != nil {

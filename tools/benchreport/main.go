@@ -25,7 +25,10 @@
 //     go-sql-driver's default DSN (interpolateParams off), and with the
 //     default DSN and lease.PrepareAlways (round trips, prepares, rate).
 //
-// -only runs some parts alone (report.md then holds those alone).
+// -only runs some parts alone (report.md then holds those alone);
+// -flow-kinds measures some designs of the end-to-end part alone, and
+// -flow-cpuprofile writes a CPU profile of each design's end-to-end points
+// (go tool pprof), to see where the client's CPU goes per message.
 //
 // It reads ROWLEASE_MYSQL_DSN and ROWLEASE_POSTGRES_DSN (as the tests do;
 // make bench-report starts throwaway servers and sets them) and always
@@ -42,6 +45,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +62,8 @@ func main() {
 	flowPoint := flag.Duration("flow-point", time.Second, "measuring time of one end-to-end throughput point (messages per second)")
 	flowSessions := flag.String("flow-sessions", "1,4,16,64,256", "concurrent sessions of the end-to-end throughput points")
 	only := flag.String("only", "", "measure only these parts, comma-separated: locks, heartbeat, lockpath, flow, mysqldsn (default all)")
+	flowKindsFlag := flag.String("flow-kinds", "", "measure only these designs end to end, comma-separated: rowlease, article, floor (default all)")
+	flowProfile := flag.String("flow-cpuprofile", "", "write a CPU profile of each design's end-to-end points to PREFIX-<dialect>-<design>.prof")
 	flag.Parse()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		log.Fatal(err)
@@ -154,7 +160,15 @@ func main() {
 			break
 		}
 		for _, k := range flowKinds {
+			if !wantFlow(*flowKindsFlag, k) {
+				continue
+			}
+			stopProfile, err := startProfile(*flowProfile, d, k)
+			if err != nil {
+				log.Fatal(err)
+			}
 			pts, err := measureThroughput(ctx, d, k, sessions, *flowPoint)
+			stopProfile()
 			if err != nil {
 				log.Fatalf("%s flow %s: %v", d, k, err)
 			}
@@ -203,6 +217,35 @@ type report struct {
 	Throughput        []throughputPoint
 	MySQLDSN          []mysqlDSNPoint
 	MySQLDSNFlow      []throughputPoint // one new message under each MySQL setting
+}
+
+// wantFlow reports whether the -flow-kinds list (empty: all) names kind,
+// by the first word of its name.
+func wantFlow(list, kind string) bool {
+	if list == "" {
+		return true
+	}
+	first, _, _ := strings.Cut(kind, " ")
+	return slices.Contains(strings.Split(list, ","), strings.TrimSuffix(first, ","))
+}
+
+// startProfile starts a CPU profile of kind on d written to
+// prefix-<dialect>-<kind>.prof, and returns what stops it; with no
+// prefix, nothing.
+func startProfile(prefix string, d lease.Dialect, kind string) (func(), error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	first, _, _ := strings.Cut(kind, " ")
+	f, err := os.Create(prefix + "-" + d.String() + "-" + strings.TrimSuffix(first, ",") + ".prof")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func parseInts(s string) ([]int, error) {

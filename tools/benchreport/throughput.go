@@ -17,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/proccpu"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
@@ -161,7 +162,7 @@ func runThroughput(ctx context.Context, c *countdb.Counter, msg message, session
 		next[s] = *v.(*int)
 	}
 	c.Reset()
-	cpu0 := processCPU()
+	cpu0 := proccpu.Used()
 	start := time.Now()
 	stop := start.Add(dur)
 	var wg sync.WaitGroup
@@ -180,7 +181,7 @@ func runThroughput(ctx context.Context, c *countdb.Counter, msg message, session
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := processCPU() - cpu0
+	cpu := proccpu.Used() - cpu0
 	st := c.Stats()
 	var all []int64
 	for s := range sessions {

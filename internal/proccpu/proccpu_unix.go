@@ -1,15 +1,13 @@
 //go:build unix
 
-package main
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time (user + system) this process has used so
-// far, or 0 where it cannot be read.
-func processCPU() time.Duration {
+func used() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
