@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -139,9 +140,17 @@ func acquireCreateOneWinner(t *testing.T, e Env) {
 	inTx := e.Dialect != lease.Postgres
 	key := func(i int) string { return fmt.Sprintf("r%02d", i) }
 	win := oneWinner(t, 16, func(i int) error {
-		_, _, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp("hot", key(i), 30*time.Second, lease.AcquireOptions{}),
-			other.CreateOp(key(i), "run", 30*time.Second, lease.CreateOptions{}))
-		return err
+		for attempt := 1; ; attempt++ {
+			_, _, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp("hot", key(i), 30*time.Second, lease.AcquireOptions{}),
+				other.CreateOp(key(i), "run", 30*time.Second, lease.CreateOptions{}))
+			// A transaction the database rolled back to break a deadlock,
+			// or that a multi-primary cluster refused at certification,
+			// took no effect: run it again, as every caller of a
+			// transaction must (request.Runner does).
+			if !lease.IsRetryable(err) || attempt == 20 || !retry.Backoff(ctx, attempt) {
+				return err
+			}
+		}
 	})
 	st, err := e.Lease.Inspect(ctx, e.DB, "hot")
 	require.NoError(t, err)
