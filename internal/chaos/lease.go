@@ -19,6 +19,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/faults"
+	wait "github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -288,16 +289,8 @@ func retry(ctx context.Context, f func(context.Context) error) error {
 	return err
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleepCtx waits d or until ctx ends, as the library's own waits do.
+func sleepCtx(ctx context.Context, d time.Duration) bool { return wait.Sleep(ctx, d) }
 
 // resolve settles the fenced writes with the ledger: a row means the write
 // committed (ResOK with the generation it carries), no row after an
