@@ -286,10 +286,11 @@ func flowSummary(b *strings.Builder, rep report) {
 		"Each session sends one new message after another; the agent has no model latency and makes one tool call " +
 		"that writes one ledger row. *article* is the article's design written by hand (its statements, tables of its shape, " +
 		"two model rounds each between two ownership checks); *floor* is the ledger row alone in one transaction, no lock. " +
-		"Client CPU is this process's CPU time per message (the servers share the machine: where it is near the machine's cores divided by the rate, " +
-		"the client's CPU bounds the throughput).\n\n" +
-		"| dialect | sessions | rowlease msg/s | ÷ article | ÷ floor | p50 / p99 rowlease | p50 / p99 article | p50 / p99 floor | statements (round trips) per message: rowlease / article / floor | client CPU per message: rowlease / article / floor |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|\n")
+		"Client CPU is this process's CPU time per message (SQLite's engine included); server CPU is the database server's, all its processes " +
+		"(the servers share the machine with the client: where client and server CPU together are near the machine's cores divided by the rate, " +
+		"CPU bounds the throughput). Statistics are refreshed (ANALYZE) before each point, as autovacuum has them on a database in service.\n\n" +
+		"| dialect | sessions | rowlease msg/s | ÷ article | ÷ floor | p50 / p99 rowlease | p50 / p99 article | p50 / p99 floor | statements (round trips) per message: rowlease / article / floor | client CPU per message: rowlease / article / floor | server CPU per message: rowlease / article / floor |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ms := func(p *throughputPoint) string {
 		if p == nil {
 			return "—"
@@ -308,14 +309,20 @@ func flowSummary(b *strings.Builder, rep report) {
 		}
 		return fmt.Sprintf("%.0f", p.ClientCPUMicros)
 	}
+	srv := func(p *throughputPoint) string {
+		if p == nil || p.ServerCPUMicros == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.0f", p.ServerCPUMicros)
+	}
 	for _, d := range dialectOrder {
 		for _, pt := range rep.Throughput {
 			if pt.Dialect != d || pt.Kind != flowLibrary {
 				continue
 			}
 			a, f := find(d, flowArticle, pt.Sessions), find(d, flowFloor, pt.Sessions)
-			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s / %s / %s | %s / %s / %s µs |\n", d, pt.Sessions, pt.PerSec, ratio(&pt, a), ratio(&pt, f),
-				ms(&pt), ms(a), ms(f), st(&pt), st(a), st(f), cpu(&pt), cpu(a), cpu(f))
+			fmt.Fprintf(b, "| %s | %d | %.0f | %s | %s | %s | %s | %s | %s / %s / %s | %s / %s / %s µs | %s / %s / %s µs |\n", d, pt.Sessions, pt.PerSec, ratio(&pt, a), ratio(&pt, f),
+				ms(&pt), ms(a), ms(f), st(&pt), st(a), st(f), cpu(&pt), cpu(a), cpu(f), srv(&pt), srv(a), srv(f))
 		}
 	}
 	var lines []string

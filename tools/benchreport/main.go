@@ -173,8 +173,8 @@ func main() {
 				log.Fatalf("%s flow %s: %v", d, k, err)
 			}
 			for _, p := range pts {
-				log.Printf("flow %-8s %-17s x%-3d %7.0f msg/s  p50 %v p99 %v  %.1f statements (%.1f round trips)  client CPU %.0fµs/msg", d, k, p.Sessions, p.PerSec,
-					time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements, p.RoundTrips, p.ClientCPUMicros)
+				log.Printf("flow %-8s %-17s x%-3d %7.0f msg/s  p50 %v p99 %v  %.1f statements (%.1f round trips)  CPU per msg: client %.0fµs server %.0fµs", d, k, p.Sessions, p.PerSec,
+					time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.Statements, p.RoundTrips, p.ClientCPUMicros, p.ServerCPUMicros)
 			}
 			rep.Throughput = append(rep.Throughput, pts...)
 		}
