@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -139,6 +140,9 @@ type jointWrite interface {
 	// parts are the assignments and the condition of the write.
 	parts(b sqlBuilder) (assigns []string, where string)
 	vals() map[string]any
+	// shape writes what decides the write's SQL (not its values): two
+	// writes of one shape at one position build the same text.
+	shape(b *strings.Builder)
 	// row names the row: its table and key.
 	row() string
 	coarse() bool
@@ -207,6 +211,26 @@ func (w *leaseWrite[K]) vals() map[string]any {
 		return changeVals(w.g, w.o)
 	}
 	return grantVals(w.g)
+}
+
+func (w *leaseWrite[K]) shape(b *strings.Builder) {
+	b.WriteString(w.l.shape)
+	b.WriteByte(0)
+	b.WriteByte(byte('0' + w.kind))
+	if w.kind != jointTransition {
+		return
+	}
+	b.WriteString(strconv.Itoa(len(w.o.From)))
+	if w.o.To != "" {
+		b.WriteByte('s')
+	}
+	if w.o.Keep {
+		b.WriteByte('k')
+	}
+	for _, a := range w.o.Set {
+		b.WriteByte(0)
+		b.WriteString(a.Column)
+	}
 }
 
 func (w *leaseWrite[K]) row() string  { return w.l.table.name + "\x00" + keyText(w.g.Key) }
@@ -300,19 +324,45 @@ func joinable(ops []JointOp) bool {
 	return true
 }
 
+// jointCache holds the compiled joint statements by the shape of their
+// ops (jointWrite.shape, in order). Shapes are few (a table's few kinds
+// of write), so it stays small.
+var jointCache sync.Map // string -> compiled
+
 // jointSQL writes the joint statement of ops (joinable, valid) and its
-// arguments.
+// arguments. The text is built once per shape of ops.
 func jointSQL(ops []JointOp) (string, []any) {
-	d := ops[0].w.dialect()
+	var key strings.Builder
+	for _, op := range ops {
+		op.w.shape(&key)
+		key.WriteByte(1)
+	}
+	var c compiled
+	if v, ok := jointCache.Load(key.String()); ok {
+		c = v.(compiled)
+	} else {
+		c = compileJoint(ops)
+		jointCache.Store(key.String(), c)
+	}
 	all := map[string]any{}
+	for i, op := range ops {
+		prefix := strconv.Itoa(i) + "."
+		for k, v := range op.w.vals() {
+			all[prefix+k] = v
+		}
+	}
+	return c.query, c.args(all)
+}
+
+// compileJoint builds the joint statement of ops: its text and the names
+// of its arguments in placeholder order.
+func compileJoint(ops []JointOp) compiled {
+	d := ops[0].w.dialect()
 	var tmpl strings.Builder
 	var sets, wheres, reads []string
 	for i, op := range ops {
 		alias := "j" + strconv.Itoa(i)
 		prefix := strconv.Itoa(i) + "."
-		for k, v := range op.w.vals() {
-			all[prefix+k] = v
-		}
 		// Each op's placeholders get a name of their own: {key} of op 1
 		// becomes {1.key}.
 		named := func(s string) string { return paramPrefix(prefix, s) }
@@ -344,8 +394,7 @@ func jointSQL(ops []JointOp) (string, []any) {
 	} else {
 		tmpl.WriteString(" SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(wheres, " AND "))
 	}
-	c := compile(d, tmpl.String())
-	return c.query, c.args(all)
+	return compile(d, tmpl.String())
 }
 
 // sendJoint sends the joint statement of ops (joinable, valid) and

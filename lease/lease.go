@@ -2,6 +2,7 @@ package lease
 
 import (
 	"log/slog"
+	"strings"
 	"time"
 )
 
@@ -173,7 +174,11 @@ type Lease[K Key] struct {
 	coarse  bool          // a declared expiry column coarser than a microsecond
 	stmts   stmtCache
 	b       sqlBuilder
-	obs     Observer // nil: nothing is reported
+	// shape names what b writes (dialect, table, columns): Leases with
+	// the same shape write the same SQL, so built statements are cached
+	// under it (see jointSQL).
+	shape string
+	obs   Observer // nil: nothing is reported
 	// multiPrimary: confirm a token-checked miss causally (Options.MultiPrimary).
 	multiPrimary bool
 	// probes remembers the first-use check of each database handle.
@@ -224,6 +229,8 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 		l.log = slog.Default()
 	}
 	l.b = sqlBuilder{d: dialect, t: table}
+	c := table.cols
+	l.shape = strings.Join([]string{dialect.String(), table.name, c.Key, c.Holder, c.Token, c.ExpiresAt, c.Generation, c.State, c.UpdatedAt}, "\x00")
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
 	l.renewQ = compile(dialect, l.b.renew())
 	l.releaseQ = compile(dialect, l.b.release())
