@@ -127,6 +127,12 @@ const (
 		"`updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `expires_at` > " + myNow
 	myTransitionB = "UPDATE `app`.`lease_other` SET `gen` = LAST_INSERT_ID(`gen`), `expires_at` = NULL, `token` = NULL, `holder` = NULL, " +
 		"`status` = ?, `note` = ? WHERE `id` = ? AND `token` = ? AND `gen` = ? AND `status` IN (?)"
+	myConfirmB = "UPDATE `app`.`lease_other` SET `gen` = LAST_INSERT_ID(`gen`), " +
+		"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
+		"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END " +
+		"WHERE `id` = ? AND `token` = ? AND `gen` = ? AND `expires_at` > " + myNow
+	myTransitionC = "UPDATE `app`.`third` SET `generation` = LAST_INSERT_ID(`generation`), `expires_at` = NULL, `token` = NULL, `holder` = NULL, " +
+		"`state` = ?, `note` = ?, `updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `generation` = ? AND `state` IN (?)"
 	myReleaseC = "UPDATE `app`.`third` SET `generation` = LAST_INSERT_ID(`generation`), `expires_at` = NULL, `token` = NULL, `holder` = NULL, " +
 		"`updated_at` = " + myNow + " WHERE `item_key` = ? AND `token` = ? AND `generation` = ?"
 )
@@ -282,32 +288,16 @@ func TestSQLMockRunFencedJointEnd(t *testing.T) {
 			db, mock := newMock(t)
 			j := newJointMock(t, d, lease.Options{})
 			tok := j.tok
-			var q string
-			var args []driver.Value
-			if d == lease.MySQL {
-				q = "UPDATE `app`.`lease_item` AS j0, `app`.`lease_other` AS j1, `app`.`third` AS j2 SET " +
-					"j0.`expires_at` = CASE WHEN j0.`token` = ? AND j0.`expires_at` IS NOT NULL AND j0.`expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
-					"THEN (j0.`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, j0.`updated_at` = " + myNow + ", " +
-					"j1.`expires_at` = CASE WHEN j1.`token` = ? AND j1.`expires_at` IS NOT NULL AND j1.`expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
-					"THEN (j1.`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, " +
-					"j2.`expires_at` = NULL, j2.`token` = NULL, j2.`holder` = NULL, j2.`state` = ?, j2.`note` = ?, j2.`updated_at` = " + myNow + " " +
-					"WHERE (j0.`item_key` = ? AND j0.`token` = ? AND j0.`generation` = ? AND j0.`expires_at` > " + myNow + ") " +
-					"AND (j1.`id` = ? AND j1.`token` = ? AND j1.`gen` = ? AND j1.`expires_at` > " + myNow + ") " +
-					"AND (j2.`item_key` = ? AND j2.`token` = ? AND j2.`generation` = ? AND j2.`state` IN (?))"
-				args = []driver.Value{tok, int64(5000000), int64(5000000), tok, int64(5000000), int64(5000000), "done", "n",
-					"k", tok, int64(2), "r", tok, int64(7), "c", tok, int64(4), "processing"}
-			} else {
-				q = `WITH j0 AS (UPDATE "app"."lease_item" SET "expires_at" = CASE WHEN "token" = $1 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') ` +
-					`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') END, "updated_at" = ` + pgNow + ` ` +
-					`WHERE "item_key" = $3 AND "token" = $1 AND "generation" = $4 AND "expires_at" > ` + pgNow + ` RETURNING "generation"), ` +
-					`j1 AS (UPDATE "app"."lease_other" SET "expires_at" = CASE WHEN "token" = $5 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($6 AS bigint) * INTERVAL '1 microsecond') ` +
-					`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($6 AS bigint) * INTERVAL '1 microsecond') END ` +
-					`WHERE "id" = $7 AND "token" = $5 AND "gen" = $8 AND "expires_at" > ` + pgNow + ` RETURNING "gen"), ` +
-					`j2 AS (UPDATE "app"."third" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, "state" = $9, "note" = $10, "updated_at" = ` + pgNow + ` ` +
-					`WHERE "item_key" = $11 AND "token" = $12 AND "generation" = $13 AND "state" IN ($14) RETURNING "generation") ` +
-					`SELECT (SELECT "generation" FROM j0), (SELECT "gen" FROM j1), (SELECT "generation" FROM j2)`
-				args = []driver.Value{tok, int64(5000000), "k", int64(2), tok, int64(5000000), "r", int64(7), "done", "n", "c", tok, int64(4), "processing"}
-			}
+			q := `WITH j0 AS (UPDATE "app"."lease_item" SET "expires_at" = CASE WHEN "token" = $1 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') ` +
+				`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') END, "updated_at" = ` + pgNow + ` ` +
+				`WHERE "item_key" = $3 AND "token" = $1 AND "generation" = $4 AND "expires_at" > ` + pgNow + ` RETURNING "generation"), ` +
+				`j1 AS (UPDATE "app"."lease_other" SET "expires_at" = CASE WHEN "token" = $5 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($6 AS bigint) * INTERVAL '1 microsecond') ` +
+				`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($6 AS bigint) * INTERVAL '1 microsecond') END ` +
+				`WHERE "id" = $7 AND "token" = $5 AND "gen" = $8 AND "expires_at" > ` + pgNow + ` RETURNING "gen"), ` +
+				`j2 AS (UPDATE "app"."third" SET "expires_at" = NULL, "token" = NULL, "holder" = NULL, "state" = $9, "note" = $10, "updated_at" = ` + pgNow + ` ` +
+				`WHERE "item_key" = $11 AND "token" = $12 AND "generation" = $13 AND "state" IN ($14) RETURNING "generation") ` +
+				`SELECT (SELECT "generation" FROM j0), (SELECT "gen" FROM j1), (SELECT "generation" FROM j2)`
+			args := []driver.Value{tok, int64(5000000), "k", int64(2), tok, int64(5000000), "r", int64(7), "done", "n", "c", tok, int64(4), "processing"}
 			const effect = "INSERT INTO ledger VALUES (1)"
 			run := func() error {
 				return lease.RunFenced(ctx, db, lease.FencedTx{
@@ -322,7 +312,9 @@ func TestSQLMockRunFencedJointEnd(t *testing.T) {
 			mock.ExpectBegin()
 			mock.ExpectExec(effect).WillReturnResult(sqlmock.NewResult(0, 1))
 			if d == lease.MySQL {
-				mock.ExpectExec(q).WithArgs(args...).WillReturnResult(sqlmock.NewResult(0, 3))
+				mock.ExpectExec(myConfirmA).WithArgs(tok, int64(5000000), int64(5000000), "k", tok, int64(2)).WillReturnResult(sqlmock.NewResult(2, 1))
+				mock.ExpectExec(myConfirmB).WithArgs(tok, int64(5000000), int64(5000000), "r", tok, int64(7)).WillReturnResult(sqlmock.NewResult(7, 1))
+				mock.ExpectExec(myTransitionC).WithArgs("done", "n", "c", tok, int64(4), "processing").WillReturnResult(sqlmock.NewResult(4, 1))
 			} else {
 				mock.ExpectQuery(q).WithArgs(args...).WillReturnRows(sqlmock.NewRows([]string{"g0", "g1", "g2"}).AddRow(int64(2), int64(7), int64(4)))
 			}
@@ -333,13 +325,8 @@ func TestSQLMockRunFencedJointEnd(t *testing.T) {
 			mock.ExpectBegin()
 			mock.ExpectExec(effect).WillReturnResult(sqlmock.NewResult(0, 1))
 			if d == lease.MySQL {
-				mock.ExpectExec(q).WithArgs(args...).WillReturnResult(sqlmock.NewResult(0, 0))
 				mock.ExpectExec(myConfirmA).WithArgs(tok, int64(5000000), int64(5000000), "k", tok, int64(2)).WillReturnResult(sqlmock.NewResult(2, 1))
-				mock.ExpectExec("UPDATE `app`.`lease_other` SET `gen` = LAST_INSERT_ID(`gen`), "+
-					"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= ("+myNow+" + INTERVAL ? MICROSECOND) "+
-					"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE ("+myNow+" + INTERVAL ? MICROSECOND) END "+
-					"WHERE `id` = ? AND `token` = ? AND `gen` = ? AND `expires_at` > "+myNow).
-					WithArgs(tok, int64(5000000), int64(5000000), "r", tok, int64(7)).WillReturnResult(sqlmock.NewResult(0, 0))
+				mock.ExpectExec(myConfirmB).WithArgs(tok, int64(5000000), int64(5000000), "r", tok, int64(7)).WillReturnResult(sqlmock.NewResult(0, 0))
 			} else {
 				mock.ExpectQuery(q).WithArgs(args...).WillReturnRows(sqlmock.NewRows([]string{"g0", "g1", "g2"}).AddRow(int64(2), nil, int64(4)))
 			}

@@ -84,8 +84,8 @@ func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr er
 // mark ends the run: it moves the request from processing to its final
 // status to, with set, token-checked, and frees the session, both with a
 // bounded context that survives the caller's cancellation. The two writes
-// go as one statement where the dialect has one (lease.Joint: PostgreSQL
-// and MySQL), each made or lost on its own as when sent alone. The session
+// go as one statement on PostgreSQL (lease.Joint), each made or lost on
+// its own as when sent alone, and one after the other elsewhere. The session
 // is freed whatever the mark did; when the joint statement's outcome is
 // unknown (a driver error), the release is sent again alone. A lost
 // request lease gives an error matching ErrTakenOver (and lease.ErrLost);
@@ -93,15 +93,18 @@ func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr er
 func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assignment) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
-	if r.cfg.Dialect == lease.SQLite {
-		// No statement there writes two tables: the request is marked
-		// first, so that a resend never finds it processing with its
-		// session free, then the session is freed.
+	if r.cfg.Dialect != lease.Postgres {
+		// SQLite has no statement that writes two tables, and MariaDB's
+		// multi-table UPDATE costs the server more than the two writes
+		// alone (see lease.RunFenced): the request is marked first, so
+		// that a resend never finds it processing with its session free,
+		// then the session is freed.
 		_, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{From: []string{schema.StoredProcessing}, To: to, Set: set})
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 		return takenOver(err)
 	}
-	// One statement, in lock order: the session first, as everywhere.
+	// PostgreSQL: one statement, in lock order: the session first, as
+	// everywhere.
 	errs := lease.Joint(cctx, r.db,
 		r.sessions.Lease().ReleaseOp(run.sess),
 		r.req.TransitionOp(run.req, lease.ChangeOptions{From: []string{schema.StoredProcessing}, To: to, Set: set}))

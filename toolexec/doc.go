@@ -77,10 +77,9 @@
 //     confirms every fence (session, request) with a token-checked write
 //     (lease.Lease.Confirm) and marks the call success, checked against the
 //     tool's own token; then it commits. The confirmations and the mark
-//     are one statement on PostgreSQL and MySQL (lease.RunFenced with
-//     FencedTx.Mark; on MySQL, when a grant is gone, they are sent again
-//     one by one to name it), three on SQLite: a new call costs the insert
-//     that claims it, BEGIN, that statement and COMMIT. An external call's
+//     are one statement on PostgreSQL (lease.RunFenced with
+//     FencedTx.Mark), three on MySQL and SQLite: a new call on PostgreSQL
+//     costs the insert that claims it, BEGIN, that statement and COMMIT. An external call's
 //     intent and result are fenced the same way. The lease rows are locked only for
 //     that end, so the flow's heartbeat renews them while a long side
 //     effect works (on SQLite, where one writer excludes all others, it

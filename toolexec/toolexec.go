@@ -242,8 +242,8 @@ func validateCall(c Call) error {
 //
 // fn runs in a transaction that then confirms every fence (session,
 // request: a token-checked write each) and finally marks the tool done,
-// token-checked (on PostgreSQL and MySQL the confirmations and the mark
-// are one statement, see lease.RunFenced); it commits only if all of them
+// token-checked (on PostgreSQL the confirmations and the mark are one
+// statement, see lease.RunFenced); it commits only if all of them
 // still hold. The lease rows
 // are locked only for that end, so the heartbeat keeps renewing them while
 // fn works. If fn fails, the transaction rolls back and the failure is

@@ -1,9 +1,9 @@
 package conformance
 
 // The joint cases: token-checked writes on rows of several tables made
-// together (lease.Joint, and the end of lease.RunFenced: one statement on
-// PostgreSQL and MySQL, one by one on SQLite), each held or lost exactly
-// as it would be alone.
+// together (lease.Joint: one statement on PostgreSQL and MySQL, one by one
+// on SQLite; the end of lease.RunFenced: one statement on PostgreSQL, one
+// by one elsewhere), each held or lost exactly as it would be alone.
 
 import (
 	"context"
