@@ -214,7 +214,10 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 	for k, v := range cm {
 		all["c."+k] = v
 	}
-	q := compile(Postgres, acquireCreateSQL(a.l.b, c.l.b, a.o, c.o))
+	var key strings.Builder
+	shapeKey(&key, a.l.shape, "acquire-create:acquire", len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
+	shapeKey(&key, c.l.shape, "acquire-create:create", 0, c.o.State != "", false, c.o.Set)
+	q := shaped(key.String(), func() compiled { return compile(Postgres, acquireCreateSQL(a.l.b, c.l.b, a.o, c.o)) })
 	sent := a.l.clock.Now()
 	// What was sent, with the acquire's generation unknown (0): returned
 	// with a driver error, for the caller to give back (see AcquireCreate).

@@ -50,7 +50,9 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	return gen, nil
 }
 
-func (l *Lease[K]) confirmQ() compiled { return compile(l.dialect, l.b.confirm()) }
+func (l *Lease[K]) confirmQ() compiled {
+	return l.shapedStmt("confirm", 0, false, false, nil, l.b.confirm)
+}
 
 // Fence returns a Fence for g named name. Its Check is Confirm.
 func (l *Lease[K]) Fence(name string, g Grant[K]) Fence { return fence[K]{l: l, g: g, name: name} }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -218,23 +217,11 @@ func (w *leaseWrite[K]) vals() map[string]any {
 }
 
 func (w *leaseWrite[K]) shape(b *strings.Builder) {
-	b.WriteString(w.l.shape)
-	b.WriteByte(0)
-	b.WriteByte(byte('0' + w.kind))
 	if w.kind != jointTransition {
+		shapeKey(b, w.l.shape, w.name(), 0, false, false, nil)
 		return
 	}
-	b.WriteString(strconv.Itoa(len(w.o.From)))
-	if w.o.To != "" {
-		b.WriteByte('s')
-	}
-	if w.o.Keep {
-		b.WriteByte('k')
-	}
-	for _, a := range w.o.Set {
-		b.WriteByte(0)
-		b.WriteString(a.Column)
-	}
+	shapeKey(b, w.l.shape, w.name(), len(w.o.From), w.o.To != "", w.o.Keep, w.o.Set)
 }
 
 func (w *leaseWrite[K]) row() string  { return w.l.table.name + "\x00" + keyText(w.g.Key) }
@@ -328,26 +315,16 @@ func joinable(ops []JointOp) bool {
 	return true
 }
 
-// jointCache holds the compiled joint statements by the shape of their
-// ops (jointWrite.shape, in order). Shapes are few (a table's few kinds
-// of write), so it stays small.
-var jointCache sync.Map // string -> compiled
-
 // jointSQL writes the joint statement of ops (joinable, valid) and its
-// arguments. The text is built once per shape of ops.
+// arguments. The text is built once per shape of ops (see shaped).
 func jointSQL(ops []JointOp) (string, []any) {
 	var key strings.Builder
+	key.WriteString("joint")
+	key.WriteByte(1)
 	for _, op := range ops {
 		op.w.shape(&key)
-		key.WriteByte(1)
 	}
-	var c compiled
-	if v, ok := jointCache.Load(key.String()); ok {
-		c = v.(compiled)
-	} else {
-		c = compileJoint(ops)
-		jointCache.Store(key.String(), c)
-	}
+	c := shaped(key.String(), func() compiled { return compileJoint(ops) })
 	all := map[string]any{}
 	for i, op := range ops {
 		prefix := strconv.Itoa(i) + "."

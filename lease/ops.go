@@ -43,7 +43,9 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	}
 	c := l.acquireQ
 	if len(o.InStates) > 0 || o.SetState != "" || len(o.Set) > 0 {
-		c = compile(l.dialect, l.b.acquire(o.InStates, o.SetState != "", o.Set))
+		c = l.shapedStmt("acquire", len(o.InStates), o.SetState != "", false, o.Set, func() string {
+			return l.b.acquire(o.InStates, o.SetState != "", o.Set)
+		})
 	}
 	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.SetState)
 	addStates(m, o.InStates)
@@ -158,7 +160,9 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	if err := l.probe(ctx, db, false); err != nil {
 		return g, err
 	}
-	c := compile(l.dialect, l.b.change(o.From, o.To != "", o.Set, o.Keep))
+	c := l.shapedStmt("change", len(o.From), o.To != "", o.Keep, o.Set, func() string {
+		return l.b.change(o.From, o.To != "", o.Set, o.Keep)
+	})
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, c, changeVals(g, o), true)
 	if err != nil {
@@ -270,7 +274,9 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	}
 	c := l.createQ
 	if o.State != "" || len(o.Set) > 0 {
-		c = compile(l.dialect, l.b.create(o.State != "", o.Set))
+		c = l.shapedStmt("create", 0, o.State != "", false, o.Set, func() string {
+			return l.b.create(o.State != "", o.Set)
+		})
 	}
 	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
 	addSet(m, o.Set)
@@ -335,7 +341,9 @@ func (l *Lease[K]) Ensure(ctx context.Context, db DB, key K, o CreateOptions) (r
 	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
-	c := compile(l.dialect, l.b.ensure(o.State != "", o.Set))
+	c := l.shapedStmt("ensure", 0, o.State != "", false, o.Set, func() string {
+		return l.b.ensure(o.State != "", o.Set)
+	})
 	m := vals("key", key, "state", o.State)
 	addSet(m, o.Set)
 	return l.retry(ctx, db, func() error {

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 )
 
@@ -25,11 +24,25 @@ type Table struct {
 	cols Columns
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-
 // validIdent reports whether s is a safe SQL identifier: a letter or
 // underscore, then letters, digits or underscores, at most 63 characters.
-func validIdent(s string) bool { return identRE.MatchString(s) }
+// It runs on every column an operation sets, so it is a loop, not a
+// regular expression.
+func validIdent(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '_', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // NewTable validates a table name (optionally schema-qualified, "schema.table")
 // and its columns. Names are identifiers: a letter or underscore followed by
