@@ -60,9 +60,9 @@ func (l *Lease[K]) ReleaseOp(g Grant[K]) JointOp {
 //     whose renewal may leave its row unchanged, or when a table appears
 //     twice. It saves round trips, not the server's work: on MariaDB a
 //     multi-table UPDATE of three rows costs more CPU than three UPDATEs
-//     (about 270 µs against 190 µs on the test servers), which is why the
-//     library's own flow (RunFenced, request.Runner) sends its writes
-//     alone on MySQL.
+//     (BenchmarkJointOrAlone: about 320 µs against 200 µs on the test
+//     server), which is why the library's own flow (RunFenced,
+//     request.Runner) sends its writes alone on MySQL.
 //   - SQLite: one statement per op, in order. SQLite has no statement
 //     that updates several tables (no multi-table UPDATE, and a WITH
 //     clause holds only SELECTs); Joint sends each write alone.

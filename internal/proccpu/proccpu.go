@@ -1,7 +1,7 @@
-// Package proccpu reads the CPU time this process has used, for the
-// benchmarks and the bench report that give the client's CPU per
-// operation (the database servers' CPU is not in it; SQLite's engine,
-// which runs in process, is).
+// Package proccpu reads CPU time, for the benchmarks and the bench report
+// that give the CPU per operation: this process's (Used: the client, with
+// SQLite's engine, which runs in process) and a local database server's
+// (Named: by process name, on Linux).
 package proccpu
 
 import "time"
@@ -9,3 +9,11 @@ import "time"
 // Used is the CPU time (user + system) this process has used so far, or
 // 0 where the platform does not tell it.
 func Used() time.Duration { return used() }
+
+// Named is the CPU time (user + system) used so far by every process on
+// this machine whose name (comm) is one of names, with the time of the
+// children each has reaped: a PostgreSQL backend that exits moves its
+// time into the postmaster's. It is 0 where the platform does not tell it
+// (anything but Linux) and when no such process runs. Differences of two
+// readings count in steps of 10 ms.
+func Named(names ...string) time.Duration { return named(names) }
