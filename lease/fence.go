@@ -178,7 +178,7 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 	if err != nil {
 		return err
 	}
-	if err := runFencedBody(ctx, ctx, tx, o, fn); err != nil {
+	if err := runFencedBody(ctx, ctx, txIn{tx: tx, ldb: InTx(db, tx)}, o, fn); err != nil {
 		_ = tx.Rollback()
 		if errors.Is(err, ErrLost) && ctx.Err() == nil && multiPrimary(o) {
 			return behind(ctx, db, o, err)
@@ -245,30 +245,44 @@ func behind(ctx context.Context, db DB, o FencedTx, lost error) error {
 	return fmt.Errorf("%w (%v)", ErrNodeBehind, lost)
 }
 
+// txIn is a fenced transaction: tx for fn, o.Then and Fences of the
+// caller's own; ldb, the same transaction as InTx gives it, for the
+// Lease's statements (the fences made by Lease.Fence, the marks).
+type txIn struct {
+	tx  *sql.Tx
+	ldb DB
+}
+
 // runFencedBody runs fn, the fences and o.Then; qctx is the context of
 // the fences and Then.
-func runFencedBody(ctx, qctx context.Context, tx *sql.Tx, o FencedTx, fn func(tx *sql.Tx) error) error {
-	if err := fn(tx); err != nil {
+func runFencedBody(ctx, qctx context.Context, t txIn, o FencedTx, fn func(tx *sql.Tx) error) error {
+	if err := fn(t.tx); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := endFenced(qctx, tx, o); err != nil {
+	if err := endFenced(qctx, t, o); err != nil {
 		return err
 	}
 	if o.Then != nil {
-		return o.Then(qctx, tx)
+		return o.Then(qctx, t.tx)
 	}
 	return nil
 }
 
-func checkFences(ctx context.Context, tx *sql.Tx, fences []Fence) error {
+func checkFences(ctx context.Context, t txIn, fences []Fence) error {
 	for _, f := range fences {
 		if f == nil {
 			return invalid("fence", "nil")
 		}
-		if err := f.Check(ctx, tx); err != nil {
+		// A fence of the caller's own gets the *sql.Tx; Lease.Fence's
+		// the transaction with its pool (InTx).
+		var db DB = t.tx
+		if _, ours := f.(interface{ confirmOp() JointOp }); ours {
+			db = t.ldb
+		}
+		if err := f.Check(ctx, db); err != nil {
 			return fmt.Errorf("lease: %s fence: %w", f.Name(), err)
 		}
 	}
@@ -278,23 +292,23 @@ func checkFences(ctx context.Context, tx *sql.Tx, fences []Fence) error {
 // endFenced confirms o.Fences and makes o.Mark's writes: in one statement
 // on PostgreSQL, else one by one (checkFences, then each mark alone; see
 // RunFenced for why not MySQL's joint UPDATE).
-func endFenced(ctx context.Context, tx *sql.Tx, o FencedTx) error {
+func endFenced(ctx context.Context, t txIn, o FencedTx) error {
 	ops, ok := fenceOps(o.Fences)
 	if !ok || len(ops) == 0 || ops[0].w.dialect() != Postgres {
 		// One by one, o.Mark called after the fences, as always.
-		if err := checkFences(ctx, tx, o.Fences); err != nil {
+		if err := checkFences(ctx, t, o.Fences); err != nil {
 			return err
 		}
-		return markAlone(ctx, tx, marks(o))
+		return markAlone(ctx, t.ldb, marks(o))
 	}
 	all := append(ops, marks(o)...)
 	if !joinable(all) {
-		return oneByOne(ctx, tx, o.Fences, all[len(ops):])
+		return oneByOne(ctx, t, o.Fences, all[len(ops):])
 	}
-	if i, err := checkJoint(tx, all); err != nil {
+	if i, err := checkJoint(t.ldb, all); err != nil {
 		return fenceErr(o.Fences, i, err)
 	}
-	held, err := sendJoint(ctx, tx, all)
+	held, err := sendJoint(ctx, t.ldb, all)
 	if err != nil {
 		return fmt.Errorf("lease: fences: %w", err)
 	}
@@ -339,14 +353,14 @@ func marks(o FencedTx) []JointOp {
 }
 
 // oneByOne checks the fences, then makes each mark alone.
-func oneByOne(ctx context.Context, tx *sql.Tx, fences []Fence, marks []JointOp) error {
-	if err := checkFences(ctx, tx, fences); err != nil {
+func oneByOne(ctx context.Context, t txIn, fences []Fence, marks []JointOp) error {
+	if err := checkFences(ctx, t, fences); err != nil {
 		return err
 	}
-	return markAlone(ctx, tx, marks)
+	return markAlone(ctx, t.ldb, marks)
 }
 
-func markAlone(ctx context.Context, tx *sql.Tx, marks []JointOp) error {
+func markAlone(ctx context.Context, tx DB, marks []JointOp) error {
 	for _, m := range marks {
 		if err := m.lone(ctx, tx); err != nil {
 			return err

@@ -329,7 +329,8 @@ func runRouted(ctx context.Context, db TxBeginner, o FencedTx, lw writeLock, fn 
 	})
 	defer stop()
 	qctx := context.WithoutCancel(ctx)
-	err = runFencedBody(ctx, qctx, tx, o, fn)
+	t := txIn{tx: tx, ldb: InTx(db, tx)}
+	err = runFencedBody(ctx, qctx, t, o, fn)
 	if !ft.finish() { // ctx ended, and the transaction is being rolled back
 		<-aborted
 		return endedErr(ctx, err)
@@ -348,7 +349,7 @@ func runRouted(ctx context.Context, db TxBeginner, o FencedTx, lw writeLock, fn 
 		ft.ended(true)
 		return nil
 	}
-	if kerr := keepAfterFailure(qctx, tx, o, ft); kerr != nil {
+	if kerr := keepAfterFailure(qctx, t, o, ft); kerr != nil {
 		ft.ended(false)
 		_ = tx.Rollback()
 		return errors.Join(err, kerr)
@@ -401,15 +402,15 @@ func (f fence[K]) lockWrite(ctx context.Context, tx *sql.Tx) error {
 // into the transaction too), make those renewals again, confirm every
 // lease again, commit. ft must be finished: nothing is routed into the
 // transaction any more.
-func keepAfterFailure(ctx context.Context, tx *sql.Tx, o FencedTx, ft *flowTx) error {
-	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
+func keepAfterFailure(ctx context.Context, t txIn, o FencedTx, ft *flowTx) error {
+	if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
 		return err
 	}
 	ft.redo(ctx)
-	if err := checkFences(ctx, tx, o.all()); err != nil {
+	if err := checkFences(ctx, t, o.all()); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := t.tx.Commit(); err != nil {
 		return fmt.Errorf("lease: commit of the renewals (outcome unknown): %w", err)
 	}
 	return nil

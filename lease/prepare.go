@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 )
 
 // PrepareMode says whether a Lease keeps prepared statements.
@@ -84,10 +85,35 @@ func (l *Lease[K]) stmt(ctx context.Context, db DB, q string) (*sql.Stmt, func()
 	if !l.prepares() {
 		return nil, noop
 	}
+	if t, ok := db.(pooledTx); ok {
+		// The pool's statement, bound to the transaction's connection:
+		// database/sql prepares it there once and keeps it for the next
+		// transaction on that connection; the bound copy is closed with
+		// the transaction.
+		s, done := l.poolStmt(ctx, t.pool.(pool), q, true)
+		if s == nil {
+			return nil, done
+		}
+		return t.tx.StmtContext(ctx, s), done
+	}
 	p, ok := db.(pool)
 	if !ok {
 		return nil, noop
 	}
+	return l.poolStmt(ctx, p, q, false)
+}
+
+// prepareInTxWait bounds the wait of preparing a pool's statement from
+// inside one of its transactions (InTx), in the race where the pool's
+// last free connection was taken after poolStmt saw it free.
+const prepareInTxWait = 20 * time.Millisecond
+
+// poolStmt is stmt on pool p. inTx says the caller holds one of p's
+// connections in a transaction: then a statement not kept yet is prepared
+// only if p has a connection free now (else the caller sends the text, as
+// before: waiting for a connection while holding one could wait for
+// ever, on a pool of one connection, say), and within prepareInTxWait.
+func (l *Lease[K]) poolStmt(ctx context.Context, p pool, q string, inTx bool) (*sql.Stmt, func()) {
 	k := stmtKey{db: p, query: q}
 	c := &l.stmts
 	c.mu.Lock()
@@ -105,7 +131,17 @@ func (l *Lease[K]) stmt(ctx context.Context, db DB, q string) (*sql.Stmt, func()
 	if full {
 		return nil, noop
 	}
-	s, err := p.PrepareContext(ctx, q)
+	pctx := ctx
+	if inTx {
+		st := p.Stats()
+		if st.MaxOpenConnections > 0 && st.Idle == 0 && st.OpenConnections >= st.MaxOpenConnections {
+			return nil, noop
+		}
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithTimeout(ctx, prepareInTxWait)
+		defer cancel()
+	}
+	s, err := p.PrepareContext(pctx, q)
 	if err != nil {
 		return nil, noop
 	}

@@ -278,14 +278,16 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		}
 	}()
 	key := c.msg.SessionKey
+	// The lease operations run their kept statements in tx (lease.InTx).
+	ltx := lease.InTx(r.db, tx)
 	var sg session.Grant
 	if c.kind == resend {
 		// Acquire: with Session.AutoCreate it creates a missing lock
 		// row inside this transaction. A new message creates it outside
 		// (create), and a queue head does not create it.
-		sg, err = r.sessions.Acquire(ctx, tx, key, c.id, r.cfg.TTL)
+		sg, err = r.sessions.Acquire(ctx, ltx, key, c.id, r.cfg.TTL)
 	} else {
-		sg, err = r.sessions.AcquireExisting(ctx, tx, key, c.id, r.cfg.TTL)
+		sg, err = r.sessions.AcquireExisting(ctx, ltx, key, c.id, r.cfg.TTL)
 	}
 	switch {
 	case err != nil:
@@ -307,13 +309,13 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	}
 	var g lease.Grant[string]
 	if c.kind == newRequest {
-		g, err = r.req.Create(ctx, tx, c.id, c.holder, r.cfg.TTL, newRow(c.msg))
+		g, err = r.req.Create(ctx, ltx, c.id, c.holder, r.cfg.TTL, newRow(c.msg))
 	} else {
 		opts := lease.AcquireOptions{InStates: []string{c.from}, SetState: schema.StoredProcessing}
 		if c.from == schema.StoredFailed {
 			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 		}
-		g, err = r.req.AcquireWith(ctx, tx, c.id, c.holder, r.cfg.TTL, opts)
+		g, err = r.req.AcquireWith(ctx, ltx, c.id, c.holder, r.cfg.TTL, opts)
 		if errors.Is(err, lease.ErrHeld) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
