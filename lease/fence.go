@@ -312,6 +312,11 @@ func endFenced(ctx context.Context, t txIn, o FencedTx) error {
 	if err != nil {
 		return fmt.Errorf("lease: fences: %w", err)
 	}
+	if held == nil {
+		// Only a MySQL joint statement that did not change every row says
+		// nothing of each write; never commit on it: ask one by one.
+		return oneByOne(ctx, t, o.Fences, all[len(ops):])
+	}
 	for i, h := range held {
 		if !h {
 			return fenceErr(o.Fences, i, all[i].w.lost())
