@@ -121,6 +121,10 @@ func (s *dyingServer) serve(client net.Conn) {
 			s.mu.Unlock()
 			if die {
 				if forward {
+					// The client's side first, so that the server's
+					// answer to the COMMIT cannot reach it: a server
+					// that dies after committing answers nobody.
+					client.Close()
 					_, _ = server.Write(chunk)
 				}
 				break
