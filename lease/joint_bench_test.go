@@ -9,13 +9,6 @@ import (
 	"github.com/rowlease/rowlease/lease"
 )
 
-// serverNames are the process names of a local server of each dialect
-// (the throwaway servers of make bench / make servers).
-var serverNames = map[lease.Dialect][]string{
-	lease.Postgres: {"postgres"},
-	lease.MySQL:    {"mariadbd", "mysqld"},
-}
-
 // BenchmarkJointOrAlone confirms three grants on three tables per
 // iteration, as the end of a tool call's transaction does: joint, with
 // lease.Joint (one statement on PostgreSQL and MySQL), or alone, three
@@ -47,7 +40,7 @@ func BenchmarkJointOrAlone(b *testing.B) {
 				}
 				ops := []lease.JointOp{ls[0].ConfirmOp(gs[0]), ls[1].ConfirmOp(gs[1]), ls[2].ConfirmOp(gs[2])}
 				c.Reset()
-				srv0 := proccpu.Named(serverNames[d]...)
+				srv0 := proccpu.Named(proccpu.ServerNames[d.String()]...)
 				b.ResetTimer()
 				for range b.N {
 					if mode == "joint" {
@@ -65,7 +58,7 @@ func BenchmarkJointOrAlone(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				srv := proccpu.Named(serverNames[d]...) - srv0
+				srv := proccpu.Named(proccpu.ServerNames[d.String()]...) - srv0
 				b.ReportMetric(float64(srv.Microseconds())/float64(b.N), "server-cpu-µs/op")
 				reportStmts(b, c)
 			})

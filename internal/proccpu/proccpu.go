@@ -17,3 +17,11 @@ func Used() time.Duration { return used() }
 // (anything but Linux) and when no such process runs. Differences of two
 // readings count in steps of 10 ms.
 func Named(names ...string) time.Duration { return named(names) }
+
+// ServerNames are the process names (comm) of a local database server, by
+// dialect name ("postgres", "mysql"; SQLite has none: it runs in
+// process), for Named.
+var ServerNames = map[string][]string{
+	"postgres": {"postgres"},
+	"mysql":    {"mariadbd", "mysqld"},
+}
