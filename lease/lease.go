@@ -44,8 +44,9 @@ type Options struct {
 	// Clock is the local monotonic clock; nil means time.Now.
 	Clock Clock
 	// Prepare says whether statements run on a pool (*sql.DB, *sqlx.DB)
-	// are prepared once and kept; see PrepareMode. Statements inside a
-	// transaction or on a *sql.Conn are always sent as text.
+	// are prepared once and kept; see PrepareMode. Inside a transaction
+	// the pool began, pass InTx(pool, tx) to run the kept statements
+	// there; on a bare *sql.Tx or a *sql.Conn statements are sent as text.
 	Prepare PrepareMode
 	// ExpiryResolution declares an ExpiresAt column coarser than a
 	// microsecond: time.Second for a MySQL DATETIME or a PostgreSQL
