@@ -15,6 +15,11 @@ import (
 // builds no SQL text. Shapes are few (a program's tables times their
 // kinds of write), so the cache stays small; Leases of the same dialect,
 // table and columns share entries.
+//
+// Whoever gives a builder in stmt.go a new input that changes its text
+// must put that input into the key (shapeKey, jointWrite.shape), or two
+// shapes share one text; TestShapedStatementsPerShape and
+// TestJointSQLCachedPerShape try every input they know of.
 var shapeCache sync.Map // string -> compiled
 
 // shaped returns the statement of key, compiled by build on its first use.
