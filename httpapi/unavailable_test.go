@@ -219,6 +219,34 @@ func sleepSQL(d lease.Dialect) (sleep, pid string) {
 	return "SELECT SLEEP(20)", "SELECT CONNECTION_ID()"
 }
 
+// endWhileRunning runs a 20-second sleep on a connection of db, calls
+// end with the connection's server process id once admin sees the sleep
+// running, and returns the error the sleep ends with (what names how it
+// was ended, for a sleep that does not end).
+func endWhileRunning(t *testing.T, db *sqlx.DB, admin *sqlx.DB, d lease.Dialect, what string, end func(id int64)) error {
+	t.Helper()
+	ctx := context.Background()
+	sleep, pidQ := sleepSQL(d)
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	var id int64
+	require.NoError(t, conn.QueryRowContext(ctx, pidQ).Scan(&id))
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.ExecContext(ctx, sleep)
+		done <- err
+	}()
+	waitRunning(t, admin, d, id)
+	end(id)
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the statement did not fail when %s", what)
+	}
+	return err
+}
+
 // assertUnavailable checks that err is answered 503 with Retry-After.
 func assertUnavailable(t *testing.T, what string, err error) {
 	t.Helper()
@@ -246,26 +274,9 @@ func TestIsUnavailableServerDied(t *testing.T) {
 			admin := testdb.Open(t, d) // another database on the same server: only for the process list
 			_, err := db.ExecContext(ctx, "CREATE TABLE died (n INTEGER NOT NULL)")
 			require.NoError(t, err)
-			sleep, pidQ := sleepSQL(d)
 
 			t.Run("a statement running", func(t *testing.T) {
-				conn, err := db.Conn(ctx)
-				require.NoError(t, err)
-				defer conn.Close()
-				var id int64
-				require.NoError(t, conn.QueryRowContext(ctx, pidQ).Scan(&id))
-				done := make(chan error, 1)
-				go func() {
-					_, err := conn.ExecContext(ctx, sleep)
-					done <- err
-				}()
-				waitRunning(t, admin, d, id)
-				s.die()
-				select {
-				case err = <-done:
-				case <-time.After(20 * time.Second):
-					t.Fatal("the statement did not fail when the server died")
-				}
+				err := endWhileRunning(t, db, admin, d, "the server died", func(int64) { s.die() })
 				assertUnavailable(t, "a statement running", err)
 			})
 
@@ -325,7 +336,7 @@ func TestIsUnavailableBackendTerminated(t *testing.T) {
 			ctx := context.Background()
 			db := testdb.Open(t, d)
 			admin := testdb.Open(t, d)
-			sleep, pidQ := sleepSQL(d)
+			_, pidQ := sleepSQL(d)
 			kill := func(id int64) {
 				t.Helper()
 				if d == lease.Postgres {
@@ -339,23 +350,7 @@ func TestIsUnavailableBackendTerminated(t *testing.T) {
 			}
 
 			t.Run("while a statement runs", func(t *testing.T) {
-				conn, err := db.Conn(ctx)
-				require.NoError(t, err)
-				defer conn.Close()
-				var id int64
-				require.NoError(t, conn.QueryRowContext(ctx, pidQ).Scan(&id))
-				done := make(chan error, 1)
-				go func() {
-					_, err := conn.ExecContext(ctx, sleep)
-					done <- err
-				}()
-				waitRunning(t, admin, d, id)
-				kill(id)
-				select {
-				case err = <-done:
-				case <-time.After(20 * time.Second):
-					t.Fatal("the statement did not fail when its backend ended")
-				}
+				err := endWhileRunning(t, db, admin, d, "its backend ended", kill)
 				assertUnavailable(t, "a statement whose backend ended", err)
 			})
 

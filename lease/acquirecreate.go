@@ -202,11 +202,8 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 	if err != nil {
 		return Grant[A]{}, Grant[C]{}, err
 	}
-	am := vals("key", a.key, "tok", atok.Secret(), "holder", a.holder, "ttl", a.ttl.Microseconds(), "state", a.o.SetState)
-	addStates(am, a.o.InStates)
-	addSet(am, a.o.Set)
-	cm := vals("key", c.key, "tok", ctok.Secret(), "holder", c.holder, "ttl", c.ttl.Microseconds(), "state", c.o.State)
-	addSet(cm, c.o.Set)
+	am := heldVals(a.key, atok, a.holder, a.ttl, a.o.SetState, a.o.InStates, a.o.Set)
+	cm := heldVals(c.key, ctok, c.holder, c.ttl, c.o.State, nil, c.o.Set)
 	all := make(map[string]any, len(am)+len(cm))
 	for k, v := range am {
 		all["a."+k] = v

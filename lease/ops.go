@@ -47,9 +47,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 			return l.b.acquire(o.InStates, o.SetState != "", o.Set)
 		})
 	}
-	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.SetState)
-	addStates(m, o.InStates)
-	addSet(m, o.Set)
+	m := heldVals(key, tok, holder, ttl, o.SetState, o.InStates, o.Set)
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, c, m, false)
 	if err != nil {
@@ -278,8 +276,7 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 			return l.b.create(o.State != "", o.Set)
 		})
 	}
-	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", o.State)
-	addSet(m, o.Set)
+	m := heldVals(key, tok, holder, ttl, o.State, nil, o.Set)
 	sent := l.clock.Now()
 	if err := l.retry(ctx, db, func() error {
 		_, err := l.execQ(ctx, db, c.query, c.args(m))

@@ -68,6 +68,16 @@ func vals(extra ...any) map[string]any {
 	return m
 }
 
+// heldVals are the arguments of a statement that leaves key held by
+// holder under tok for ttl: an acquire (state set, states checked) or a
+// create (state set, states nil); AcquireWith, Create and AcquireCreate.
+func heldVals(key any, tok Token, holder string, ttl time.Duration, state string, states []string, set []Assignment) map[string]any {
+	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", state)
+	addStates(m, states)
+	addSet(m, set)
+	return m
+}
+
 // grantVals are the arguments of a token-checked statement on g's row
 // (Release, Delete, Verify).
 func grantVals[K Key](g Grant[K]) map[string]any {
