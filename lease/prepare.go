@@ -63,15 +63,21 @@ type stmtCache struct {
 	closed bool // Close was called: nothing more is prepared
 }
 
-func (l *Lease[K]) prepares() bool {
-	switch l.prepare {
+// Prepares reports whether m keeps statements prepared on a pool in
+// dialect d: PrepareAlways does, PrepareNever does not, PrepareAuto does
+// on SQLite only. Code that keeps statements of its own beside a Lease's
+// (request.Runner does) follows the same rule with it.
+func (m PrepareMode) Prepares(d Dialect) bool {
+	switch m {
 	case PrepareNever:
 		return false
 	case PrepareAlways:
 		return true
 	}
-	return l.dialect == SQLite
+	return d == SQLite
 }
+
+func (l *Lease[K]) prepares() bool { return l.prepare.Prepares(l.dialect) }
 
 func noop() {}
 

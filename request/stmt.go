@@ -35,8 +35,7 @@ type keptStmt struct {
 // newKeptStmt is q, kept prepared on a pool when mode (and, for
 // lease.PrepareAuto, the dialect) says so.
 func newKeptStmt(q string, d lease.Dialect, mode lease.PrepareMode) *keptStmt {
-	on := mode == lease.PrepareAlways || (mode == lease.PrepareAuto && d == lease.SQLite)
-	return &keptStmt{query: q, on: on}
+	return &keptStmt{query: q, on: mode.Prepares(d)}
 }
 
 // queryRow runs the statement on db with args.
