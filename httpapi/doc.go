@@ -86,9 +86,10 @@
 // PostgreSQL standby where a primary was expected (a failover under way),
 // Galera nodes cut off from the primary component (MySQL error 1047), and
 // SQLite files that cannot be opened or are locked (the list is in its
-// documentation); PostgreSQL and SQLite errors through their methods
-// (and pgx's two sentinels by their text), so this package links no
-// driver but go-sql-driver/mysql (which lease already links).
+// documentation of lease.IsUnavailable, which does the recognising);
+// PostgreSQL and SQLite errors through their methods (and pgx's two
+// sentinels by their text), so neither package links a driver but
+// go-sql-driver/mysql (which lease links anyway).
 //
 // A message in flight when the database went away gets 503 too, even one
 // whose COMMIT was cut (it may have committed: the resend finds out). The

@@ -23,6 +23,7 @@
 //	batch.go       RenewMany
 //	probe.go       the first-use check of each database handle
 //	errors.go      sentinels, error types, IsDuplicateKey, IsRetryable, IsTransient
+//	unavailable.go IsUnavailable: a database that cannot be reached or serve
 //	dialect.go     Dialect, its SQL fragments, Rebind, Quote, SyncWait
 //	table.go       Columns and Table
 //	token.go       Token, which never prints its secret

@@ -107,6 +107,11 @@
 //     with backoff, and then reported as ErrTransient. Each run is watched
 //     (ExecOptions.Watch) until its final mark, so a run after a transient
 //     error at the mark or at the commit is supervised as the first was.
+//   - Nor is a database that cannot be reached (lease.IsUnavailable: the
+//     connection broke, the server died or is shutting down) inside the
+//     side effect: nothing committed, the call is not marked error and
+//     is left free, and Execute returns the database's error, so that the
+//     run ends rather than show the model a failure it did not cause.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
 //     surrogates, an integer a double does not hold exactly) give
 //     ErrInvalidArguments and write nothing. An unknown
@@ -146,6 +151,10 @@
 //     key; reconcile before acting again.
 //   - *TransientError (ErrTransient): the database kept failing
 //     transiently; nothing committed, the call is left free; retry.
+//   - An error lease.IsUnavailable recognises, returned by the side
+//     effect: the database went away mid-transaction; nothing committed,
+//     the call is left free (its lease given back if the database lets
+//     it); resend once it is back.
 //   - lease.ErrLost: a fence failed ("lease: session fence: …", the first
 //     in order when several did), or the tool's own mark did (its
 //     *lease.LostError); nothing committed, and the call is left

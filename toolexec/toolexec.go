@@ -473,6 +473,13 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 			if lease.IsTransient(ferr) {
 				return &TransientError{Tool: call.Tool, Err: ferr}
 			}
+			if lease.IsUnavailable(ferr) {
+				// The database, not the tool: the connection broke or the
+				// server went away. Nothing committed (the error came
+				// before the commit); the call is left free, not marked
+				// error, and the run ends with the database's error.
+				return fmt.Errorf("toolexec: tool %s: the side effect's transaction: %w", call.Tool, ferr)
+			}
 			return &FailedError{Tool: call.Tool, Err: ferr}
 		}
 		if len(out) == 0 {

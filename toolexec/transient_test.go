@@ -3,6 +3,7 @@ package toolexec_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -148,4 +149,83 @@ func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 			assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, res.ExecutionID).State)
 		})
 	}
+}
+
+// killConnection ends x.Tx's own connection from the server side, as a
+// server restart or an administrator would, and returns the driver's
+// error: PostgreSQL's 57P01 (pg_terminate_backend), MariaDB's 1927 or a
+// broken connection (KILL).
+func killConnection(ctx context.Context, x toolexec.Exec, d lease.Dialect) error {
+	var err error
+	switch d {
+	case lease.MySQL:
+		_, err = x.Tx.ExecContext(ctx, "KILL CONNECTION_ID()")
+	case lease.Postgres:
+		_, err = x.Tx.ExecContext(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+	}
+	if err == nil {
+		return fmt.Errorf("the database raised nothing")
+	}
+	return err
+}
+
+// Item: a database that goes away inside a side effect's transaction is
+// not the tool's failure either. The call is not marked error and is left
+// free, nothing committed, Execute returns the database's error (the run
+// ends; HTTP 503), and the call made again runs once.
+func TestUnavailableInASideEffect(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		check := func(t *testing.T, f *flow, args string, raise func(context.Context, toolexec.Exec) error) {
+			runs := 0
+			_, err := e.store.Execute(ctx, db, f.call(args), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+				runs++
+				if _, err := e.ledger(ctx, x); err != nil {
+					return nil, err
+				}
+				return nil, raise(ctx, x)
+			})
+			require.Error(t, err)
+			assert.True(t, lease.IsUnavailable(err), "%v", err)
+			assert.NotErrorIs(t, err, toolexec.ErrToolFailed, "not shown to the model as the tool's failure")
+			assert.Equal(t, 1, runs, "not run again against a database that went away")
+			var id string
+			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
+			row := e.toolRow(t, id)
+			assert.Equal(t, schema.StoredProcessing, row.State, "not marked error")
+			assert.False(t, row.Held, "free for the resend")
+			assert.True(t, row.errNull)
+			var n int
+			require.NoError(t, db.GetContext(ctx, &n, e.d.Rebind("SELECT COUNT(*) FROM ledger WHERE request_id = ?"), f.requestID))
+			assert.Equal(t, 0, n, "nothing committed")
+
+			// The resend makes the same call: it runs once, and commits.
+			res, err := e.store.Execute(ctx, db, f.call(args), e.opts(f, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+				runs++
+				return e.ledger(ctx, x)
+			})
+			require.NoError(t, err)
+			assert.Equal(t, 2, runs)
+			assert.Equal(t, id, res.ExecutionID, "the same call")
+			assert.Equal(t, schema.StoredSucceeded, e.toolRow(t, id).State)
+			require.NoError(t, db.GetContext(ctx, &n, e.d.Rebind("SELECT COUNT(*) FROM ledger WHERE request_id = ?"), f.requestID))
+			assert.Equal(t, 1, n)
+		}
+
+		t.Run("broken connection", func(t *testing.T) {
+			check(t, e.newFlow(t, "s-badconn", ttl), `{"a":1}`, func(context.Context, toolexec.Exec) error {
+				// What database/sql and pgx report for a connection that
+				// broke mid-statement.
+				return fmt.Errorf("insert ledger row: %w", driver.ErrBadConn)
+			})
+		})
+		if e.d != lease.SQLite { // a server to end the connection
+			t.Run("connection killed", func(t *testing.T) {
+				check(t, e.newFlow(t, "s-killed", ttl), `{"a":2}`, func(ctx context.Context, x toolexec.Exec) error {
+					return killConnection(ctx, x, e.d)
+				})
+			})
+		}
+	})
 }
