@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -109,7 +110,8 @@ func AcquireCreate[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Creat
 		}
 		return ga, gc, nil
 	}
-	return acquireCreateOne(ctx, db, a, c)
+	ga, gc, _, err := acquireCreateOne(ctx, db, a, c, nil, nil)
+	return ga, gc, err
 }
 
 // checkJoint checks a's and c's input, and that they can go together on
@@ -166,11 +168,16 @@ func (c CreateOp[K]) report(ctx context.Context, start time.Time, gen int64, err
 	}
 }
 
-// acquireCreateOne is AcquireCreate on PostgreSQL: one statement.
-func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c CreateOp[C]) (ga Grant[A], gc Grant[C], err error) {
+// acquireCreateOne is AcquireCreate on PostgreSQL: one statement. With u
+// (AcquireCreateUnless), the statement first reads the row u names into
+// dest and writes nothing if it exists (found).
+func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c CreateOp[C], u *Unless, dest []any) (ga Grant[A], gc Grant[C], found bool, err error) {
 	start := time.Now()
 	missed := false
 	defer func() {
+		if found {
+			return // a read: neither write was made (see AcquireCreateUnless)
+		}
 		var gen int64
 		if err == nil {
 			gen = ga.Generation
@@ -184,61 +191,88 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 		}
 	}()
 	if err := a.checkJoint(db, c); err != nil {
-		return Grant[A]{}, Grant[C]{}, err
+		return Grant[A]{}, Grant[C]{}, false, err
+	}
+	if u != nil {
+		if err := c.l.checkUnless(*u, dest); err != nil {
+			return Grant[A]{}, Grant[C]{}, false, err
+		}
 	}
 	if err := a.l.probe(ctx, db, false); err != nil {
-		return Grant[A]{}, Grant[C]{}, err
+		return Grant[A]{}, Grant[C]{}, false, err
 	}
 	if err := c.l.probe(ctx, db, false); err != nil {
-		return Grant[A]{}, Grant[C]{}, err
+		return Grant[A]{}, Grant[C]{}, false, err
 	}
 	atok := a.o.Token
 	if atok.IsZero() {
 		if atok, err = NewToken(); err != nil {
-			return Grant[A]{}, Grant[C]{}, err
+			return Grant[A]{}, Grant[C]{}, false, err
 		}
 	}
 	ctok, err := NewToken()
 	if err != nil {
-		return Grant[A]{}, Grant[C]{}, err
+		return Grant[A]{}, Grant[C]{}, false, err
 	}
 	am := heldVals(a.key, atok, a.holder, a.ttl, a.o.SetState, a.o.InStates, a.o.Set)
 	cm := heldVals(c.key, ctok, c.holder, c.ttl, c.o.State, nil, c.o.Set)
-	all := make(map[string]any, len(am)+len(cm))
+	all := make(map[string]any, len(am)+len(cm)+2)
 	for k, v := range am {
 		all["a."+k] = v
 	}
 	for k, v := range cm {
 		all["c."+k] = v
 	}
-	var key strings.Builder
-	shapeKey(&key, a.l.shape, "acquire-create:acquire", len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
-	shapeKey(&key, c.l.shape, "acquire-create:create", 0, c.o.State != "", false, c.o.Set)
-	q := shaped(key.String(), func() compiled { return compile(Postgres, acquireCreateSQL(a.l.b, c.l.b, a.o, c.o)) })
+	if u != nil {
+		for i, m := range u.Match {
+			all["u.m"+strconv.Itoa(i)] = m.Value
+		}
+	}
+	q := acquireCreateStmt(a, c, u)
 	sent := a.l.clock.Now()
 	// What was sent, with the acquire's generation unknown (0): returned
 	// with a driver error, for the caller to give back (see AcquireCreate).
 	ga = Grant[A]{Key: a.key, Holder: a.holder, Token: atok, TTL: a.ttl}
 	gc = Grant[C]{Key: c.key, Holder: c.holder, Token: ctok, Generation: 1, TTL: c.ttl}
 	var agen, cgen sql.NullInt64
-	if err := resolve(db).QueryRowContext(ctx, q.query, q.args(all)...).Scan(&agen, &cgen); err != nil {
+	if u == nil {
+		err = resolve(db).QueryRowContext(ctx, q.query, q.args(all)...).Scan(&agen, &cgen)
+	} else {
+		found, err = scanUnless(ctx, db, q, all, &agen, &cgen, dest)
+	}
+	if err != nil {
 		if IsDuplicateKey(err) {
-			return Grant[A]{}, Grant[C]{}, c.l.translate(c.key, err)
+			return Grant[A]{}, Grant[C]{}, false, c.l.translate(c.key, err)
 		}
-		return ga, gc, err
+		return ga, gc, false, err
+	}
+	if found {
+		return Grant[A]{}, Grant[C]{}, true, nil
 	}
 	if !agen.Valid {
 		missed = true
-		return Grant[A]{}, Grant[C]{}, a.l.whyNot(ctx, db, a.key, a.o.InStates)
+		return Grant[A]{}, Grant[C]{}, false, a.l.whyNot(ctx, db, a.key, a.o.InStates)
 	}
 	ga.Generation, ga.Deadline = agen.Int64, a.l.deadline(sent, a.ttl)
 	if !cgen.Valid {
 		// The acquire was made and the row not inserted: something of the
 		// database's own (a trigger) skipped the insert.
-		return ga, gc, errNotInserted
+		return ga, gc, false, errNotInserted
 	}
 	gc.Generation, gc.Deadline = cgen.Int64, c.l.deadline(sent, c.ttl)
-	return ga, gc, nil
+	return ga, gc, false, nil
+}
+
+// acquireCreateStmt is the statement of acquireCreateOne for a, c and u
+// (nil: AcquireCreate), compiled once per shape.
+func acquireCreateStmt[A, C Key](a AcquireOp[A], c CreateOp[C], u *Unless) compiled {
+	var key strings.Builder
+	shapeKey(&key, a.l.shape, "acquire-create:acquire", len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
+	shapeKey(&key, c.l.shape, "acquire-create:create", 0, c.o.State != "", false, c.o.Set)
+	if u != nil {
+		u.shape(&key)
+	}
+	return shaped(key.String(), func() compiled { return compile(Postgres, acquireCreateSQL(a.l.b, c.l.b, a.o, c.o, u)) })
 }
 
 var errNotInserted = errors.New("lease: acquire-create: the acquire was made but the row was not inserted")
@@ -249,14 +283,40 @@ var errNotInserted = errors.New("lease: acquire-create: the acquire was made but
 // inserts a row only if the acquire matched one), then the generation of
 // each, NULL for a write that matched nothing. a's parameters are named
 // {a.…}, c's {c.…}.
-func acquireCreateSQL(ab, cb sqlBuilder, ao AcquireOptions, co CreateOptions) string {
+//
+// With u (AcquireCreateUnless), a first part reads the row u names, the
+// acquire matches only if that read found none, and the result adds a
+// found mark and the row's columns (NULL when there is none): one row in
+// every case, through a LEFT JOIN. u's parameters are named {u.m0}, ….
+func acquireCreateSQL(ab, cb sqlBuilder, ao AcquireOptions, co CreateOptions, u *Unless) string {
 	cols, vals := cb.createParts(co.State != "", co.Set)
 	ins := "INSERT INTO " + cb.t.qname(cb.d) + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(vals, ", ") +
 		" FROM rowlease_acquired" + cb.returning()
-	return "WITH rowlease_acquired AS (" + paramPrefix("a.", ab.acquire(ao.InStates, ao.SetState != "", ao.Set)) +
+	assigns, where := ab.acquireParts(ao.InStates, ao.SetState != "", ao.Set)
+	head, found := "WITH ", ""
+	if u != nil {
+		read := make([]string, len(u.Columns))
+		found = ", rowlease_existing.rowlease_found"
+		for i, col := range u.Columns {
+			read[i] = cb.col(col)
+			found += ", rowlease_existing." + cb.col(col)
+		}
+		match := make([]string, len(u.Match))
+		for i, m := range u.Match {
+			match[i] = cb.col(m.Column) + " = {u.m" + strconv.Itoa(i) + "}"
+		}
+		head += "rowlease_existing AS (SELECT 1 AS rowlease_found, " + strings.Join(read, ", ") + " FROM " +
+			cb.t.qname(cb.d) + " WHERE " + strings.Join(match, " AND ") + " LIMIT 1), "
+		where += " AND NOT EXISTS (SELECT 1 FROM rowlease_existing)"
+	}
+	q := head + "rowlease_acquired AS (" + paramPrefix("a.", ab.update(assigns, where)) +
 		"), rowlease_created AS (" + paramPrefix("c.", ins) + ")" +
 		" SELECT (SELECT " + ab.col(ab.t.cols.Generation) + " FROM rowlease_acquired)," +
-		" (SELECT " + cb.col(cb.t.cols.Generation) + " FROM rowlease_created)"
+		" (SELECT " + cb.col(cb.t.cols.Generation) + " FROM rowlease_created)" + found
+	if u != nil {
+		q += " FROM (SELECT 1) AS rowlease_one LEFT JOIN rowlease_existing ON TRUE"
+	}
+	return q
 }
 
 // paramPrefix renames every parameter of a template: {key} becomes

@@ -66,6 +66,61 @@ func TestAcquireCreateStatements(t *testing.T) {
 	}
 }
 
+// TestAcquireCreateUnlessStatements pins what lease.AcquireCreateUnless
+// sends: on PostgreSQL one statement and no transaction, whether it finds
+// the row or creates it; on MySQL and SQLite, in a transaction, the read
+// alone when it finds the row, and the read, the acquire and the insert
+// when it does not.
+func TestAcquireCreateUnlessStatements(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			j := newCountedJoint(t, d)
+			run := func(key string) (bool, error) {
+				db := lease.DB(j.DB)
+				if d != lease.Postgres {
+					tx, err := j.DB.BeginTx(ctx, nil)
+					require.NoError(t, err)
+					db = tx
+					defer func() { require.NoError(t, tx.Commit()) }()
+				}
+				var state string
+				_, _, found, err := lease.AcquireCreateUnless(ctx, db, j.Lease.AcquireOp("s", key, 30*time.Second, lease.AcquireOptions{}),
+					j.other.CreateOp(key, "run", 30*time.Second, lease.CreateOptions{State: "processing"}),
+					lease.Unless{Match: []lease.Assignment{lease.Set("item_key", key)}, Columns: []string{"state"}}, &state)
+				return found, err
+			}
+			require.NoError(t, j.Lease.Ensure(ctx, j.DB, "s", lease.CreateOptions{}))
+			_, err := run("warm-up") // the first use's check
+			require.NoError(t, err)
+			free(t, j.Env, "s")
+
+			j.start()
+			found, err := run("r1")
+			require.NoError(t, err)
+			require.False(t, found)
+			j.logged(t)
+			s := j.c.Stats()
+			if d == lease.Postgres {
+				assert.Equal(t, int64(1), s.Statements)
+				assert.Zero(t, s.Begins+s.Commits)
+				q := j.c.Log()[0]
+				assert.True(t, strings.HasPrefix(q, "WITH rowlease_existing AS (SELECT "), q)
+			} else {
+				assert.Equal(t, int64(3), s.Statements)
+			}
+
+			free(t, j.Env, "s")
+			j.start()
+			found, err = run("r1")
+			require.NoError(t, err)
+			require.True(t, found)
+			assert.Equal(t, int64(1), j.c.Stats().Statements, "a row found: one statement")
+		})
+	}
+}
+
 // free frees a row by hand, for the next case of a test.
 func free(t *testing.T, e conformance.Env, key string) {
 	t.Helper()

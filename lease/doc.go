@@ -18,6 +18,8 @@
 //	acquirecreate.go AcquireOp, CreateOp and AcquireCreate: a lease taken and a
 //	               new row inserted held, both or neither (one statement on
 //	               PostgreSQL)
+//	unless.go      AcquireCreateUnless: the same, unless a row exists, which
+//	               is read instead (one statement on PostgreSQL)
 //	flowdb.go      SQLite: FlowDB, which routes a flow's renewals into its open
 //	               fenced transaction, and RunFenced's routed path
 //	batch.go       RenewMany
@@ -90,7 +92,9 @@
 //     UPDATE, so a miss inserts nothing and a duplicate key undoes the
 //     acquire; on MySQL and SQLite, which cannot write two tables in one
 //     INSERT or UPDATE, as the two statements inside a transaction of
-//     yours (refused on a pool).
+//     yours (refused on a pool). AcquireCreateUnless first reads a row
+//     (a unique key's) and, if it exists, returns it and writes nothing:
+//     a lookup and a claim in one statement on PostgreSQL.
 //   - Exactly one winner among any number of concurrent Acquires.
 //   - The generation strictly increases with every new grant on a row and is
 //     unchanged by reentry and renewal: hand it to systems outside the
@@ -273,8 +277,9 @@
 //     error is returned at once, for the caller to run the transaction
 //     again (package toolexec and request.Run.InTx do). SQLite's busy
 //     errors are not sent again: the busy timeout already waited.
-//     AcquireCreate is never sent again: whatever its error, its caller
-//     decides (see AcquireCreate for finding out after a driver error).
+//     AcquireCreate and AcquireCreateUnless are never sent again: whatever
+//     their error, their caller decides (see AcquireCreate for finding out
+//     after a driver error).
 //
 // # First use
 //

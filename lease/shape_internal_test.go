@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"testing"
+	"time"
 )
 
 // TestShapedStatementsPerShape: each statement built per call comes from
@@ -91,6 +92,53 @@ func TestValidIdentAsTheRegexp(t *testing.T) {
 	for _, s := range cases {
 		if got, want := validIdent(s), re.MatchString(s); got != want {
 			t.Fatalf("validIdent(%q) = %v, the regexp says %v", s, got, want)
+		}
+	}
+}
+
+// TestAcquireCreateShapes: AcquireCreate's and AcquireCreateUnless's
+// statements, cached per shape, are the text built afresh, and every
+// shape of the guard (none, other columns matched, other columns read,
+// more of either) gets a text of its own.
+func TestAcquireCreateShapes(t *testing.T) {
+	cols := Columns{Key: "id", Holder: "holder", Token: "token", ExpiresAt: "expires_at", Generation: "generation", State: "status", UpdatedAt: "updated_at"}
+	a, err := New[string](Postgres, MustTable("t_shape_a", cols), Options{SkipCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New[string](Postgres, MustTable("t_shape_c", cols), Options{SkipCheck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := func(cols ...string) []Assignment {
+		var out []Assignment
+		for _, col := range cols {
+			out = append(out, Set(col, 1))
+		}
+		return out
+	}
+	guards := []*Unless{
+		nil,
+		{Match: m("x"), Columns: []string{"status"}},
+		{Match: m("y"), Columns: []string{"status"}},
+		{Match: m("x", "y"), Columns: []string{"status"}},
+		{Match: m("x"), Columns: []string{"holder"}},
+		{Match: m("x"), Columns: []string{"status", "holder"}},
+	}
+	texts := map[string]int{}
+	for round := range 2 {
+		for i, u := range guards {
+			ao := a.AcquireOp("k", "h", time.Second, AcquireOptions{})
+			co := c.CreateOp("k", "h", time.Second, CreateOptions{State: "processing"})
+			got := acquireCreateStmt(ao, co, u)
+			want := compile(Postgres, acquireCreateSQL(a.b, c.b, ao.o, co.o, u))
+			if got.query != want.query {
+				t.Fatalf("round %d, guard %d: cached\n%s\nwant\n%s", round, i, got.query, want.query)
+			}
+			if j, seen := texts[got.query]; seen && j != i && round == 0 {
+				t.Fatalf("guards %d and %d differ in shape but built one text", j, i)
+			}
+			texts[got.query] = i
 		}
 	}
 }

@@ -233,13 +233,18 @@ func (s sqlBuilder) grantIs() string {
 }
 
 func (s sqlBuilder) acquire(inStates []string, setState bool, set []Assignment) string {
+	return s.update(s.acquireParts(inStates, setState, set))
+}
+
+// acquireParts are the assignments and the condition of acquire.
+func (s sqlBuilder) acquireParts(inStates []string, setState bool, set []Assignment) ([]string, string) {
 	c := s.t.cols
 	tok, e := s.col(c.Token), s.col(c.ExpiresAt)
 	assigns := []string{s.genAssign(true), s.expAssign(), tok + " = {tok}", s.col(c.Holder) + " = {holder}"}
 	assigns = append(assigns, s.tail(setState, set)...)
 	where := s.keyIs() + s.stateIn(inStates) +
 		" AND (" + tok + " IS NULL OR " + tok + " = {tok} OR " + e + " IS NULL OR " + e + " <= " + s.d.now() + ")"
-	return s.update(assigns, where)
+	return assigns, where
 }
 
 func (s sqlBuilder) renew() string {

@@ -50,36 +50,57 @@ var errVanished = errors.New("request: row changed under us")
 
 // beginOnce reads the request (one statement) and, by what it finds,
 // creates it (create), answers from it or takes it over (onExisting), or
-// applies msg.OnBusy when the session is busy (busy, queue.go).
+// applies msg.OnBusy when the session is busy (busy, queue.go). A new
+// message with OnBusy Reject on PostgreSQL reads the request, takes the
+// session and inserts the request in one statement (claimUnless).
 func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
+	if r.atOnce(msg) {
+		run, ex, found, done, err := r.claimUnless(ctx, msg, holder)
+		switch {
+		case found:
+			return r.onExisting(ctx, msg, ex, holder)
+		case done:
+			return r.created(ctx, msg, holder, run, err)
+		}
+		// Not taken: the session is busy or has no lock row, and the
+		// request did not exist. The transaction path answers.
+		run, err = r.create(ctx, msg, holder, true)
+		return r.created(ctx, msg, holder, run, err)
+	}
 	ex, err := r.find(ctx, msg)
 	if errors.Is(err, sql.ErrNoRows) {
-		run, err := r.create(ctx, msg, holder)
-		switch {
-		case err == nil:
-			return run, Outcome{}, nil
-		case errors.Is(err, lease.ErrExists):
-			return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
-		case errors.Is(err, ErrSessionBusy):
-			// Busy with this very message, sent a moment ago by a
-			// duplicate? Then the answer is about the request.
-			ex, ferr := r.find(ctx, msg)
-			if ferr == nil {
-				return r.onExisting(ctx, msg, ex, holder)
-			}
-			if !errors.Is(ferr, sql.ErrNoRows) {
-				return nil, Outcome{}, ferr
-			}
-			if msg.OnBusy != Reject {
-				return r.busy(ctx, msg, err)
-			}
-		}
-		return nil, Outcome{}, err
+		run, err := r.create(ctx, msg, holder, false)
+		return r.created(ctx, msg, holder, run, err)
 	}
 	if err != nil {
 		return nil, Outcome{}, err
 	}
 	return r.onExisting(ctx, msg, ex, holder)
+}
+
+// created answers from create's result for a message whose request did
+// not exist when it was read.
+func (r *Runner) created(ctx context.Context, msg Message, holder string, run *Run, err error) (*Run, Outcome, error) {
+	switch {
+	case err == nil:
+		return run, Outcome{}, nil
+	case errors.Is(err, lease.ErrExists):
+		return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
+	case errors.Is(err, ErrSessionBusy):
+		// Busy with this very message, sent a moment ago by a
+		// duplicate? Then the answer is about the request.
+		ex, ferr := r.find(ctx, msg)
+		if ferr == nil {
+			return r.onExisting(ctx, msg, ex, holder)
+		}
+		if !errors.Is(ferr, sql.ErrNoRows) {
+			return nil, Outcome{}, ferr
+		}
+		if msg.OnBusy != Reject {
+			return r.busy(ctx, msg, err)
+		}
+	}
+	return nil, Outcome{}, err
 }
 
 // existing is a request as find reads it.
@@ -184,13 +205,17 @@ func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holde
 // create starts a new request (claim, newRequest). A session without a
 // lock row gets one first when Config.Session.AutoCreate is set: inserted
 // on its own, outside the claim's transaction, and the claim made again.
-func (r *Runner) create(ctx context.Context, msg Message, holder string) (*Run, error) {
-	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
+//
+// tried: an at-once claim (claimUnless) was just made and did not take
+// the session, so the first claim goes straight to the transaction.
+func (r *Runner) create(ctx context.Context, msg Message, holder string, tried bool) (*Run, error) {
+	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder, tried: tried}
 	run, err := r.claim(ctx, c)
 	if errors.Is(err, session.ErrNotFound) && r.cfg.Session.AutoCreate {
 		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
 			return nil, err
 		}
+		c.tried = false
 		run, err = r.claim(ctx, c)
 		// On a multi-primary cluster the transaction may run on a node
 		// that has not applied the insert yet (inside a transaction
@@ -231,6 +256,9 @@ type claim struct {
 	from string
 	// fromQueue: the request came through the queue (see Run.fromQueue).
 	fromQueue bool
+	// tried: a new request's at-once claim was made and did not take the
+	// session: claim does not make it again.
+	tried bool
 }
 
 // claim takes the session and then the request, in one transaction: the
@@ -263,7 +291,7 @@ type claim struct {
 // request is deleted and a taken one released (it stays processing and
 // free, and a retry resumes it).
 func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
-	if c.kind == newRequest && c.msg.OnBusy == Reject && r.req.Dialect() == lease.Postgres {
+	if c.kind == newRequest && r.atOnce(c.msg) && !c.tried {
 		if run, done, err := r.claimAtOnce(ctx, c); done {
 			return run, err
 		}
@@ -359,6 +387,13 @@ func newRow(msg Message) lease.CreateOptions {
 	}}
 }
 
+// atOnce reports whether a new message is claimed in one statement, with
+// no transaction: OnBusy Reject (nothing to count ahead of it) on
+// PostgreSQL (the only dialect with a statement that writes two tables).
+func (r *Runner) atOnce(msg Message) bool {
+	return msg.OnBusy == Reject && r.req.Dialect() == lease.Postgres
+}
+
 // claimAtOnce is claim for a new message with OnBusy Reject on
 // PostgreSQL: the session taken and the request inserted in one
 // autocommit statement (lease.AcquireCreate), no transaction. done is
@@ -377,6 +412,45 @@ func (r *Runner) claimAtOnce(ctx context.Context, c claim) (run *Run, done bool,
 	sg, g, err := lease.AcquireCreate(ctx, r.db,
 		r.sessions.Lease().AcquireOp(c.msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
 		r.req.CreateOp(c.id, c.holder, r.cfg.TTL, newRow(c.msg)))
+	return r.atOnceResult(ctx, c, sg, g, err)
+}
+
+// claimUnless is find and claimAtOnce in one statement
+// (lease.AcquireCreateUnless), for a new message with OnBusy Reject on
+// PostgreSQL: the request read, and if there is none, the session taken
+// and the request inserted. found: the request exists, read into ex, and
+// nothing was written (a replay stays one statement). Otherwise run, done
+// and err are claimAtOnce's.
+func (r *Runner) claimUnless(ctx context.Context, msg Message, holder string) (run *Run, ex existing, found, done bool, err error) {
+	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
+	var reply, result, interruptedBy sql.NullString
+	var queueSeq sql.NullInt64
+	sg, g, found, err := lease.AcquireCreateUnless(ctx, r.db,
+		r.sessions.Lease().AcquireOp(msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
+		r.req.CreateOp(c.id, c.holder, r.cfg.TTL, newRow(msg)),
+		lease.Unless{
+			Match: []lease.Assignment{lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID)},
+			Columns: []string{schema.ColID, schema.ColFingerprint, schema.ColStatus, schema.ColReply, schema.ColResult,
+				schema.ColGeneration, schema.ColInterruptedBy, schema.ColQueueSeq},
+		},
+		&ex.id, &ex.fingerprint, &ex.status, &reply, &result, &ex.generation, &interruptedBy, &queueSeq)
+	if found && err == nil {
+		// As find reads them (COALESCE, CASE) and the reads after it expect.
+		ex.reply, ex.result, ex.interruptedBy = reply.String, result.String, interruptedBy.String
+		if queueSeq.Valid {
+			ex.queued = 1
+		}
+		return nil, ex, true, true, nil
+	}
+	run, done, err = r.atOnceResult(ctx, c, sg, g, err)
+	return run, existing{}, false, done, err
+}
+
+// atOnceResult is what an at-once claim's statement (claimAtOnce,
+// claimUnless) came to: the run, "not taken" (done false, nothing
+// written), a final error with nothing written, or an unknown outcome,
+// given back.
+func (r *Runner) atOnceResult(ctx context.Context, c claim, sg session.Grant, g lease.Grant[string], err error) (run *Run, done bool, _ error) {
 	switch {
 	case err == nil:
 		return &Run{r: r, msg: c.msg, id: c.id, holder: c.holder, sess: sg, req: g, fromQueue: c.fromQueue}, true, nil

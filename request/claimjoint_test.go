@@ -33,9 +33,10 @@ func (e *env) requestRows(t *testing.T, sessionKey, clientID string) int {
 	return n
 }
 
-// TestNewRequestClaimStatements: a new message (OnBusy Reject) takes its
-// session and inserts its request in one statement with no transaction on
-// PostgreSQL, and in a transaction of two on MySQL and SQLite. A message
+// TestNewRequestClaimStatements: a new message (OnBusy Reject) reads its
+// request, takes its session and inserts its request in one statement with
+// no transaction on PostgreSQL; on MySQL and SQLite it reads the request,
+// then takes the session and inserts the request in a transaction of two. A message
 // of a busy session is refused (ErrSessionBusy) and writes nothing; the
 // same message sent again while it runs is ErrInFlight, at once.
 func TestNewRequestClaimStatements(t *testing.T) {
@@ -62,10 +63,11 @@ func TestNewRequestClaimStatements(t *testing.T) {
 		for i, q := range log {
 			t.Logf("%d: %.120s", i+1, q)
 		}
-		require.GreaterOrEqual(t, len(log), 2)
+		require.NotEmpty(t, log)
 		if e.d == lease.Postgres {
-			assert.True(t, isAtOnceClaim(log[1]), "the find, then the at-once claim")
-			assert.Equal(t, int64(2), st.Statements)
+			assert.True(t, isAtOnceClaim(log[0]), "the find and the claim at once")
+			assert.True(t, strings.HasPrefix(log[0], "WITH rowlease_existing AS (SELECT "), log[0])
+			assert.Equal(t, int64(1), st.Statements)
 			assert.Zero(t, st.Begins)
 		} else {
 			assert.Equal(t, int64(3), st.Statements, "the find, the session, the insert")

@@ -81,10 +81,11 @@
 //     the session is busy with this very message, sent a moment ago by a
 //     duplicate; with Queue or Interrupt, see below). On PostgreSQL a new
 //     message with OnBusy Reject does both in one autocommit statement
-//     instead (lease.AcquireCreate: a data-modifying WITH), both or
-//     neither as well; when it does not take the session (busy, or the
-//     session's lock row missing) it wrote nothing, and the transaction
-//     above gives the answer. (MySQL and SQLite cannot write two tables in
+//     instead (lease.AcquireCreateUnless: a data-modifying WITH), both or
+//     neither as well, and that statement is also step 1's read: it reads
+//     the request first and writes nothing if it exists; when it does not
+//     take the session (busy, or the session's lock row missing) it wrote
+//     nothing, and the transaction above gives the answer. (MySQL and SQLite cannot write two tables in
 //     one INSERT or UPDATE, and Queue and Interrupt read the messages
 //     ahead between the two, so they keep the transaction.) Existing and
 //     failed or stale: take the session, then the request, in one
@@ -124,12 +125,14 @@
 //
 // One new request with two model rounds and one tool call costs, against
 // about 29 statements in the design of the article this project comes
-// from (TestLockPathStatements, BenchmarkLockPath): on PostgreSQL 5
+// from (TestLockPathStatements, BenchmarkLockPath): on PostgreSQL 4
 // statements and one transaction (BEGIN/COMMIT, the tool's side effect),
-// 7 round trips; on MySQL 6 statements and two transactions (the claim's
-// and the side effect's), 10 round trips; on SQLite, which has no
-// statement that writes two tables, 9 statements and two transactions,
-// 13 round trips. A replay costs one statement and takes no lock.
+// 6 round trips — the read of the request and the claim are one statement
+// (lease.AcquireCreateUnless) for a new message with OnBusy Reject; on
+// MySQL and SQLite 9 statements and two transactions (the claim's and the
+// side effect's), 13 round trips: SQLite has no statement that writes two
+// tables, and on MariaDB the multi-table UPDATE costs the server more than
+// the writes one by one. A replay costs one statement and takes no lock.
 //
 // The code follows the flow, one file per step: runner.go (Config, New,
 // Handle), claim.go (steps 1 to 4: read the request, answer from it, or
