@@ -288,7 +288,7 @@ func flowSummary(b *strings.Builder, rep report) {
 		"two model rounds each between two ownership checks); *floor* is the ledger row alone in one transaction, no lock. " +
 		"Client CPU is this process's CPU time per message (SQLite's engine included); server CPU is the database server's, all its processes " +
 		"(the servers share the machine with the client: where client and server CPU together are near the machine's cores divided by the rate, " +
-		"CPU bounds the throughput). Statistics are refreshed (ANALYZE) before each point, as autovacuum has them on a database in service.\n\n" +
+		"CPU bounds the throughput). Statistics are refreshed (ANALYZE) before each point, as autovacuum has them on a database in service, and each point follows an unmeasured warm-up at its concurrency (a quarter of its length, at least 250 ms), so that the pool's connections are open and have prepared their statements, as in a service in steady state.\n\n" +
 		"| dialect | sessions | rowlease msg/s | ÷ article | ÷ floor | p50 / p99 rowlease | p50 / p99 article | p50 / p99 floor | statements (round trips) per message: rowlease / article / floor | client CPU per message: rowlease / article / floor | server CPU per message: rowlease / article / floor |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ms := func(p *throughputPoint) string {
