@@ -35,9 +35,11 @@ type Unless struct {
 // On PostgreSQL it is one statement (AcquireCreate's data-modifying WITH,
 // with the read first and the acquire made only if the read found
 // nothing), wherever it runs. A row inserted by another transaction after
-// the statement's snapshot is not seen by the read; its unique key then
-// fails the insert, and the acquire is undone with the statement:
-// *DuplicateKeyError, as from AcquireCreate. On MySQL and SQLite it is the
+// the statement's snapshot is not seen by the read; when Match is a unique
+// key that c's row fills with the same values (as it should be), that key
+// then fails the insert, and the acquire is undone with the statement:
+// *DuplicateKeyError, as from AcquireCreate. Without such a key nothing
+// stops a second row. On MySQL and SQLite it is the
 // read and then AcquireCreate, on db, which must be a transaction as
 // AcquireCreate requires (checked before the read: on a pool it is a
 // *ValidationError and sends nothing).
