@@ -32,19 +32,25 @@ func (busyError) Code() int     { return 5 }
 // failure inside x.Tx: a real driver error on MySQL (1213) and PostgreSQL
 // (40001); on SQLite, SQLITE_BUSY as the driver reports it.
 func raiseTransient(ctx context.Context, x toolexec.Exec, d lease.Dialect) error {
-	var err error
-	switch d {
-	case lease.MySQL:
-		_, err = x.Tx.ExecContext(ctx, "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found when trying to get lock'")
-	case lease.Postgres:
-		_, err = x.Tx.ExecContext(ctx, "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$")
-	default:
-		err = busyError{}
+	if d == lease.SQLite {
+		return busyError{}
 	}
-	if err == nil {
-		return fmt.Errorf("the database raised nothing")
+	return failInTx(ctx, x, d,
+		"SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'Deadlock found when trying to get lock'",
+		"DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END $$")
+}
+
+// failInTx runs, inside x.Tx, the statement of d (mysql or postgres) that
+// must fail, and returns the driver's error.
+func failInTx(ctx context.Context, x toolexec.Exec, d lease.Dialect, mysql, postgres string) error {
+	q := postgres
+	if d == lease.MySQL {
+		q = mysql
 	}
-	return err
+	if _, err := x.Tx.ExecContext(ctx, q); err != nil {
+		return err
+	}
+	return fmt.Errorf("the database raised nothing")
 }
 
 // Item: a transient database error inside a side effect is not the tool's
@@ -156,17 +162,7 @@ func TestRunAfterAFailedMarkIsWatched(t *testing.T) {
 // error: PostgreSQL's 57P01 (pg_terminate_backend), MariaDB's 1927 or a
 // broken connection (KILL).
 func killConnection(ctx context.Context, x toolexec.Exec, d lease.Dialect) error {
-	var err error
-	switch d {
-	case lease.MySQL:
-		_, err = x.Tx.ExecContext(ctx, "KILL CONNECTION_ID()")
-	case lease.Postgres:
-		_, err = x.Tx.ExecContext(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
-	}
-	if err == nil {
-		return fmt.Errorf("the database raised nothing")
-	}
-	return err
+	return failInTx(ctx, x, d, "KILL CONNECTION_ID()", "SELECT pg_terminate_backend(pg_backend_pid())")
 }
 
 // Item: a database that goes away inside a side effect's transaction is

@@ -25,6 +25,8 @@ var acquireCreateCases = []struct {
 }{
 	{"AcquireCreateBothOrNeither", acquireCreateBothOrNeither},
 	{"AcquireCreateOneWinner", acquireCreateOneWinner},
+	{"AcquireCreateUnless", acquireCreateUnless},
+	{"AcquireCreateUnlessOneRow", acquireCreateUnlessOneRow},
 }
 
 // acquireCreate runs lease.AcquireCreate on the pool (inTx false) or in a

@@ -1,8 +1,9 @@
 package conformance
 
-// The acquire-create-unless cases: a lookup and a claim in one
-// (lease.AcquireCreateUnless): the row found and read, with nothing
-// written; or, when there is none, AcquireCreate's both or neither.
+// The acquire-create-unless cases (listed with the acquire-create cases):
+// a lookup and a claim in one (lease.AcquireCreateUnless): the row found
+// and read, with nothing written; or, when there is none, AcquireCreate's
+// both or neither.
 
 import (
 	"context"
@@ -19,16 +20,6 @@ import (
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 )
-
-// acquireCreateUnlessCases are the acquire-create-unless cases of the
-// suite.
-var acquireCreateUnlessCases = []struct {
-	name string
-	fn   func(t *testing.T, e Env)
-}{
-	{"AcquireCreateUnless", acquireCreateUnless},
-	{"AcquireCreateUnlessOneRow", acquireCreateUnlessOneRow},
-}
 
 // unlessRead is what the cases read from an existing row.
 type unlessRead struct {
