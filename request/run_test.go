@@ -2,7 +2,11 @@ package request
 
 import (
 	"context"
+	"database/sql/driver"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,5 +92,53 @@ func TestToolErrorsAndUnknownTool(t *testing.T) {
 		var n int
 		require.NoError(t, db.Get(&n, "SELECT COUNT(*) FROM rowlease_tool_execution"))
 		assert.Equal(t, 2, n, "unknown tools and invalid arguments write nothing")
+	})
+}
+
+// TestDatabaseGoneInASideEffect: the database goes away inside a tool's
+// side effect (the driver reports a broken connection). The agent is not
+// shown a tool failure it could answer with a reply: the run ends with
+// the database's error (lease.IsUnavailable: 503 in httpapi), nothing is
+// booked, and the resend runs the call once and answers.
+func TestDatabaseGoneInASideEffect(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		var broken atomic.Bool
+		broken.Store(true)
+		require.NoError(t, e.tools.Register("book", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			if _, err := x.Tx.ExecContext(ctx, e.d.Rebind("INSERT INTO ledger_entry (request_id, amount) VALUES (?, ?)"), x.Call.RequestID, "1"); err != nil {
+				return nil, err
+			}
+			if broken.Load() {
+				return nil, fmt.Errorf("insert: %w", driver.ErrBadConn)
+			}
+			return json.RawMessage(`{"ok":true}`), nil
+		}))
+		calls := 0
+		agent := func(ctx context.Context, run *Run) (Answer, error) {
+			calls++
+			_, err := run.CallTool(ctx, "book", json.RawMessage(`{"amount":1}`))
+			if errors.Is(err, toolexec.ErrToolFailed) {
+				return Answer{Reply: "could not book it"}, nil // what an agent does with a tool's failure
+			}
+			if err != nil {
+				return Answer{}, err
+			}
+			return Answer{Reply: "booked"}, nil
+		}
+		msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "book 1"}
+		_, err := e.r.Handle(ctx, msg, agent)
+		require.Error(t, err)
+		assert.True(t, lease.IsUnavailable(err), "%v", err)
+		assert.Equal(t, 0, e.ledgerRows(t))
+
+		broken.Store(false)
+		out, err := e.r.Handle(ctx, msg, agent)
+		require.NoError(t, err)
+		assert.Equal(t, "booked", out.Reply)
+		assert.False(t, out.Replayed)
+		assert.Equal(t, 2, calls)
+		assert.Equal(t, 1, e.ledgerRows(t))
 	})
 }
