@@ -263,7 +263,10 @@
 //     write that failed this way is unknown (it may have committed). Never
 //     treat it as loss, and never treat loss as a transient error; retry
 //     until the grant's Deadline, then act as if lost. IsRetryable picks out
-//     a deadlock or serialization victim, which took no effect.
+//     a deadlock or serialization victim, which took no effect;
+//     IsUnavailable a database that cannot be reached or serve for now (a
+//     broken connection, a server down, shutting down or read-only), after
+//     which a retry later may succeed.
 //   - A deadlock, serialization or certification victim (MySQL/Galera
 //     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
 //     autocommit, took no effect: the operation sends it again, up to
