@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -224,9 +223,7 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 		all["c."+k] = v
 	}
 	if u != nil {
-		for i, m := range u.Match {
-			all["u.m"+strconv.Itoa(i)] = m.Value
-		}
+		u.addVals(all)
 	}
 	q := acquireCreateStmt(a, c, u)
 	sent := a.l.clock.Now()
@@ -295,18 +292,11 @@ func acquireCreateSQL(ab, cb sqlBuilder, ao AcquireOptions, co CreateOptions, u 
 	assigns, where := ab.acquireParts(ao.InStates, ao.SetState != "", ao.Set)
 	head, found := "WITH ", ""
 	if u != nil {
-		read := make([]string, len(u.Columns))
 		found = ", rowlease_existing.rowlease_found"
-		for i, col := range u.Columns {
-			read[i] = cb.col(col)
+		for _, col := range u.Columns {
 			found += ", rowlease_existing." + cb.col(col)
 		}
-		match := make([]string, len(u.Match))
-		for i, m := range u.Match {
-			match[i] = cb.col(m.Column) + " = {u.m" + strconv.Itoa(i) + "}"
-		}
-		head += "rowlease_existing AS (SELECT 1 AS rowlease_found, " + strings.Join(read, ", ") + " FROM " +
-			cb.t.qname(cb.d) + " WHERE " + strings.Join(match, " AND ") + " LIMIT 1), "
+		head += "rowlease_existing AS (" + cb.unlessRead(*u, "1 AS rowlease_found, ") + "), "
 		where += " AND NOT EXISTS (SELECT 1 FROM rowlease_existing)"
 	}
 	q := head + "rowlease_acquired AS (" + paramPrefix("a.", ab.update(assigns, where)) +

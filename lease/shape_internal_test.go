@@ -142,3 +142,43 @@ func TestAcquireCreateShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlessReadShapes: AcquireCreateUnless's read on MySQL and SQLite,
+// cached per shape, is the text built afresh, and every shape of the
+// guard gets a text of its own.
+func TestUnlessReadShapes(t *testing.T) {
+	cols := Columns{Key: "id", Holder: "holder", Token: "token", ExpiresAt: "expires_at", Generation: "generation", State: "status", UpdatedAt: "updated_at"}
+	set := func(cols ...string) []Assignment {
+		var out []Assignment
+		for _, col := range cols {
+			out = append(out, Set(col, 1))
+		}
+		return out
+	}
+	guards := []Unless{
+		{Match: set("x"), Columns: []string{"status"}},
+		{Match: set("y"), Columns: []string{"status"}},
+		{Match: set("x", "y"), Columns: []string{"status"}},
+		{Match: set("x"), Columns: []string{"holder"}},
+		{Match: set("x"), Columns: []string{"status", "holder"}},
+	}
+	for _, d := range []Dialect{MySQL, SQLite} {
+		l, err := New[string](d, MustTable("t_unless", cols), Options{SkipCheck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts := map[string]int{}
+		for round := range 2 {
+			for i, u := range guards {
+				got, want := l.unlessStmt(u), compile(d, l.b.unlessRead(u, ""))
+				if got.query != want.query {
+					t.Fatalf("%s, round %d, guard %d: cached\n%s\nwant\n%s", d, round, i, got.query, want.query)
+				}
+				if j, seen := texts[got.query]; seen && j != i && round == 0 {
+					t.Fatalf("%s: guards %d and %d differ in shape but built one text", d, j, i)
+				}
+				texts[got.query] = i
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -63,7 +64,10 @@ func AcquireCreateUnless[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c
 		c.report(ctx, time.Now(), 0, err)
 		return Grant[A]{}, Grant[C]{}, false, err
 	}
-	switch err := resolve(db).QueryRowContext(ctx, c.l.unlessSQL(u), u.values()...).Scan(dest...); {
+	vals := map[string]any{}
+	u.addVals(vals)
+	q := c.l.unlessStmt(u)
+	switch err := resolve(db).QueryRowContext(ctx, q.query, q.args(vals)...).Scan(dest...); {
 	case err == nil:
 		return Grant[A]{}, Grant[C]{}, true, nil
 	case !errors.Is(err, sql.ErrNoRows):
@@ -126,27 +130,36 @@ func (u Unless) shape(b *strings.Builder) {
 	b.WriteByte(1)
 }
 
-// values are the Match values in order.
-func (u Unless) values() []any {
-	out := make([]any, len(u.Match))
-	for i, m := range u.Match {
-		out[i] = m.Value
+// addVals adds the Match values to a statement's arguments, as
+// {u.m0}, {u.m1}, ….
+func (u Unless) addVals(m map[string]any) {
+	for i, a := range u.Match {
+		m["u.m"+strconv.Itoa(i)] = a.Value
 	}
-	return out
 }
 
-// unlessSQL is the read of u on MySQL and SQLite.
-func (l *Lease[K]) unlessSQL(u Unless) string {
-	b := l.b
+// unlessRead is the read of the row u names: its Columns, after lead
+// (written as it is, for a column of the caller's own), from the row whose
+// Match columns equal {u.m0}, {u.m1}, …; at most one row.
+func (s sqlBuilder) unlessRead(u Unless, lead string) string {
 	read := make([]string, len(u.Columns))
 	for i, col := range u.Columns {
-		read[i] = b.col(col)
+		read[i] = s.col(col)
 	}
 	match := make([]string, len(u.Match))
 	for i, m := range u.Match {
-		match[i] = b.col(m.Column) + " = ?"
+		match[i] = s.col(m.Column) + " = {u.m" + strconv.Itoa(i) + "}"
 	}
-	return "SELECT " + strings.Join(read, ", ") + " FROM " + b.t.qname(b.d) + " WHERE " + strings.Join(match, " AND ") + " LIMIT 1"
+	return "SELECT " + lead + strings.Join(read, ", ") + " FROM " + s.t.qname(s.d) + " WHERE " + strings.Join(match, " AND ") + " LIMIT 1"
+}
+
+// unlessStmt is the read of u on MySQL and SQLite, compiled once per shape.
+func (l *Lease[K]) unlessStmt(u Unless) compiled {
+	var key strings.Builder
+	key.WriteString(l.shape)
+	key.WriteByte(0)
+	u.shape(&key)
+	return shaped(key.String(), func() compiled { return compile(l.dialect, l.b.unlessRead(u, "")) })
 }
 
 // scanUnless runs AcquireCreateUnless's statement on PostgreSQL: the two

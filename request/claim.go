@@ -434,7 +434,7 @@ func (r *Runner) claimUnless(ctx context.Context, msg Message, holder string) (r
 				schema.ColGeneration, schema.ColInterruptedBy, schema.ColQueueSeq},
 		},
 		&ex.id, &ex.fingerprint, &ex.status, &reply, &result, &ex.generation, &interruptedBy, &queueSeq)
-	if found && err == nil {
+	if found {
 		// As find reads them (COALESCE, CASE) and the reads after it expect.
 		ex.reply, ex.result, ex.interruptedBy = reply.String, result.String, interruptedBy.String
 		if queueSeq.Valid {

@@ -29,23 +29,31 @@ var acquireCreateCases = []struct {
 	{"AcquireCreateUnlessOneRow", acquireCreateUnlessOneRow},
 }
 
-// acquireCreate runs lease.AcquireCreate on the pool (inTx false) or in a
-// transaction of its own, committed when it succeeds and rolled back when
-// it fails.
-func acquireCreate(ctx context.Context, e Env, inTx bool, a lease.AcquireOp[string], c lease.CreateOp[string]) (lease.Grant[string], lease.Grant[string], error) {
+// onPoolOrTx runs f on the pool (inTx false) or in a transaction of its
+// own, committed when f succeeds and rolled back when it fails.
+func onPoolOrTx(ctx context.Context, e Env, inTx bool, f func(db lease.DB) error) error {
 	if !inTx {
-		return lease.AcquireCreate(ctx, e.DB, a, c)
+		return f(e.DB)
 	}
 	tx, err := e.DB.BeginTx(ctx, nil)
 	if err != nil {
-		return lease.Grant[string]{}, lease.Grant[string]{}, err
+		return err
 	}
-	ga, gc, err := lease.AcquireCreate(ctx, tx, a, c)
-	if err != nil {
+	if err := f(tx); err != nil {
 		_ = tx.Rollback()
-		return ga, gc, err
+		return err
 	}
-	return ga, gc, tx.Commit()
+	return tx.Commit()
+}
+
+// acquireCreate runs lease.AcquireCreate on the pool or in a transaction
+// of its own (onPoolOrTx).
+func acquireCreate(ctx context.Context, e Env, inTx bool, a lease.AcquireOp[string], c lease.CreateOp[string]) (ga lease.Grant[string], gc lease.Grant[string], err error) {
+	err = onPoolOrTx(ctx, e, inTx, func(db lease.DB) (err error) {
+		ga, gc, err = lease.AcquireCreate(ctx, db, a, c)
+		return err
+	})
+	return ga, gc, err
 }
 
 // missing asserts that key has no row in l's table.

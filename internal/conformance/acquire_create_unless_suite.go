@@ -37,23 +37,15 @@ func unlessOf(key string) lease.Unless {
 		Columns: []string{"holder", "state", "generation", "note"}}
 }
 
-// acquireCreateUnlessIn runs lease.AcquireCreateUnless on the pool (inTx
-// false) or in a transaction of its own, committed unless it failed.
+// acquireCreateUnlessIn runs lease.AcquireCreateUnless on the pool or in
+// a transaction of its own (onPoolOrTx).
 func acquireCreateUnlessIn(ctx context.Context, e Env, inTx bool, a lease.AcquireOp[string], c lease.CreateOp[string],
-	u lease.Unless, dest ...any) (lease.Grant[string], lease.Grant[string], bool, error) {
-	if !inTx {
-		return lease.AcquireCreateUnless(ctx, e.DB, a, c, u, dest...)
-	}
-	tx, err := e.DB.BeginTx(ctx, nil)
-	if err != nil {
-		return lease.Grant[string]{}, lease.Grant[string]{}, false, err
-	}
-	ga, gc, found, err := lease.AcquireCreateUnless(ctx, tx, a, c, u, dest...)
-	if err != nil {
-		_ = tx.Rollback()
-		return ga, gc, found, err
-	}
-	return ga, gc, found, tx.Commit()
+	u lease.Unless, dest ...any) (ga lease.Grant[string], gc lease.Grant[string], found bool, err error) {
+	err = onPoolOrTx(ctx, e, inTx, func(db lease.DB) (err error) {
+		ga, gc, found, err = lease.AcquireCreateUnless(ctx, db, a, c, u, dest...)
+		return err
+	})
+	return ga, gc, found, err
 }
 
 // acquireCreateUnless: with no row, the acquire and the insert, as
