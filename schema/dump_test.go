@@ -49,12 +49,14 @@ var (
 		2: {"000002_tool_execution_started.up.sql", "000002_tool_execution_started.down.sql"},
 		3: {"000003_request_queue.up.sql", "000003_request_queue.down.sql"},
 		4: {"000004_request_steps.up.sql", "000004_request_steps.down.sql"},
+		5: {"000005_step_journal.up.sql", "000005_step_journal.down.sql"},
 	}
 	gooseFiles = map[int]string{
 		1: "00001_create_lock_tables.sql",
 		2: "00002_tool_execution_started.sql",
 		3: "00003_request_queue.sql",
 		4: "00004_request_steps.sql",
+		5: "00005_step_journal.sql",
 	}
 	migrationTools = []string{"golang-migrate", "goose"}
 )

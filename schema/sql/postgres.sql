@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     queue_seq         BIGINT       NULL,
     on_busy           VARCHAR(16)  NULL,
     interrupted_by    VARCHAR(191) NULL,
-    steps             TEXT         NULL,
+    deaths            INTEGER      NOT NULL DEFAULT 0,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_client_uq UNIQUE (session_key, client_request_id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     error           TEXT         NULL,
     created_at      TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
     updated_at      TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
+    step_seq        INTEGER      NULL,
     CONSTRAINT rowlease_tool_execution_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_tool_execution_idem_uq UNIQUE (session_key, idempotency_key),
     CONSTRAINT rowlease_tool_execution_call_uq UNIQUE (request_id, tool_name, arguments_hash),
@@ -78,3 +79,13 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
 
 CREATE INDEX IF NOT EXISTS rowlease_tool_execution_session_request_idx
     ON rowlease_tool_execution (session_key, request_id);
+
+CREATE TABLE IF NOT EXISTS rowlease_step (
+    request_id VARCHAR(36)  NOT NULL,
+    seq        INTEGER      NOT NULL,
+    name       VARCHAR(128) NOT NULL,
+    output     TEXT         NOT NULL,
+    generation BIGINT       NOT NULL,
+    created_at TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT rowlease_step_pk PRIMARY KEY (request_id, seq)
+);

@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     queue_seq         INTEGER NULL,
     on_busy           TEXT    NULL,
     interrupted_by    TEXT    NULL,
-    steps             TEXT    NULL,
+    deaths            INTEGER NOT NULL DEFAULT 0,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
     CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired')),
@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     error           TEXT    NULL,
     created_at      INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
     updated_at      INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
+    step_seq        INTEGER NULL,
     CONSTRAINT rowlease_tool_execution_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error')),
     CONSTRAINT rowlease_tool_execution_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
@@ -89,3 +90,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS rowlease_tool_execution_call_uq
 
 CREATE INDEX IF NOT EXISTS rowlease_tool_execution_session_request_idx
     ON rowlease_tool_execution (session_key, request_id);
+
+CREATE TABLE IF NOT EXISTS rowlease_step (
+    request_id TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    name       TEXT    NOT NULL,
+    output     TEXT    NOT NULL,
+    generation INTEGER NOT NULL,
+    created_at INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
+    CONSTRAINT rowlease_step_pk PRIMARY KEY (request_id, seq)
+);

@@ -23,6 +23,7 @@ import (
 //	CREATE [UNIQUE] INDEX [IF NOT EXISTS] i\n    ON t (<columns>)
 //	ALTER TABLE t <clauses, separated by commas>, the clauses being
 //	    ADD COLUMN [IF NOT EXISTS] c <type> <rest>
+//	    DROP COLUMN [IF EXISTS] c (that no constraint or index names)
 //	    DROP CONSTRAINT [IF EXISTS] k
 //	    ADD CONSTRAINT k <definition> (in the place of a k dropped by the
 //	        same statement; otherwise after the constraints of its kind)
@@ -69,6 +70,7 @@ var (
 	dropTableRE      = regexp.MustCompile(`^DROP TABLE (IF EXISTS )?(\w+)$`)
 	noChangeRE       = regexp.MustCompile(`^(INSERT INTO|PRAGMA) `)
 	addColumnRE      = regexp.MustCompile(`(?s)^ADD COLUMN (IF NOT EXISTS )?(\w+)\s+(.+)$`)
+	dropColumnRE     = regexp.MustCompile(`^DROP COLUMN (IF EXISTS )?(\w+)$`)
 	dropConstraintRE = regexp.MustCompile(`^DROP CONSTRAINT (IF EXISTS )?(\w+)$`)
 	addConstraintRE  = regexp.MustCompile(`(?s)^ADD ((?:CONSTRAINT|UNIQUE KEY|KEY) (\w+)\s.+)$`)
 	renameRE         = regexp.MustCompile(`^RENAME TO (\w+)$`)
@@ -211,6 +213,20 @@ func (m *model) alter(t *table, clause string) error {
 		}
 		t.defs = slices.Insert(t.defs, at, d)
 		return nil
+	case dropColumnRE.MatchString(clause):
+		g := dropColumnRE.FindStringSubmatch(clause)
+		d := t.def(g[2], true)
+		if d == nil {
+			if g[1] != "" {
+				return nil
+			}
+			return errors.New("no such column")
+		}
+		if k := m.usesColumn(t, d.name); k != "" {
+			return fmt.Errorf("%s uses the column: drop it first", k)
+		}
+		d.dropped = true
+		return nil
 	case dropConstraintRE.MatchString(clause):
 		g := dropConstraintRE.FindStringSubmatch(clause)
 		d := t.def(g[2], false)
@@ -263,6 +279,27 @@ func (m *model) alter(t *table, clause string) error {
 		return nil
 	}
 	return errors.New("ALTER TABLE clause not understood by the generator (schema/internal/sqlgen/fold.go)")
+}
+
+// usesColumn returns the name of a constraint or index of t that names
+// the column, "" if none does. Servers differ on dropping such a column
+// (SQLite refuses, MySQL narrows the key), so the fold does not guess.
+func (m *model) usesColumn(t *table, column string) string {
+	word := regexp.MustCompile(`\b` + regexp.QuoteMeta(column) + `\b`)
+	for _, d := range t.defs {
+		if !d.column && !d.dropped && word.MatchString(d.rest) {
+			if d.key == "" {
+				return "the primary key"
+			}
+			return d.key
+		}
+	}
+	for _, ix := range m.indexes {
+		if ix.table == t.name && word.MatchString(ix.on) {
+			return ix.name
+		}
+	}
+	return ""
 }
 
 // table returns the table named name, nil if there is none.

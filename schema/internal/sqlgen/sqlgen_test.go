@@ -71,6 +71,27 @@ CREATE UNIQUE INDEX a_idx
 		"CREATE INDEX IF NOT EXISTS b_idx\n    ON b (id)",
 	}, got)
 
+	// A column dropped, one that is not there dropped IF EXISTS; a
+	// column added by the same statement goes after the others.
+	const v4 = `ALTER TABLE a
+    DROP CONSTRAINT a_uq,
+    DROP COLUMN longer_name;
+ALTER TABLE a DROP COLUMN IF EXISTS gone;
+ALTER TABLE b
+    ADD COLUMN n INTEGER NOT NULL DEFAULT 0,
+    DROP COLUMN IF EXISTS n2;
+`
+	got, err = fold(t, v1, v2, v4)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CREATE TABLE IF NOT EXISTS a (\n" +
+			"    id INTEGER NOT NULL,\n" +
+			"    CONSTRAINT a_pk PRIMARY KEY (id),\n" +
+			"    CONSTRAINT a_ck CHECK (id IN (1, 2))\n)",
+		"CREATE TABLE IF NOT EXISTS b (\n    id TEXT    NOT NULL,\n    n  INTEGER NOT NULL DEFAULT 0,\n    CONSTRAINT b_pk PRIMARY KEY (id)\n) STRICT",
+		"CREATE INDEX IF NOT EXISTS b_idx\n    ON b (id)",
+	}, got)
+
 	got, err = fold(t, v1, v2, v3)
 	require.NoError(t, err)
 	assert.Equal(t, []string{
@@ -89,7 +110,10 @@ func TestFoldRefuses(t *testing.T) {
 	const base = "CREATE TABLE a (\n    id INTEGER NOT NULL\n);\n"
 	for _, c := range []struct{ up, wants string }{
 		{"UPDATE a SET id = 1;", "UPDATE a SET id = 1: statement not understood"},
-		{"ALTER TABLE a DROP COLUMN id;", "DROP COLUMN id: ALTER TABLE clause not understood"},
+		{"ALTER TABLE a DROP id;", "DROP id: ALTER TABLE clause not understood"},
+		{"ALTER TABLE a DROP COLUMN x;", "DROP COLUMN x: no such column"},
+		{"ALTER TABLE a ADD CONSTRAINT a_pk PRIMARY KEY (id);\nALTER TABLE a DROP COLUMN id;", "a_pk uses the column"},
+		{"CREATE INDEX i\n    ON a (id);\nALTER TABLE a DROP COLUMN id;", "i uses the column"},
 		{"ALTER TABLE a ADD COLUMN id TEXT;", "the column exists already"},
 		{"ALTER TABLE b ADD COLUMN x TEXT;", "no table b"},
 		{"ALTER TABLE a DROP CONSTRAINT a_ck;", "no such constraint"},

@@ -1,0 +1,75 @@
+-- Code generated from the golang-migrate files 000005_step_journal.{up,down}.sql. DO NOT EDIT.
+
+-- +goose Up
+-- Migration 5, up: the journal of steps, one row per step (postgres).
+--
+-- rowlease_step holds the steps a request's runs record (request.Run.Step),
+-- one row per step, appended with the request's lease: recording a step
+-- costs the same whatever its position. The steps that migration 4's
+-- column holds are moved into it, in order, and the column is dropped.
+-- rowlease_request gets deaths (how often a run of the request died
+-- without giving its lease back: the service's resume counts these, not
+-- graceful give-backs), rowlease_tool_execution step_seq (how many steps
+-- its run had recorded when it made the call: a failed request keeps the
+-- steps that committed calls followed).
+--
+-- Stop the processes of the older version first: they write the column
+-- this migration drops. It takes an ACCESS EXCLUSIVE lock on
+-- rowlease_request and rowlease_tool_execution and reads every request
+-- row with steps once.
+
+CREATE TABLE IF NOT EXISTS rowlease_step (
+    request_id VARCHAR(36)  NOT NULL,
+    seq        INTEGER      NOT NULL,
+    name       VARCHAR(128) NOT NULL,
+    output     TEXT         NOT NULL,
+    generation BIGINT       NOT NULL,
+    created_at TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT rowlease_step_pk PRIMARY KEY (request_id, seq)
+);
+
+ALTER TABLE rowlease_request
+    ADD COLUMN IF NOT EXISTS deaths INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE rowlease_tool_execution
+    ADD COLUMN IF NOT EXISTS step_seq INTEGER NULL;
+
+INSERT INTO rowlease_step (request_id, seq, name, output, generation)
+    SELECT r.id, e.ord - 1, e.v ->> 'name', (e.v -> 'output')::text, r.generation
+    FROM rowlease_request r
+    CROSS JOIN LATERAL json_array_elements(r.steps::json) WITH ORDINALITY AS e(v, ord)
+    WHERE r.steps IS NOT NULL AND r.steps <> ''
+    ON CONFLICT DO NOTHING;
+
+ALTER TABLE rowlease_request
+    DROP COLUMN IF EXISTS steps;
+
+-- +goose Down
+-- Migration 5, down (postgres).
+--
+-- Down restores the tables of migration 4: the steps of each request go
+-- back into its steps column, a JSON array of {"name": …, "output": …}
+-- objects in seq order (each output as the JSON it is, not as a string;
+-- json_agg writes its own spacing between the elements), and
+-- rowlease_step, deaths and step_seq are dropped. A request without steps
+-- keeps a NULL column. Stop the processes of the newer version first: they
+-- write the table this migration drops.
+
+ALTER TABLE rowlease_request
+    ADD COLUMN IF NOT EXISTS steps TEXT NULL;
+
+UPDATE rowlease_request r
+    SET steps = s.steps
+    FROM (SELECT request_id,
+                 json_agg(json_build_object('name', name, 'output', output::json) ORDER BY seq)::text AS steps
+          FROM rowlease_step
+          GROUP BY request_id) s
+    WHERE r.id = s.request_id;
+
+DROP TABLE IF EXISTS rowlease_step;
+
+ALTER TABLE rowlease_request
+    DROP COLUMN IF EXISTS deaths;
+
+ALTER TABLE rowlease_tool_execution
+    DROP COLUMN IF EXISTS step_seq;
