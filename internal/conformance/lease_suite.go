@@ -58,6 +58,7 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 		{"FencedJointEnd", fencedJointEnd},
 	}
 	cases = append(cases, acquireCreateCases...)
+	cases = append(cases, confirmPutCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
