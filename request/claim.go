@@ -3,6 +3,7 @@ package request
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -335,6 +336,14 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		}
 		return nil, err
 	}
+	if c.kind != newRequest && c.from == schema.StoredProcessing {
+		// A run that still holds the request's lease, expired, died: it
+		// did not give it back. The acquire below fails if the lease is
+		// live, and the transaction then undoes this too.
+		if _, err = tx.ExecContext(ctx, r.sql.death, c.id); err != nil {
+			return nil, err
+		}
+	}
 	var g lease.Grant[string]
 	if c.kind == newRequest {
 		g, err = r.req.Create(ctx, ltx, c.id, c.holder, r.cfg.TTL, newRow(c.msg))
@@ -497,13 +506,28 @@ func (r *Runner) prior(ctx context.Context, db lease.DB, sessionKey, requestID s
 	return out, nil
 }
 
-// loadSteps reads the steps a request recorded, inside the transaction
-// that has just taken it over (its lease row is then locked by that
-// transaction's write, so no stale run can add one meanwhile).
+// loadSteps reads the steps a request recorded, in order, inside the
+// transaction that has just taken it over (its lease row is then locked
+// by that transaction's write, and a stale run's step, fenced by that
+// row, can no longer be added).
 func (r *Runner) loadSteps(ctx context.Context, db lease.DB, id string) ([]stepRecord, error) {
-	var s string
-	if err := db.QueryRowContext(ctx, r.sql.steps, id).Scan(&s); err != nil {
+	rows, err := db.QueryContext(ctx, r.sql.steps, id)
+	if err != nil {
 		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
 	}
-	return decodeSteps(s)
+	defer rows.Close()
+	var out []stepRecord
+	for rows.Next() {
+		var rec stepRecord
+		var output string
+		if err := rows.Scan(&rec.Name, &output); err != nil {
+			return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
+		}
+		rec.Output = json.RawMessage(output)
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
+	}
+	return out, nil
 }

@@ -68,6 +68,7 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 type queuedHead struct {
 	id, clientRequestID, fingerprint, content, status string
 	generation                                        int64
+	deaths                                            int64 // see deaths in resume.go
 }
 
 // claimHead takes the session for the head of its queue and starts it:
@@ -78,7 +79,7 @@ type queuedHead struct {
 func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation)
+		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation, &h.deaths)
 		if errors.Is(err, sql.ErrNoRows) {
 			r.unhint(sessionKey)
 			return nil, nil
@@ -90,7 +91,7 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 		if h.status == schema.StoredProcessing {
 			// A dead run to resume: not after MaxAttempts runs, and not
 			// more than MaxConcurrent at once in this Runner.
-			if h.generation >= int64(r.cfg.Resume.MaxAttempts) {
+			if h.deaths >= int64(r.cfg.Resume.MaxAttempts) {
 				if _, err := r.giveUp(ctx, h); err != nil {
 					return nil, err
 				}

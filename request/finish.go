@@ -2,6 +2,7 @@ package request
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,12 +59,17 @@ func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr er
 		return base, context.Cause(ctx)
 	}
 	if aerr != nil {
-		set := []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))}
-		if errors.Is(aerr, ErrStepDiverged) {
-			// A resend starts the steps afresh instead of diverging again
-			// (the committed tool calls still count: same call, same result).
-			set = append(set, lease.Set(schema.ColSteps, nil))
+		if err := r.trimSteps(ctx, run); err != nil {
+			if errors.Is(err, lease.ErrLost) {
+				r.releaseAll(ctx, run)
+				return base, fmt.Errorf("%w: %w", ErrTakenOver, err)
+			}
+			// The request stays processing and free: a resend or the
+			// service's resume runs it again, with every step.
+			r.releaseAll(ctx, run)
+			return base, errors.Join(fmt.Errorf("%w: %w", ErrAgentFailed, aerr), err)
 		}
+		set := []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(aerr.Error()))}
 		err := r.mark(ctx, run, schema.StoredFailed, set)
 		if errors.Is(err, ErrTakenOver) {
 			return base, err
@@ -79,6 +85,53 @@ func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr er
 	}
 	base.Reply, base.Result = ans.Reply, ans.Result
 	return base, nil
+}
+
+// trimSteps deletes the steps that a resend of the failed run's request
+// must not replay, before the request is marked error:
+//
+//   - after a divergent replay (taken from the run, whatever the agent's
+//     error says), the steps from the diverged position on: the resend
+//     replays those before it, which matched, instead of diverging again;
+//   - otherwise, the steps after the last one that a tool call whose
+//     effect may have happened (succeeded, or an external effect started)
+//     followed (toolexec.Store.StepsBefore, over every run of the request):
+//     a step that made the run fail (a model output the agent could not
+//     use) is asked for again, and a step that decided a committed effect
+//     is replayed, so the resend does not repeat the effect in another
+//     form.
+//
+// The delete runs in a transaction fenced by the run's leases: a stale run
+// deletes nothing (*lease.LostError). Nothing to delete sends nothing.
+func (r *Runner) trimSteps(ctx context.Context, run *Run) error {
+	run.stepMu.Lock()
+	n, diverged := len(run.steps), run.diverged
+	run.stepMu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	defer cancel()
+	var keep int
+	if diverged != nil {
+		keep = diverged.Position
+	} else {
+		var err error
+		if keep, err = r.tools.StepsBefore(cctx, r.db, run.msg.SessionKey, run.id); err != nil {
+			return fmt.Errorf("request: reading which steps decided tool calls: %w", err)
+		}
+	}
+	if keep >= n {
+		return nil
+	}
+	err := lease.RunFenced(cctx, r.db, lease.FencedTx{Fences: run.Fences()}, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(cctx, r.sql.trimSteps, run.id, keep)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("request: deleting the steps after step %d of a failed run: %w", keep, err)
+	}
+	return nil
 }
 
 // mark ends the run: it moves the request from processing to its final

@@ -32,11 +32,13 @@ type ResumeConfig struct {
 	// runs at once; 0 means DefaultResumeMaxConcurrent. The others wait
 	// for a later dispatch.
 	MaxConcurrent int
-	// MaxAttempts: a request whose runs died this many times (its
-	// generation: every run, resends included, counts) is not resumed by
-	// the service again: it is marked error, with the cause in its error
-	// text (Status.Error). 0 means DefaultResumeMaxAttempts. A client's
-	// resend may still retry it, as any failed request.
+	// MaxAttempts: a request whose runs died this many times (a run
+	// that stopped holding its lease, a crash or a lost database
+	// connection; a run that gave its leases back — Close, a caller that
+	// gave up — does not count) is not resumed by the service again: it
+	// is marked error, with the cause in its error text (Status.Error). 0
+	// means DefaultResumeMaxAttempts. A client's resend may still retry
+	// it, as any failed request.
 	MaxAttempts int
 	// Backoff is the base delay added per attempt before a request whose
 	// runs keep dying is resumed again: after its n-th run died it waits
@@ -97,11 +99,22 @@ func (r *Runner) resumeConds(p string) (resumable, due string) {
 	}
 	resumable = p + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + p + schema.ColInterruptedBy + " IS NULL AND " + kind
 	delay := "CASE WHEN " + p + schema.ColQueueSeq + " IS NULL THEN " + strconv.FormatInt(c.Grace.Microseconds(), 10) +
-		" ELSE 0 END + " + strconv.FormatInt(c.Backoff.Microseconds(), 10) + " * (" + p + schema.ColGeneration + " - 1)"
+		" ELSE 0 END + " + strconv.FormatInt(c.Backoff.Microseconds(), 10) + " * CASE WHEN " + deaths(p) + " > 0 THEN " +
+		deaths(p) + " - 1 ELSE 0 END"
 	at := minusMicros(d, d.Now(), delay)
 	due = "((" + p + schema.ColToken + " IS NULL AND " + p + schema.ColUpdatedAt + " <= " + at + ") OR " +
 		p + schema.ColExpiresAt + " <= " + at + ")"
 	return resumable, due
+}
+
+// deaths is how many runs of a request died (p: "" or an alias and a
+// dot): those counted by the claims that took it over from them
+// (schema.ColDeaths), and the last run if it still holds the lease (it
+// did not give it back; an expired lease is a death not yet counted).
+// Graceful give-backs (Close, a cancelled caller) free the lease, and do
+// not count.
+func deaths(p string) string {
+	return "(" + p + schema.ColDeaths + " + CASE WHEN " + p + schema.ColToken + " IS NOT NULL THEN 1 ELSE 0 END)"
 }
 
 // resumeSlots bounds the resumed runs of a Runner (ResumeConfig.MaxConcurrent).
@@ -139,7 +152,7 @@ func (run *Run) endResume() {
 // MaxAttempts times; it reports whether it did.
 func (r *Runner) giveUp(ctx context.Context, h queuedHead) (bool, error) {
 	msg := fmt.Sprintf("request: not resumed again: its run died %d times (its lease expired without an outcome; "+
-		"ResumeConfig.MaxAttempts is %d); a resend of the message retries it", h.generation, r.cfg.Resume.MaxAttempts)
+		"ResumeConfig.MaxAttempts is %d); a resend of the message retries it", h.deaths, r.cfg.Resume.MaxAttempts)
 	res, err := r.db.ExecContext(ctx, r.sql.giveUp, schema.ErrorText(msg), h.id, h.generation)
 	if err != nil {
 		return false, fmt.Errorf("request: marking a dead run error after its attempts: %w", err)
@@ -150,7 +163,7 @@ func (r *Runner) giveUp(ctx context.Context, h queuedHead) (bool, error) {
 	}
 	if n == 1 {
 		r.log.Warn("rowlease: a request's run kept dying; it is marked error and not resumed again",
-			"request", h.id, "attempts", h.generation)
+			"request", h.id, "deaths", h.deaths)
 	}
 	return n == 1, nil
 }

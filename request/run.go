@@ -231,6 +231,7 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 	return run.r.tools.Call(ctx, run.r.db, run.r.cfg.Tools, toolexec.Call{
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
 		ClientRequestID: run.msg.ClientRequestID, // the effect key derives from it, so a resend keeps it
+		StepSeq:         run.stepsSoFar(),        // a failed request keeps the steps that decided it (finish)
 	}, toolexec.ExecOptions{
 		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
 		Watch: func(g toolexec.Grant) func() {

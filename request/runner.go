@@ -88,6 +88,15 @@ type Config struct {
 	// schema.ToolExecutionTable. Like RequestTable, only its name may
 	// differ from the shipped one.
 	ToolExecutionTable string
+	// StepTable is the table of recorded steps (Run.Step); empty means
+	// schema.StepTable. Like RequestTable, only its name may differ from
+	// the shipped one.
+	StepTable string
+	// MaxStepOutput bounds one step's output, in bytes; 0 means
+	// DefaultMaxStepOutput (1 MiB), at most 64 MiB. A larger output is
+	// refused with a *StepTooLargeError and nothing is recorded. On MySQL
+	// keep it below the server's max_allowed_packet.
+	MaxStepOutput int
 	// Tools are the tools a run may call; nil means none.
 	Tools *toolexec.Registry
 	// Lease options (safety margin, clock) for every level. The heartbeat
@@ -211,6 +220,22 @@ func New(cfg Config) (*Runner, error) {
 	if cfg.RequestTable == "" {
 		cfg.RequestTable = schema.RequestTable
 	}
+	if cfg.StepTable == "" {
+		cfg.StepTable = schema.StepTable
+	}
+	// The step table holds no lease: NewTable checks and quotes its name
+	// (the column names are the step table's, named only to fill Columns).
+	stepTable, err := lease.NewTable(cfg.StepTable, lease.Columns{Key: schema.ColRequestID, Holder: schema.ColName,
+		Token: schema.ColOutput, ExpiresAt: schema.ColCreatedAt, Generation: schema.ColGeneration})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.MaxStepOutput == 0:
+		cfg.MaxStepOutput = DefaultMaxStepOutput
+	case cfg.MaxStepOutput < 0 || cfg.MaxStepOutput > 64<<20:
+		return nil, invalid("max step output", "negative or more than 64 MiB")
+	}
 	reqTable, err := lease.NewTable(cfg.RequestTable, Columns())
 	if err != nil {
 		return nil, err
@@ -230,7 +255,7 @@ func New(cfg Config) (*Runner, error) {
 			return nil, err
 		}
 	}
-	r.sql = r.newStatements(reqTable)
+	r.sql = r.newStatements(reqTable, stepTable)
 	r.findStmt = newKeptStmt(r.sql.find, cfg.Dialect, cfg.Lease.Prepare)
 	r.initQueue()
 	return r, nil

@@ -19,8 +19,15 @@ type statements struct {
 	find string
 	// status reads a request's state, outcome and queue position (Status).
 	status string
-	// steps reads a request's recorded steps (claim, on a takeover).
-	steps string
+	// steps reads a request's recorded steps in order (claim, on a
+	// takeover); trimSteps deletes those from a position on (finish, when
+	// a run fails); dropSteps those of a request (Cancel of a failed one).
+	steps, trimSteps string
+	// death counts a death: the run before this claim died holding the
+	// request's lease (claim, on a takeover, in its transaction).
+	death string
+	// sweepSteps deletes the steps of the sweeper's tombstones.
+	sweepSteps func(n int) string
 
 	// The queue (queue.go, dispatch.go).
 	head, ahead, aheadInterrupt, stats, insert, flag, settle, settleOne, candidates string
@@ -48,7 +55,7 @@ var finished = "(" + lit(schema.StoredSucceeded) + ", " + lit(schema.StoredFaile
 	", " + lit(schema.StoredCancelled) + ")"
 
 // newStatements builds the Runner's statements on table t.
-func (r *Runner) newStatements(t lease.Table) statements {
+func (r *Runner) newStatements(t, steps lease.Table) statements {
 	d := r.cfg.Dialect
 	tq := t.Quoted(d)
 	now := d.Now()
@@ -62,7 +69,20 @@ func (r *Runner) newStatements(t lease.Table) statements {
 		s.find = lease.SyncWait(s.find) // see the request a duplicate just made through another node
 	}
 	s.status = r.statusStatement(tq)
-	s.steps = d.Rebind("SELECT COALESCE(" + schema.ColSteps + ", '') FROM " + tq + " WHERE " + schema.ColID + " = ?")
+	sq := steps.Quoted(d)
+	s.steps = d.Rebind("SELECT " + schema.ColName + ", " + schema.ColOutput + " FROM " + sq + " WHERE " +
+		schema.ColRequestID + " = ? ORDER BY " + schema.ColSeq)
+	s.trimSteps = d.Rebind("DELETE FROM " + sq + " WHERE " + schema.ColRequestID + " = ? AND " + schema.ColSeq + " >= ?")
+	s.death = d.Rebind("UPDATE " + tq + " SET " + schema.ColDeaths + " = " + schema.ColDeaths + " + 1 WHERE " +
+		schema.ColID + " = ? AND " + schema.ColToken + " IS NOT NULL AND " + schema.ColExpiresAt + " <= " + now)
+	// The steps of requests that are tombstones now (the sweeper's
+	// transaction made them): a request resent meanwhile keeps its steps.
+	s.sweepSteps = func(n int) string {
+		in := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
+		return d.Rebind("DELETE FROM " + sq + " WHERE " + schema.ColRequestID + " IN " + in + " AND " + schema.ColRequestID +
+			" IN (SELECT " + schema.ColID + " FROM " + tq + " WHERE " + schema.ColID + " IN " + in + " AND " +
+			schema.ColStatus + " = " + lit(schema.StoredExpired) + ")")
+	}
 
 	// runnable: a queued request, or a dead run to resume (see
 	// resumeConds): one that came from the queue, or one accepted at once
@@ -82,7 +102,7 @@ func (r *Runner) newStatements(t lease.Table) statements {
 	// request lease: the claim marks it interrupted only once that lease
 	// is free or expired, and no later claim would.
 	s.head = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColClientRequestID + ", " + schema.ColFingerprint +
-		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + " FROM " + tq +
+		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + ", " + deaths("") + " FROM " + tq +
 		" WHERE " + schema.ColSessionKey + " = ? AND " + runnable +
 		" AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = ? AND ((" + pResumable +
 		" AND NOT " + pDue + ")" + " OR (p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND p." +
@@ -186,7 +206,7 @@ func (r *Runner) sweepStatement(t lease.Table, n int) string {
 	d := r.cfg.Dialect
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
 	emptied := []string{schema.ColReply, schema.ColResult, schema.ColError, schema.ColContent, schema.ColQueueSeq,
-		schema.ColOnBusy, schema.ColInterruptedBy, schema.ColSteps}
+		schema.ColOnBusy, schema.ColInterruptedBy}
 	return d.Rebind("UPDATE " + t.Quoted(d) + " SET " + schema.ColStatus + " = " + lit(schema.StoredExpired) + ", " +
 		strings.Join(emptied, " = NULL, ") + " = NULL, " + schema.ColUpdatedAt + " = " + d.Now() +
 		" WHERE " + schema.ColID + " IN " + in + " AND " + schema.ColStatus + " IN " + finished + " AND " +

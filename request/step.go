@@ -40,29 +40,52 @@ func (e *StepDivergedError) Is(target error) bool { return target == ErrStepDive
 // MaxStepNameLen bounds a step's name, in bytes.
 const MaxStepNameLen = 128
 
-// stepRecord is one recorded step, as the steps column stores it.
-type stepRecord struct {
-	Name   string          `json:"name"`
-	Output json.RawMessage `json:"output"`
+// DefaultMaxStepOutput is Config.MaxStepOutput's default: 1 MiB.
+const DefaultMaxStepOutput = 1 << 20
+
+// ErrStepTooLarge: a step's output is larger than Config.MaxStepOutput;
+// nothing was recorded. The concrete error is a *StepTooLargeError.
+var ErrStepTooLarge = errors.New("request: step output too large")
+
+// StepTooLargeError reports a step output over the limit. It matches
+// ErrStepTooLarge.
+type StepTooLargeError struct {
+	Name  string // the step's name
+	Size  int    // the output's size, in bytes
+	Limit int    // Config.MaxStepOutput
 }
 
-// decodeSteps reads the steps column ("" or NULL: none).
-func decodeSteps(s string) ([]stepRecord, error) {
-	if s == "" {
-		return nil, nil
-	}
-	var out []stepRecord
-	if err := json.Unmarshal([]byte(s), &out); err != nil {
-		return nil, fmt.Errorf("request: the recorded steps are not valid JSON: %w", err)
-	}
-	return out, nil
+// Error names the step, the size and the limit.
+func (e *StepTooLargeError) Error() string {
+	return fmt.Sprintf("request: step %q output is %d bytes, more than the limit of %d (Config.MaxStepOutput); nothing was recorded",
+		e.Name, e.Size, e.Limit)
+}
+
+// Is makes errors.Is(err, ErrStepTooLarge) true.
+func (e *StepTooLargeError) Is(target error) bool { return target == ErrStepTooLarge }
+
+// stepRecord is one recorded step, as a row of the step table holds it
+// (Output is kept only for the steps a run loaded, to replay them).
+type stepRecord struct {
+	Name   string
+	Output json.RawMessage
 }
 
 // Step runs fn once per position of this request's run and records its
-// output (JSON) on the request's row, fenced by the request lease: one
-// token-checked UPDATE of the request row per step, which a stale run
-// cannot make (it gets an error matching ErrTakenOver and lease.ErrLost,
-// and its work context is cancelled on loss anyway).
+// output (JSON) as one row of the step table (Config.StepTable), fenced by
+// the request lease (lease.ConfirmPut): a write that a stale run cannot
+// make (it gets an error matching ErrTakenOver and lease.ErrLost, and its
+// work context is cancelled on loss anyway). Recording a step costs the
+// same whatever its position: one statement on PostgreSQL and SQLite, a
+// transaction of two on MySQL (the confirmation of the request lease, a
+// write of its row that a Galera cluster certifies, then the insert).
+//
+// When Step returns, the step is committed on its own: it never rides in
+// another transaction of the run (InTx, a tool call on another
+// goroutine), so the failure of one cannot undo it. On SQLite, where such
+// a transaction holds the database's write lock, Step waits for it to end
+// (the busy timeout): do not call Step from inside InTx's fn or a side
+// effect.
 //
 // A run that resumes the request (a takeover after a crash or a failure,
 // a resend, the service's own resume) gets the recorded outputs back, in
@@ -79,9 +102,16 @@ func decodeSteps(s string) ([]stepRecord, error) {
 // run fails with it even if the agent goes on. (A resumed run that ends
 // before asking for every recorded step is not refused: the steps it did
 // not ask for are left unused.) fn's output must be valid JSON (nil
-// records null); it is returned as recorded. name must be non-empty UTF-8
-// of at most MaxStepNameLen bytes. fn's error is returned as it is, and
-// nothing is recorded.
+// records null) of at most Config.MaxStepOutput bytes (else a
+// *StepTooLargeError, ErrStepTooLarge, and nothing is recorded); it is
+// returned as recorded. name must be non-empty UTF-8 of at most
+// MaxStepNameLen bytes. fn's error is returned as it is, and nothing is
+// recorded.
+//
+// A request that fails keeps the steps that its committed tool calls
+// followed, and its resend asks again from there (see Runner.Handle): a
+// model output the agent could not use is asked for again, a booking it
+// made is not repeated.
 func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	if name == "" || len(name) > MaxStepNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
 		return nil, invalid("step name", "empty, longer than 128 bytes, not UTF-8 or with a NUL byte")
@@ -130,6 +160,9 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 	if len(out) == 0 {
 		out = json.RawMessage("null")
 	}
+	if len(out) > run.r.cfg.MaxStepOutput {
+		return nil, &StepTooLargeError{Name: name, Size: len(out), Limit: run.r.cfg.MaxStepOutput}
+	}
 	if !json.Valid(out) {
 		return nil, invalid("step output", "not valid JSON")
 	}
@@ -137,54 +170,37 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 		return nil, err
 	}
 	// Only this Step changes steps and stepPos while stepBusy is set.
-	run.stepMu.Lock()
-	next := append(append([]stepRecord(nil), run.steps...), stepRecord{Name: name, Output: out})
-	run.stepMu.Unlock()
-	if err := run.recordSteps(ctx, next); err != nil {
+	if err := run.recordStep(ctx, pos, name, out); err != nil {
 		return nil, err
 	}
 	run.stepMu.Lock()
-	run.steps = next
+	run.steps = append(run.steps, stepRecord{Name: name})
 	run.stepPos++
 	run.stepMu.Unlock()
 	return append(json.RawMessage(nil), out...), nil
 }
 
-// recordSteps writes the whole steps column in one token-checked UPDATE
-// of the request row that keeps (and renews) the lease: a write of the
-// lease row, which a multi-primary cluster certifies against a takeover.
-// A transaction that ended as a deadlock or certification victim changed
-// nothing and is sent again, bounded. On SQLite, a step recorded while
-// one of the run's fenced transactions is open (InTx, a tool call on
-// another goroutine) goes into that transaction, as the heartbeat's
-// renewals do: it counts only if the transaction commits. Rolled back,
-// the step is written again with the next one; a crash before that runs
-// it again on resume (steps are at-least-once).
-func (run *Run) recordSteps(ctx context.Context, steps []stepRecord) error {
-	b, err := json.Marshal(steps)
-	if err != nil {
-		return err
-	}
+// recordStep writes the step at position pos: one row of the step table,
+// through lease.ConfirmPut on the pool, never into a transaction of the
+// flow (a rollback of that transaction would undo it after Step said it
+// was stored). A write refused as a deadlock or certification victim, or
+// on SQLite as busy, changed nothing and is sent again, bounded; a write
+// whose outcome was unknown is made again as an upsert of the same row.
+func (run *Run) recordStep(ctx context.Context, pos int, name string, out json.RawMessage) error {
 	r := run.r
+	row := lease.Row{Table: r.cfg.StepTable, Key: []string{schema.ColRequestID, schema.ColSeq},
+		Columns: []string{schema.ColRequestID, schema.ColSeq, schema.ColName, schema.ColOutput, schema.ColGeneration},
+		Values:  []any{run.id, pos, name, string(out), run.req.Generation}}
 	for attempt := 1; ; attempt++ {
-		var g lease.Grant[string]
-		g, err = r.req.Transition(ctx, run.flowDB(), run.req, lease.ChangeOptions{
-			From: []string{schema.StoredProcessing}, To: schema.StoredProcessing, Keep: true, TTL: r.cfg.TTL,
-			Set: []lease.Assignment{lease.Set(schema.ColSteps, string(b))},
-		})
-		if err == nil && g.Generation != run.req.Generation {
-			// Request tokens are fresh for every grant, so this cannot
-			// happen; refuse to go on rather than trust a mismatch.
-			err = &lease.LostError{Key: run.id, Op: "record step"}
-		}
+		err := r.req.ConfirmPut(ctx, r.db, run.req, row)
 		if err == nil {
 			return nil
 		}
 		if errors.Is(err, lease.ErrLost) {
-			return fmt.Errorf("%w: recording step %d: %w", ErrTakenOver, len(steps)-1, err)
+			return fmt.Errorf("%w: recording step %d: %w", ErrTakenOver, pos, err)
 		}
 		if !lease.IsTransient(err) || attempt == retry.MaxAttempts || !retry.Backoff(ctx, attempt) {
-			return fmt.Errorf("request: recording step %d: %w", len(steps)-1, err)
+			return fmt.Errorf("request: recording step %d: %w", pos, err)
 		}
 	}
 }
@@ -197,6 +213,15 @@ func (run *Run) divergence() error {
 		return nil
 	}
 	return run.diverged
+}
+
+// stepsSoFar is how many steps the run has recorded or replayed: those
+// that can have decided a tool call it makes now (a step still running
+// has returned nothing yet).
+func (run *Run) stepsSoFar() int {
+	run.stepMu.Lock()
+	defer run.stepMu.Unlock()
+	return run.stepPos
 }
 
 // StepsReplayed reports how many recorded steps this run has replayed so

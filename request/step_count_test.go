@@ -13,6 +13,7 @@ import (
 
 	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
 )
 
 // stepsPerRun is how many steps the counted agents take.
@@ -20,9 +21,11 @@ const stepsPerRun = 4
 
 // countedSteps is an agent that takes stepsPerRun steps, counting the
 // statements of the steps alone (the counter is paused outside them),
-// then fails when fail is set (so that a resend takes the request over
-// at once and replays the steps).
-func countedSteps(c *countdb.Counter, fail bool) Agent {
+// then, when giveUp is set, cancels its caller's context and returns its
+// error: the caller gave up, the request stays processing and free, and
+// a resend takes it over at once and replays every step. (A run that
+// fails keeps only the steps its tool calls followed: see trimSteps.)
+func countedSteps(c *countdb.Counter, giveUp context.CancelFunc) Agent {
 	return func(ctx context.Context, run *Run) (Answer, error) {
 		c.Resume()
 		for i := range stepsPerRun {
@@ -34,17 +37,21 @@ func countedSteps(c *countdb.Counter, fail bool) Agent {
 			}
 		}
 		c.Pause()
-		if fail {
-			return Answer{}, errors.New("the model service went away")
+		if giveUp != nil {
+			giveUp()
+			return Answer{}, ctx.Err()
 		}
 		return Answer{Reply: "ok"}, nil
 	}
 }
 
 // TestStepStatements pins the cost of steps: one statement per recorded
-// step (a token-checked UPDATE of the request row, no transaction), none
-// per replayed step; a takeover reads the recorded steps with one more
-// statement inside the transaction it already has.
+// step on PostgreSQL and SQLite (lease.ConfirmPut: the confirmation of
+// the request lease and the insert of the step's row, no transaction), a
+// transaction of the two statements on MySQL; none per replayed step; a
+// takeover reads the recorded steps with one more statement inside the
+// transaction it already has. The statements are the same at every
+// position: each carries its own step's output, not the ones before.
 func TestStepStatements(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d.String(), func(t *testing.T) {
@@ -54,26 +61,44 @@ func TestStepStatements(t *testing.T) {
 			require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
 			c.Pause()
 			// A first request prepares the statements (once per pool).
-			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "warm-up", Content: "x"}, countedSteps(c, false))
+			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "warm-up", Content: "x"}, countedSteps(c, nil))
 			require.NoError(t, err)
 
 			c.Reset()
 			c.Record(true)
-			_, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, countedSteps(c, true))
-			require.ErrorIs(t, err, ErrAgentFailed)
+			gctx, giveUp := context.WithCancel(ctx)
+			defer giveUp()
+			_, err = e.r.Handle(gctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, countedSteps(c, giveUp))
+			require.ErrorIs(t, err, context.Canceled)
 			st := c.Stats()
-			for i, q := range c.Log() {
-				t.Logf("%d: %.120s", i+1, q)
-				assert.True(t, strings.HasPrefix(q, "UPDATE "), "a step is an UPDATE of the request row: %s", q)
+			log := c.Log()
+			perStep, begins := 1, 0
+			if d == lease.MySQL {
+				perStep, begins = 2, 1
 			}
-			assert.Equal(t, int64(stepsPerRun), st.Statements, "1 statement per recorded step")
-			assert.Zero(t, st.Begins, "no transaction")
+			require.Len(t, log, perStep*stepsPerRun)
+			for i, q := range log {
+				t.Logf("%d: %.120s", i+1, q)
+				want := "INSERT INTO"
+				switch {
+				case d == lease.Postgres:
+					want = "WITH rowlease_confirm AS (UPDATE"
+				case d == lease.MySQL && i%2 == 0:
+					want = "UPDATE"
+				}
+				assert.True(t, strings.HasPrefix(q, want), "statement %d of the steps: %s", i+1, q)
+				// Every statement has the same length, but for the
+				// output's digit: nothing of the steps before it.
+				assert.Equal(t, len(log[i%perStep]), len(q), "statement %d is as long as the first step's", i+1)
+			}
+			assert.Equal(t, int64(perStep*stepsPerRun), st.Statements, "statements per recorded step")
+			assert.Equal(t, int64(begins*stepsPerRun), st.Begins, "transactions per recorded step")
 			assert.Zero(t, st.Prepares)
 
 			// The resend takes the request over and replays every step.
 			c.Reset()
 			var replayed int
-			agent := countedSteps(c, false)
+			agent := countedSteps(c, nil)
 			out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, func(ctx context.Context, run *Run) (Answer, error) {
 				ans, err := agent(ctx, run)
 				replayed = run.StepsReplayed()
@@ -88,8 +113,8 @@ func TestStepStatements(t *testing.T) {
 }
 
 // BenchmarkStep reports the statements per recorded step and per replayed
-// step: each op is a request whose run takes stepsPerRun steps and fails,
-// and its resend, which replays them.
+// step: each op is a request whose run takes stepsPerRun steps and whose
+// caller gives up, and its resend, which replays them.
 func BenchmarkStep(b *testing.B) {
 	for _, d := range testdb.Dialects() {
 		b.Run(d.String(), func(b *testing.B) {
@@ -97,13 +122,14 @@ func BenchmarkStep(b *testing.B) {
 			ctx := context.Background()
 			require.NoError(b, e.r.Sessions().Create(ctx, e.db, "s"))
 			c.Pause()
-			record, replay := countedSteps(c, true), countedSteps(c, false)
+			replay := countedSteps(c, nil)
 			var recorded, replayed int64
 			b.ResetTimer()
 			for i := range b.N {
 				msg := Message{SessionKey: "s", ClientRequestID: fmt.Sprintf("c%d", i), Content: "x"}
 				c.Reset()
-				if _, err := e.r.Handle(ctx, msg, record); !errors.Is(err, ErrAgentFailed) {
+				gctx, giveUp := context.WithCancel(ctx)
+				if _, err := e.r.Handle(gctx, msg, countedSteps(c, giveUp)); !errors.Is(err, context.Canceled) {
 					b.Fatal(err)
 				}
 				recorded += c.Stats().Statements

@@ -187,9 +187,7 @@ func TestStepStaleRunCannotRecord(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Equal(t, `"old a""new b"`, out.Reply)
-		var steps string
-		require.NoError(t, db.Get(&steps, db.Rebind("SELECT steps FROM rowlease_request WHERE client_request_id = ?"), "c"))
-		assert.JSONEq(t, `[{"name":"a","output":"old a"},{"name":"b","output":"new b"}]`, steps)
+		assert.Equal(t, []string{`a="old a"`, `b="new b"`}, storedSteps(t, db, "s", "c"))
 	})
 }
 
@@ -294,4 +292,21 @@ func TestStepTyped(t *testing.T) {
 		})
 		require.NoError(t, err)
 	})
+}
+
+// storedSteps reads the steps the step table holds for a message, in
+// order, as name=output.
+func storedSteps(t testing.TB, db *sqlx.DB, sessionKey, clientRequestID string) []string {
+	t.Helper()
+	var rows []struct {
+		Name   string `db:"name"`
+		Output string `db:"output"`
+	}
+	require.NoError(t, db.Select(&rows, db.Rebind("SELECT s.name, s.output FROM rowlease_step s JOIN rowlease_request r ON r.id = s.request_id "+
+		"WHERE r.session_key = ? AND r.client_request_id = ? ORDER BY s.seq"), sessionKey, clientRequestID))
+	out := []string{}
+	for _, r := range rows {
+		out = append(out, r.Name+"="+r.Output)
+	}
+	return out
 }

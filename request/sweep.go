@@ -50,12 +50,13 @@ func (c *RetentionConfig) fill() error {
 
 // Sweep turns the requests that finished (succeeded, failed, were
 // interrupted or cancelled) at least olderThan ago, by the database clock, into
-// tombstones and deletes their tool executions, in batches of
+// tombstones and deletes their tool executions and recorded steps, in batches of
 // RetentionConfig.Batch requests, one short transaction each, until none
 // is left. It returns how many it swept.
 //
 // A tombstone is the request's row with status expired and its reply,
-// result, error, message and recorded steps emptied: it keeps the session key, the client
+// result, error and message emptied, and its rows in the step table
+// deleted: it keeps the session key, the client
 // request id, the fingerprint and the generation, so a resend of the id
 // gets ErrExpired and never runs again (a fingerprint that differs still
 // gets ErrFingerprintMismatch). Tombstones are kept; delete rows with
@@ -131,6 +132,10 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	}
 	if _, err = r.tools.DeleteExpired(ctx, tx, r.req.Table(), ids); err != nil {
 		return 0, false, fmt.Errorf("request: deleting swept tool executions: %w", err)
+	}
+	stepArgs := append(append(make([]any, 0, 2*len(ids)), args[:len(ids)]...), args[:len(ids)]...)
+	if _, err = tx.ExecContext(ctx, r.sql.sweepSteps(len(ids)), stepArgs...); err != nil {
+		return 0, false, fmt.Errorf("request: deleting swept steps: %w", err)
 	}
 	if err = tx.Commit(); err != nil {
 		return 0, false, err

@@ -24,6 +24,10 @@ const (
 	// ToolExecutionTable holds one row per tool call made while serving a
 	// request, deduplicated both by idempotency key and by call identity.
 	ToolExecutionTable = "rowlease_tool_execution"
+	// StepTable holds the steps a request's runs recorded (request.Run.Step):
+	// one row per step, keyed by (request_id, seq), appended with the
+	// request's lease. Since migration 5.
+	StepTable = "rowlease_step"
 )
 
 // Column names. A name used by several tables has a single constant; the
@@ -95,6 +99,26 @@ const (
 	// step. A cancelled request's interrupted_by holds its own client
 	// request id. Since migration 4.
 	ColSteps = "steps"
+	// ColSeq is a step's position in its request's runs, from 0 (StepTable,
+	// INTEGER, part of the primary key with request_id). Since migration 5.
+	ColSeq = "seq"
+	// ColName is a step's name (StepTable, at most 128 bytes). Since
+	// migration 5.
+	ColName = "name"
+	// ColOutput is a step's recorded output, JSON text (StepTable, large
+	// text). Since migration 5.
+	ColOutput = "output"
+	// ColDeaths counts the runs of a request that died holding its lease
+	// — a takeover of a lease that was not given back — (RequestTable,
+	// INTEGER NOT NULL DEFAULT 0): the service's resume gives up after
+	// request.ResumeConfig.MaxAttempts of them. Graceful give-backs (Close,
+	// a cancelled caller) do not count. Since migration 5.
+	ColDeaths = "deaths"
+	// ColStepSeq is how many steps the run had recorded or replayed when it
+	// made a tool call (ToolExecutionTable, INTEGER NULL): a failed
+	// request keeps the steps that its committed calls followed. Since
+	// migration 5.
+	ColStepSeq = "step_seq"
 )
 
 // Index and constraint names of the unique keys and the secondary index.

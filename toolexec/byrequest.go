@@ -65,6 +65,24 @@ func (s *Store) succeededQuery() string {
 		schema.ColCreatedAt + ", " + schema.ColID)
 }
 
+// StepsBefore reads, in one statement, the most steps that a tool call of
+// the request had before it (Call.StepSeq) among the calls whose effect
+// may have happened: succeeded, or started (an external effect whose
+// intent was recorded). No such call gives 0. Package request keeps that
+// many of a failed request's steps: the ones that decided an effect.
+// Bad input gives a *lease.ValidationError before any SQL.
+func (s *Store) StepsBefore(ctx context.Context, db lease.DB, sessionKey, requestID string) (int, error) {
+	if err := s.checkRequest(db, sessionKey, requestID); err != nil {
+		return 0, err
+	}
+	d := s.l.Dialect()
+	var n int
+	err := db.QueryRowContext(ctx, d.Rebind("SELECT COALESCE(MAX("+schema.ColStepSeq+"), 0) FROM "+s.l.Table().Quoted(d)+
+		" WHERE "+schema.ColSessionKey+" = ? AND "+schema.ColRequestID+" = ? AND "+schema.ColStatus+" IN ('"+
+		schema.StoredSucceeded+"', '"+schema.StoredStarted+"')"), sessionKey, requestID).Scan(&n)
+	return n, err
+}
+
 // DeleteExpired deletes, in one statement, the tool executions of the
 // requests requestIDs whose row in the request table requests is a
 // tombstone (status expired), and returns how many it deleted. It keeps

@@ -99,6 +99,11 @@ type Call struct {
 	// asynchronous failover, together with its request row — gets the same
 	// key. Empty, the id is random, and such a call gets a new one.
 	ClientRequestID string
+	// StepSeq is stored with a new call (schema.ColStepSeq): how many steps
+	// the caller's run had recorded or replayed when it made the call
+	// (request.Run.CallTool sets it). StepsBefore reads it back. It must
+	// not be negative.
+	StepSeq int
 }
 
 // Exec is what a side effect receives.
@@ -226,6 +231,9 @@ func validateCall(c Call) error {
 		if err := valid.Text("toolexec", "client request id", c.ClientRequestID, schema.MaxClientRequestIDLen); err != nil {
 			return err
 		}
+	}
+	if c.StepSeq < 0 {
+		return &lease.ValidationError{Package: "toolexec", Field: "step seq", Reason: "negative"}
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
 	return valid.Text("toolexec", "tool name", c.Tool, schema.MaxToolNameLen)
@@ -405,7 +413,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 	g, err = s.l.Create(ctx, db, key, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
-		lease.Set(schema.ColIdempotencyKey, idem),
+		lease.Set(schema.ColIdempotencyKey, idem), lease.Set(schema.ColStepSeq, call.StepSeq),
 	}})
 	if err == nil || !errors.Is(err, lease.ErrExists) {
 		return g, false, nil, err
