@@ -70,14 +70,14 @@ func TestMigrationsDownUp(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		ctx := t.Context()
-		v4 := freshDump(t, d, applyDDL(t, d))
 		for _, tool := range migrationTools {
 			v1 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 1) })
 			v2 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 2) })
 			v3 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 3) })
+			v4 := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 4) })
 			require.NotEqual(t, v1, v2, "migration 1 alone must differ from 1+2")
 			require.NotEqual(t, v2, v3, "migrations 1+2 must differ from 1-3")
-			require.NotEqual(t, v3, v4, "migrations 1-3 must differ from the DDL")
+			require.NotEqual(t, v3, v4, "migrations 1-3 must differ from 1-4")
 
 			db := testdb.Open(t, d)
 			migrateUp(t, db, d, tool, 4)
@@ -99,7 +99,7 @@ func TestMigrationsDownUp(t *testing.T) {
 			requireCheckViolation(t, insertRequest(ctx, db, "after-down-4", StoredCancelled), requestStatusCheck)
 
 			require.NoError(t, runMigration(t, db, d, tool, 4, true), "%s up 4 after down", tool)
-			requireSameSchema(t, "the DDL", v4, tool+" 4 down, then up", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1-4", v4, tool+" 4 down, then up", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s up 4 changed the rows", tool)
 			require.Equal(t, queued, queryRows(t, db, queueCols), "%s up 4 changed the queue columns", tool)
 			_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET steps = ? WHERE id = ?"), `[]`, "seed-0")
@@ -113,7 +113,7 @@ func TestMigrationsDownUp(t *testing.T) {
 				require.Error(t, err, "%s up 4 a second time must refuse", tool)
 				assert.Contains(t, strings.ToLower(err.Error()), "duplicate column")
 			}
-			requireSameSchema(t, "the DDL", v4, tool+" up 4 twice", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1-4", v4, tool+" up 4 twice", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s up 4 twice changed the rows", tool)
 			require.Equal(t, steps, queryRows(t, db, "SELECT id, steps FROM "+RequestTable+" ORDER BY id"), "%s up 4 twice changed the steps", tool)
 
@@ -123,7 +123,7 @@ func TestMigrationsDownUp(t *testing.T) {
 			rows = tableRows(t, db)
 			err = runMigration(t, db, d, tool, 4, false)
 			requireCheckViolation(t, err, requestStatusCheck)
-			requireSameSchema(t, "the DDL", v4, tool+" after a refused down 4", dumpSchema(t, db, d))
+			requireSameSchema(t, tool+" migrations 1-4", v4, tool+" after a refused down 4", dumpSchema(t, db, d))
 			require.Equal(t, rows, tableRows(t, db), "%s refused down 4 changed the rows", tool)
 			_, err = db.ExecContext(ctx, db.Rebind("DELETE FROM "+RequestTable+" WHERE id = ?"), "blocks-cancelled")
 			require.NoError(t, err)
@@ -219,7 +219,7 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 	// the other is reported, with the object that differs.
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		m := readMigrationTexts(t, d)
-		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 4) })
+		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 5) })
 		edit := func(src, old, repl string) string {
 			t.Helper()
 			out := strings.Replace(src, old, repl, 1)
@@ -228,18 +228,18 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		}
 		mustDrift := func(name, mentions string, got []string) {
 			t.Helper()
-			diff := schemaDiff("migrations 1-4", migrated, name, got)
+			diff := schemaDiff("migrations 1-5", migrated, name, got)
 			assert.NotEmpty(t, diff, "%s: drift not detected: %s", d, name)
 			assert.Contains(t, diff, mentions, "%s: %s: the difference must name %s", d, name, mentions)
 		}
 		ddlWith := func(ddl string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) { require.NoError(t, ApplyScript(t.Context(), db, ddl)) }
 		}
-		// migrationsWith runs migrations 1-4 with the given text as the
+		// migrationsWith runs migrations 1-5 with the given text as the
 		// up file of one version.
 		migrationsWith := func(version int, text string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) {
-				for v := 1; v <= 4; v++ {
+				for v := 1; v <= 5; v++ {
 					if v == version {
 						require.NoError(t, runScriptAs(t, db, d, "golang-migrate", text))
 						continue
@@ -262,8 +262,13 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 			edit(m.ddl, "'queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'", "'processing', 'success', 'error'"))))
 		mustDrift("DDL with the request CHECK of migration 3", requestStatusCheck, freshDump(t, d, ddlWith(
 			edit(m.ddl, "'interrupted', 'cancelled', 'expired'", "'interrupted', 'expired'"))))
-		mustDrift("DDL without the steps column", ColSteps, freshDump(t, d, ddlWith(
-			regexp.MustCompile(`(?m)^\s*steps\s.*\n`).ReplaceAllString(m.ddl, ""))))
+		mustDrift("DDL without the deaths column", ColDeaths, freshDump(t, d, ddlWith(
+			regexp.MustCompile(`(?m)^\s*deaths\s.*\n`).ReplaceAllString(m.ddl, ""))))
+		mustDrift("DDL with the steps column of migration 4", oldStepsColumn, freshDump(t, d, ddlWith(
+			edit(m.ddl, "    deaths ", "    steps TEXT NULL,\n    deaths "))))
+		noStepSeq := strings.ReplaceAll(m.up[5], ColStepSeq, "step_sequence")
+		require.NotEqual(t, m.up[5], noStepSeq)
+		mustDrift("migration 5 that names step_seq otherwise", ColStepSeq, freshDump(t, d, migrationsWith(5, noStepSeq)))
 		mustDrift("migration 4 that forgets a status", requestStatusCheck, freshDump(t, d, migrationsWith(4,
 			edit(m.up[4], "'cancelled', ", ""))))
 		// Migration 4 rebuilds the table on SQLite, with its indexes: there

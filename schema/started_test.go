@@ -56,8 +56,9 @@ func TestStartedStatus(t *testing.T) {
 
 // requireQueueStatusesAllowed checks the request status CHECK of a
 // database at the current schema: a request may be 'queued',
-// 'interrupted', 'cancelled' or 'expired', has recorded steps, its queue
-// position is unique per session, and a bogus status is refused.
+// 'interrupted', 'cancelled' or 'expired', has deaths and recorded steps
+// (StepTable, unique per request and seq), its queue position is unique
+// per session, and a bogus status is refused.
 func requireQueueStatusesAllowed(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	ctx := t.Context()
@@ -66,17 +67,23 @@ func requireQueueStatusesAllowed(t *testing.T, db *sqlx.DB) {
 	}
 	requireCheckViolation(t, insertRequest(ctx, db, "req-bogus", "aborted"), requestStatusCheck)
 	_, err := db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET "+ColSessionKey+" = ?, "+ColQueueSeq+" = ?, "+
-		ColContent+" = ?, "+ColOnBusy+" = ?, "+ColInterruptedBy+" = ?, "+ColSteps+" = ? WHERE id = ?"),
-		"s-q", int64(1), "hello", "queue", "c-x", `[{"name":"model","output":{"tool":"write"}}]`, "req-queued")
+		ColContent+" = ?, "+ColOnBusy+" = ?, "+ColInterruptedBy+" = ?, "+ColDeaths+" = ? WHERE id = ?"),
+		"s-q", int64(1), "hello", "queue", "c-x", int64(2), "req-queued")
 	require.NoError(t, err)
+	insertStep := "INSERT INTO " + StepTable + " (" + ColRequestID + ", " + ColSeq + ", " + ColName + ", " +
+		ColOutput + ", " + ColGeneration + ") VALUES (?, ?, ?, ?, ?)"
+	_, err = db.ExecContext(ctx, db.Rebind(insertStep), "req-queued", 0, "model", `{"tool":"write"}`, int64(1))
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, db.Rebind(insertStep), "req-queued", 0, "model", `{}`, int64(1))
+	require.Error(t, err, "(request_id, seq) is unique")
 	_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET "+ColSessionKey+" = ?, "+ColQueueSeq+" = ? WHERE id = ?"),
 		"s-q", int64(1), "req-error")
 	require.Error(t, err, "(session_key, queue_seq) is unique")
 }
 
 // TestQueueStatuses: a request may be 'queued', 'interrupted', 'cancelled'
-// or 'expired', and has the columns of migrations 3 and 4, however the
-// database got its tables.
+// or 'expired', and has the columns of migrations 3 and 5 and its steps
+// table, however the database got its tables.
 func TestQueueStatuses(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
@@ -86,8 +93,8 @@ func TestQueueStatuses(t *testing.T) {
 			setup func(db *sqlx.DB)
 		}{
 			{"Apply on an empty database", applyDDL(t, d)},
-			{"golang-migrate 1-4", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 4) }},
-			{"goose 1-4", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 4) }},
+			{"golang-migrate 1-5", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 5) }},
+			{"goose 1-5", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 5) }},
 			{"Apply on the tables of the Apply of migration 2", func(db *sqlx.DB) {
 				applyOf(t, d, 2)(db)
 				requireCheckViolation(t, insertRequest(ctx, db, "before", StoredQueued), requestStatusCheck)

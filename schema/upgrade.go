@@ -14,15 +14,18 @@ import (
 )
 
 // This file brings tables made by an earlier version of this package up to
-// the current DDL, for Apply. There are three such changes so far:
+// the current DDL, for Apply. There are four such changes so far:
 // migration 2 lets a tool execution have status 'started', migration 3
 // gives the request table the columns and statuses of the queue,
-// interrupts and retention, and migration 4 its recorded steps and status
-// 'cancelled'. A table that an older Apply (or the migrations before) set
-// up still has the status CHECK of the migration before (1 for migrations
-// 2 and 3, 3 for migration 4); upgrade finds that CHECK in the catalog and
-// only then runs the statements of the migration's golang-migrate up file,
-// the same statements that users of golang-migrate and goose run.
+// interrupts and retention, migration 4 its recorded steps and status
+// 'cancelled', and migration 5 moves the recorded steps into a table of
+// their own (rowlease_step). A table that an older Apply (or the
+// migrations before) set up still has the status CHECK of the migration
+// before (1 for migrations 2 and 3, 3 for migration 4), or, for migration
+// 5, which changes no CHECK, the column that it drops (steps); upgrade
+// finds that CHECK or column in the catalog and only then runs the
+// statements of the migration's golang-migrate up file, the same
+// statements that users of golang-migrate and goose run.
 
 // step is one upgrade: the migration that changes one table. What the
 // step runs, and the CHECK it finds an older table by, are read from the
@@ -32,19 +35,33 @@ type step struct {
 	version int
 	file    string // the embedded golang-migrate up file
 	table   string
-	check   string // the name of the table's status CHECK
+	check   string // the name of the table's status CHECK; "" when column finds the older table
+	column  string // a column that the table has only before the step (with check "")
 	what    string // what the migration does, for errors
+	// exclusive: the up file runs on one connection, in one transaction
+	// where the server has them, with other upgrading processes kept out
+	// until it is done (see runExclusive). The other steps, one ALTER
+	// TABLE each on MySQL and PostgreSQL, are atomic on their own; on
+	// SQLite every step runs so.
+	exclusive bool
 }
 
+// oldStepsColumn is the request table's column of recorded steps, which
+// migration 4 adds and migration 5 moves into StepTable and drops.
+const oldStepsColumn = "steps"
+
 // steps are the upgrades, in order. Each one is run when its table still
-// has the status CHECK of the migration before it.
+// has the status CHECK of the migration before it, or the column that the
+// migration drops.
 var steps = []step{
-	{2, "000002_tool_execution_started.up.sql", ToolExecutionTable, "rowlease_tool_execution_status_ck",
-		"to allow status " + `"` + StoredStarted + `"`},
-	{3, "000003_request_queue.up.sql", RequestTable, "rowlease_request_status_ck",
-		"for queued and interrupted requests and retention"},
-	{4, "000004_request_steps.up.sql", RequestTable, "rowlease_request_status_ck",
-		"for recorded steps and cancelled requests"},
+	{version: 2, file: "000002_tool_execution_started.up.sql", table: ToolExecutionTable,
+		check: "rowlease_tool_execution_status_ck", what: "to allow status " + `"` + StoredStarted + `"`},
+	{version: 3, file: "000003_request_queue.up.sql", table: RequestTable,
+		check: "rowlease_request_status_ck", what: "for queued and interrupted requests and retention"},
+	{version: 4, file: "000004_request_steps.up.sql", table: RequestTable,
+		check: "rowlease_request_status_ck", what: "for recorded steps and cancelled requests"},
+	{version: 5, file: "000005_step_journal.up.sql", table: RequestTable,
+		column: oldStepsColumn, what: "to move the recorded steps into " + StepTable, exclusive: true},
 }
 
 // migrationFile returns the text of the step's golang-migrate up or down
@@ -85,10 +102,29 @@ type queryer interface {
 }
 
 // sqliteConn is one connection (or one transaction) that both runs
-// statements and reads rows.
+// statements and reads rows: the upgrade's on SQLite, and of the exclusive
+// steps elsewhere.
 type sqliteConn interface {
 	Execer
 	queryer
+}
+
+// oldColumnQuery returns the catalog query that reads the name of the
+// step's column, one row if the table has it, none otherwise. The names
+// are constants of this package, never input.
+func (s step) oldColumnQuery(dialect string) string {
+	switch dialect {
+	case "postgres":
+		// to_regclass finds the table as the status CHECK query does.
+		return `SELECT attname FROM pg_attribute
+WHERE attrelid = to_regclass('` + s.table + `')
+AND attname = '` + s.column + `' AND attnum > 0 AND NOT attisdropped`
+	case "mysql":
+		return `SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '` + s.table + `'
+AND COLUMN_NAME = '` + s.column + `'`
+	}
+	return `SELECT name FROM pragma_table_info('` + s.table + `') WHERE name = '` + s.column + `' COLLATE NOCASE`
 }
 
 // statusCheckQuery returns the catalog query that reads the definition of
@@ -125,7 +161,7 @@ ORDER BY name`
 }
 
 // upgrade runs, in order, each migration whose table still has the status
-// CHECK of the migration before it. dialect is canonical ("mysql", "postgres" or
+// CHECK of the migration before it, or the column the migration drops. dialect is canonical ("mysql", "postgres" or
 // "sqlite"). Through an Execer that cannot read rows it does nothing: it
 // cannot tell an older table from a current one.
 func upgrade(ctx context.Context, db Execer, dialect string) error {
@@ -142,9 +178,9 @@ func upgrade(ctx context.Context, db Execer, dialect string) error {
 }
 
 func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) error {
-	old, err := s.hasOldStatusCheck(ctx, q, dialect)
+	old, err := s.isOlder(ctx, q, dialect)
 	if err != nil {
-		return fmt.Errorf("schema: upgrade %s: read the CHECK %s: %w", dialect, s.check, err)
+		return fmt.Errorf("schema: upgrade %s: read %s: %w", dialect, s.finds(), err)
 	}
 	if !old {
 		return nil
@@ -153,8 +189,8 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 	if err != nil {
 		return err
 	}
-	if dialect == "sqlite" {
-		err = s.rebuildSQLite(ctx, db, script)
+	if dialect == "sqlite" || s.exclusive {
+		err = s.runExclusive(ctx, db, dialect, script)
 	} else {
 		// One ALTER TABLE (and on PostgreSQL a CREATE INDEX IF NOT
 		// EXISTS): the ALTER is atomic on its own. Two processes that both
@@ -165,7 +201,7 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 		if err != nil && dialect == "mysql" {
 			// The other process upgraded the table while this one waited
 			// for its lock: check again before reporting an error.
-			if again, qerr := s.hasOldStatusCheck(ctx, q, dialect); qerr == nil && !again {
+			if again, qerr := s.isOlder(ctx, q, dialect); qerr == nil && !again {
 				err = nil
 			}
 		}
@@ -174,6 +210,25 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 		return fmt.Errorf("schema: upgrade %s %s %s (migration %d): %w", dialect, s.table, s.what, s.version, err)
 	}
 	return nil
+}
+
+// isOlder reports whether the table is as the migration before the step
+// left it: it has the status CHECK of that migration, or the column that
+// the step drops.
+func (s step) isOlder(ctx context.Context, q queryer, dialect string) (bool, error) {
+	if s.check == "" {
+		names, err := queryStrings(ctx, q, s.oldColumnQuery(dialect))
+		return len(names) > 0, err
+	}
+	return s.hasOldStatusCheck(ctx, q, dialect)
+}
+
+// finds names what isOlder reads, for errors.
+func (s step) finds() string {
+	if s.check == "" {
+		return "the columns of " + s.table
+	}
+	return "the CHECK " + s.check
 }
 
 // hasOldStatusCheck reports whether the table has the status CHECK
@@ -258,14 +313,15 @@ func constraintClause(tableSQL, name string) (string, bool) {
 	return tableSQL[start : end+1], true
 }
 
-// rebuildSQLite runs the rebuild of the step's migration on one
-// connection in one transaction. SQLite cannot alter a CHECK, and the
-// statements of the rebuild must share a connection and a transaction, so
-// a pool (*sql.DB,
+// runExclusive runs the step's up file on one connection: on SQLite every
+// step (SQLite cannot alter a CHECK, so migrations 2 to 4 rebuild their
+// table, and the statements of a rebuild must share a connection and a
+// transaction), elsewhere the steps whose file has several statements that
+// must not interleave with another process's (exclusive). A pool (*sql.DB,
 // *sqlx.DB) lends one of its connections; a transaction (*sql.Tx,
 // *sqlx.Tx) is used as it is; a connection (*sql.Conn, *sqlx.Conn) gets a
-// transaction of its own.
-func (s step) rebuildSQLite(ctx context.Context, db Execer, script string) error {
+// transaction of its own where the server has one for DDL.
+func (s step) runExclusive(ctx context.Context, db Execer, dialect, script string) error {
 	switch h := db.(type) {
 	case interface {
 		Conn(context.Context) (*sql.Conn, error)
@@ -275,27 +331,121 @@ func (s step) rebuildSQLite(ctx context.Context, db Execer, script string) error
 			return fmt.Errorf("take a connection from the pool: %w", err)
 		}
 		defer conn.Close()
-		return s.rebuildSQLiteOnConn(ctx, conn, script)
+		return s.runOnConn(ctx, conn, dialect, script)
 	case interface{ Commit() error }:
-		return s.rebuildSQLiteInTx(ctx, db.(sqliteConn), script)
+		return s.runInTx(ctx, db.(sqliteConn), dialect, script)
 	case interface {
 		Raw(func(driverConn any) error) error
 	}:
-		return s.rebuildSQLiteOnConn(ctx, db.(sqliteConn), script)
+		return s.runOnConn(ctx, db.(sqliteConn), dialect, script)
 	}
-	return fmt.Errorf("the rebuild needs its statements on one connection, and %T is neither a pool, "+
+	return fmt.Errorf("the upgrade needs its statements on one connection, and %T is neither a pool, "+
 		"a transaction nor a connection of database/sql: pass a *sql.DB, *sql.Conn or *sql.Tx, "+
 		"or run migration %d (Migrations) yourself", db, s.version)
 }
 
-// rebuildSQLiteOnConn wraps the rebuild in BEGIN IMMEDIATE … COMMIT on c,
+// runOnConn runs the step on the connection c, in a transaction of its
+// own on SQLite and PostgreSQL (MySQL commits each DDL statement anyway).
+func (s step) runOnConn(ctx context.Context, c sqliteConn, dialect, script string) error {
+	switch dialect {
+	case "sqlite":
+		return s.rebuildSQLiteOnConn(ctx, c, script)
+	case "postgres":
+		b, ok := c.(interface {
+			BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+		})
+		if !ok {
+			// Unreachable: the connections runExclusive passes are *sql.Conn
+			// or wrap one.
+			return fmt.Errorf("%T cannot begin a transaction", c)
+		}
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("BEGIN: %w", err)
+		}
+		if err := s.runInTx(ctx, tx, dialect, script); err != nil {
+			if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
+				return errors.Join(err, fmt.Errorf("ROLLBACK: %w", rerr))
+			}
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("COMMIT: %w", err)
+		}
+		return nil
+	}
+	return s.runInTx(ctx, c, dialect, script)
+}
+
+// runInTx keeps other upgrading processes out, checks again that the table
+// is older (another process may have upgraded it meanwhile) and runs the
+// step's file on c. On PostgreSQL c is a transaction, which LOCK TABLE
+// holds the table for until it ends (ALTER TABLE would take the same lock
+// later); on MySQL, which commits each DDL statement, a named lock of the
+// database's (GET_LOCK) keeps the others out until the file has run.
+func (s step) runInTx(ctx context.Context, c sqliteConn, dialect, script string) error {
+	switch dialect {
+	case "sqlite":
+		return s.rebuildSQLiteInTx(ctx, c, script)
+	case "postgres":
+		if _, err := c.ExecContext(ctx, "LOCK TABLE "+s.table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			return fmt.Errorf("LOCK TABLE %s: %w", s.table, err)
+		}
+		return s.runIfOlder(ctx, c, dialect, script)
+	}
+	return withMySQLUpgradeLock(ctx, c, func() error { return s.runIfOlder(ctx, c, dialect, script) })
+}
+
+// runIfOlder runs script on c if the table is still older.
+func (s step) runIfOlder(ctx context.Context, c sqliteConn, dialect, script string) error {
+	old, err := s.isOlder(ctx, c, dialect)
+	if err != nil {
+		return fmt.Errorf("read %s again: %w", s.finds(), err)
+	}
+	if !old {
+		return nil // another process upgraded it first
+	}
+	return ApplyScript(ctx, c, script)
+}
+
+// mysqlUpgradeLock names the lock that upgrading processes take on MySQL:
+// one per database (GET_LOCK names are the server's, and at most 64
+// characters long).
+const mysqlUpgradeLock = "CONCAT('rowlease_upgrade.', MD5(DATABASE()))"
+
+// mysqlUpgradeLockWait is how long, in seconds, GET_LOCK waits for another
+// process's upgrade: a day, as good as for ever (MariaDB has no infinite
+// wait); a cancelled ctx ends the wait sooner, the driver closing the
+// connection.
+const mysqlUpgradeLockWait = "86400"
+
+// withMySQLUpgradeLock runs fn holding the upgrade lock on the connection
+// c. The lock ends with the connection if the process does; a connection
+// whose lock could not be released is discarded.
+func withMySQLUpgradeLock(ctx context.Context, c sqliteConn, fn func() error) error {
+	rows, err := queryStrings(ctx, c, "SELECT GET_LOCK("+mysqlUpgradeLock+", "+mysqlUpgradeLockWait+")")
+	if err != nil {
+		return fmt.Errorf("GET_LOCK: %w", err)
+	}
+	if !slices.Equal(rows, []string{"1"}) {
+		return fmt.Errorf("GET_LOCK returned %q, not 1 (0: still held by another process after %s seconds)", rows, mysqlUpgradeLockWait)
+	}
+	err = fn()
+	if _, rerr := c.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK("+mysqlUpgradeLock+")"); rerr != nil {
+		discardConn(c)
+		err = errors.Join(err, fmt.Errorf("RELEASE_LOCK: %w", rerr))
+	}
+	return err
+}
+
+// rebuildSQLiteOnConn wraps the step in BEGIN IMMEDIATE … COMMIT on c,
 // with foreign-key enforcement off for the while (PRAGMA foreign_keys has
 // no effect inside a transaction), as the SQLite documentation prescribes
 // for rebuilding a table: otherwise DROP TABLE would delete the rows of any
 // table whose foreign key references this one. BEGIN IMMEDIATE takes the
 // write lock first (waiting up to the connection's busy timeout), so of
-// several processes upgrading at once one rebuilds and the others find the
-// new CHECK when they get the lock.
+// several processes upgrading at once one upgrades and the others find
+// the table upgraded when they get the lock.
 func (s step) rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script string) error {
 	fk, err := queryInt(ctx, c, "PRAGMA foreign_keys")
 	if err != nil {
@@ -342,14 +492,19 @@ func (s step) rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script stri
 }
 
 // rebuildSQLiteInTx checks again, now inside the transaction, that the
-// table has the old CHECK, then runs the rebuild and creates again the
-// triggers on the table (DROP TABLE drops them; the migration files leave
-// that to the user). legacy_alter_table, which the rebuild switches on and
-// off around its RENAME, is put back if it was on.
+// table is older, then runs the step. A step that rebuilds the table
+// (check: migrations 2 to 4) is followed by the triggers on the table,
+// created again (DROP TABLE drops them; the migration files leave that to
+// the user), and legacy_alter_table, which the rebuild switches on and off
+// around its RENAME, is put back if it was on. Migration 5 alters the
+// table in place, which keeps its triggers.
 func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {
-	old, err := s.hasOldStatusCheck(ctx, c, "sqlite")
+	if s.check == "" {
+		return s.runIfOlder(ctx, c, "sqlite", script)
+	}
+	old, err := s.isOlder(ctx, c, "sqlite")
 	if err != nil {
-		return fmt.Errorf("read the CHECK %s again: %w", s.check, err)
+		return fmt.Errorf("read %s again: %w", s.finds(), err)
 	}
 	if !old {
 		return nil // another process upgraded it first

@@ -16,7 +16,11 @@
 -- Stop the processes of the older version first: they write the column
 -- this migration drops. It takes an ACCESS EXCLUSIVE lock on
 -- rowlease_request and rowlease_tool_execution and reads every request
--- row with steps once.
+-- row with steps once. Run it once; on tables that already have the new
+-- columns (schema.Apply upgraded them before you adopted the migrations)
+-- it fails (column "steps" does not exist) and, run in one transaction as
+-- golang-migrate and goose run it, changes nothing: record version 5 as
+-- applied instead.
 
 CREATE TABLE IF NOT EXISTS rowlease_step (
     request_id VARCHAR(36)  NOT NULL,
