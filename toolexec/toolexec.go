@@ -204,11 +204,13 @@ type ExecOptions struct {
 	Flow *lease.FlowDB
 }
 
-// db is where the clean-up writes go: through the flow, if there is one.
+// db is where the clean-up writes go: the pool, never into an open
+// transaction of the flow (o.Flow routes its heartbeat's renewals there on
+// SQLite), whose rollback would undo the write after it was reported
+// made and leave the tool lease held until its TTL. On SQLite a clean-up
+// write made while another transaction of the flow holds the write lock
+// (a parallel tool call, an InTx) waits for it, up to ReleaseTimeout.
 func (o ExecOptions) db(db Beginner) lease.DB {
-	if o.Flow != nil {
-		return o.Flow
-	}
 	return db
 }
 

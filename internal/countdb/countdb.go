@@ -33,6 +33,7 @@ type Counter struct {
 	prepares  atomic.Int64
 	paused    atomic.Int64                       // Pause depth; counting is off while > 0
 	fail      atomic.Pointer[func(string) error] // see FailAfter
+	before    atomic.Pointer[func(string)]       // see BeforeSend
 
 	mu  sync.Mutex
 	log []string

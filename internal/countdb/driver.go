@@ -202,6 +202,7 @@ func (k *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 func (k *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	var res driver.Result
 	var err error
+	k.c.sending(query)
 	if ec, ok := k.ci.(driver.ExecerContext); ok {
 		res, err = ec.ExecContext(ctx, query, args)
 	} else if e, ok := k.ci.(driver.Execer); ok { // fallback for old drivers
@@ -227,6 +228,7 @@ func (k *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 func (k *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	var rows driver.Rows
 	var err error
+	k.c.sending(query)
 	if qc, ok := k.ci.(driver.QueryerContext); ok {
 		rows, err = qc.QueryContext(ctx, query, args)
 	} else if q, ok := k.ci.(driver.Queryer); ok { // fallback for old drivers
@@ -323,18 +325,21 @@ func (s *stmt) Close() error  { return s.si.Close() }
 func (s *stmt) NumInput() int { return s.si.NumInput() }
 
 func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
+	s.c.sending(s.query)
 	s.c.add(s.query)
 	res, err := s.si.Exec(args) // forwarding the deprecated method
 	return s.c.execResult(s.query, res, err)
 }
 
 func (s *stmt) Query(args []driver.Value) (driver.Rows, error) {
+	s.c.sending(s.query)
 	s.c.add(s.query)
 	rows, err := s.si.Query(args) // forwarding the deprecated method
 	return s.c.queryResult(s.query, rows, err)
 }
 
 func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.c.sending(s.query)
 	if ec, ok := s.si.(driver.StmtExecContext); ok {
 		s.c.add(s.query)
 		res, err := ec.ExecContext(ctx, args)
@@ -351,6 +356,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 }
 
 func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	s.c.sending(s.query)
 	if qc, ok := s.si.(driver.StmtQueryContext); ok {
 		s.c.add(s.query)
 		rows, err := qc.QueryContext(ctx, args)

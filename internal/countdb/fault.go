@@ -67,3 +67,23 @@ func (c *Counter) queryResult(q string, rows driver.Rows, err error) (driver.Row
 	}
 	return rows, nil
 }
+
+// BeforeSend calls fn with the text of every statement just before it is
+// sent (on any goroutine, even while counting is paused): a test can wait
+// for a statement to be on its way without waiting for its result, which
+// may be blocked. BeforeSend(nil) turns it off. Like FailAfter, it applies
+// to databases opened with [OpenDB].
+func (c *Counter) BeforeSend(fn func(query string)) {
+	if fn == nil {
+		c.before.Store(nil)
+		return
+	}
+	c.before.Store(&fn)
+}
+
+// sending calls BeforeSend's function, if any.
+func (c *Counter) sending(q string) {
+	if fn := c.before.Load(); fn != nil {
+		(*fn)(q)
+	}
+}
