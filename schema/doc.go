@@ -1,6 +1,7 @@
-// Package schema holds the DDL of the three tables the rowlease library keeps
-// its locks and deduplication records in, for MySQL/MariaDB, PostgreSQL and
-// SQLite, together with the same DDL as golang-migrate and goose migrations.
+// Package schema holds the DDL of the four tables the rowlease library keeps
+// its locks, deduplication records and recorded steps in, for MySQL/MariaDB,
+// PostgreSQL and SQLite, together with the same DDL as golang-migrate and
+// goose migrations.
 //
 // The package imports no SQL driver. Apply runs the DDL through any value with
 // an ExecContext method (*sql.DB, *sql.Tx, *sql.Conn, *sqlx.DB, ...); DDL,
@@ -62,15 +63,18 @@
 //	on_busy            VARCHAR(16)   NULL; 'queue' or 'interrupt' for a queued request
 //	interrupted_by     VARCHAR(191)  NULL; who asked the request to stop (its own
 //	                                 client request id: it was cancelled)
-//	steps              large text    NULL; JSON array of the recorded steps
+//	deaths             INT           NOT NULL DEFAULT 0; runs that died holding
+//	                                 the request's lease
 //	UNIQUE (session_key, client_request_id)   rowlease_request_session_client_uq
 //	UNIQUE (session_key, queue_seq)           rowlease_request_session_queue_uq
 //	INDEX (status, updated_at)                rowlease_request_status_updated_idx
 //
 // content, queue_seq, on_busy, interrupted_by, the last two keys and the
 // statuses 'queued', 'interrupted' and 'expired' came with migration 3;
-// steps and the status 'cancelled' with migration 4; package request says
-// what they mean. On PostgreSQL and SQLite the queue key is a table
+// the status 'cancelled' with migration 4 (and a column steps, the JSON
+// array of the recorded steps, which migration 5 moved into
+// rowlease_step); deaths with migration 5; package request says what they
+// mean. On PostgreSQL and SQLite the queue key is a table
 // constraint (on SQLite its index is named sqlite_autoindex_…), because
 // the DDL cannot create an index on queue_seq before Apply has upgraded a
 // table of an earlier version.
@@ -89,9 +93,23 @@
 //	result           large text    NULL; JSON
 //	error            text          NULL
 //	created_at, updated_at                  as in rowlease_session
+//	step_seq         INT           NULL; steps the run had recorded when it made
+//	                               the call (since migration 5)
 //	UNIQUE (session_key, idempotency_key)               rowlease_tool_execution_idem_uq
 //	UNIQUE (request_id, tool_name, arguments_hash)      rowlease_tool_execution_call_uq
 //	INDEX (session_key, request_id)                     rowlease_tool_execution_session_request_idx
+//
+// rowlease_step (StepTable, since migration 5) has one row per step that a
+// request's runs recorded (request.Run.Step), appended with the request's
+// lease:
+//
+//	request_id   VARCHAR(36)   NOT NULL; the rowlease_request id
+//	seq          INT           NOT NULL; the step's position, from 0
+//	name         VARCHAR(128)  NOT NULL
+//	output       large text    NOT NULL; JSON
+//	generation   BIGINT        NOT NULL; the request's generation when recorded
+//	created_at   time          NOT NULL, defaults to now
+//	PRIMARY KEY (request_id, seq)   rowlease_step_pk (MySQL: PRIMARY)
 //
 // There are no foreign keys: the library keeps the tables consistent, and the
 // rows of one table can be deleted without touching the others. The column,
@@ -130,7 +148,8 @@
 //
 //	CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000
 //
-// and a CHECK constraint on each table rejects time values that are not
+// and a CHECK constraint on each table but rowlease_step (whose one time,
+// created_at, only its default writes) rejects time values that are not
 // integers, so a driver that writes a time.Time as text fails on insert
 // instead of storing a value that compares wrongly. Unique keys are unique
 // indexes with the names above.
@@ -161,7 +180,7 @@
 //
 // # Upgrading
 //
-// The DDL has changed three times. Since migration 2 the status CHECK of
+// The DDL has changed four times. Since migration 2 the status CHECK of
 // rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
 // 'started' (StoredStarted: the intent of an effect outside the database is
 // recorded, its result not yet). Since migration 3 rowlease_request has the
@@ -169,9 +188,12 @@
 // rowlease_request_session_queue_uq, the index
 // rowlease_request_status_updated_idx, and a status CHECK
 // (rowlease_request_status_ck) that also allows 'queued', 'interrupted' and
-// 'expired'. Since migration 4 rowlease_request has the column steps and
-// its status CHECK also allows 'cancelled'. Tables that an earlier Apply
-// created, like tables of the earlier migrations alone, lack them.
+// 'expired'. Since migration 4 its status CHECK also allows 'cancelled'
+// (and it had a column steps). Since migration 5 the recorded steps are
+// rows of rowlease_step instead of that column, which is dropped,
+// rowlease_request has the column deaths and rowlease_tool_execution the
+// column step_seq. Tables that an earlier Apply created, like tables of
+// the earlier migrations alone, lack them.
 //
 // Apply upgrades them. Before its CREATE statements it reads, for each of
 // the two tables, the definition of its status CHECK from the catalog
@@ -181,8 +203,10 @@
 // before, runs the statements of that table's migration (2 for the
 // tool-execution table; 3 for the request table with the CHECK of
 // migration 1, then 4 for the request table with the CHECK of migration
-// 3). A missing CHECK, or one you have changed yourself, is left alone.
-// What the upgrade does:
+// 3). Migration 5 changes no CHECK: it runs if the request table still has
+// the column steps (PostgreSQL pg_attribute, MySQL and MariaDB
+// information_schema.COLUMNS, SQLite pragma_table_info). A missing CHECK,
+// or one you have changed yourself, is left alone. What the upgrade does:
 //
 //   - PostgreSQL, MySQL and MariaDB: one ALTER TABLE per table, atomic (on
 //     PostgreSQL migration 3 then creates its index). PostgreSQL holds an
@@ -207,15 +231,30 @@
 //     other Execer the upgrade fails with an error and changes nothing.
 //     Give the connections a busy timeout: a second process waits for the
 //     first one's rebuild and then finds the new CHECK.
+//   - Migration 5, on every dialect: its statements (create rowlease_step,
+//     add deaths and step_seq, copy each request's steps into rowlease_step
+//     in order, drop steps) run on one connection, which Apply takes from
+//     the pool if db is one (db must be a pool, a connection or a
+//     transaction of database/sql, as for SQLite's rebuild), with other
+//     upgrading processes kept out: on PostgreSQL in one transaction that
+//     holds LOCK TABLE on rowlease_request, all or nothing; on MySQL and
+//     MariaDB under a lock named after the database (GET_LOCK), each
+//     statement committed by itself; on SQLite in one BEGIN IMMEDIATE
+//     transaction that alters the table in place (its triggers stay; the
+//     copy needs SQLite 3.38's -> operator). Stop the processes of the
+//     older version first: they write the column that the upgrade drops.
 //
 // Several processes may upgrade at once: on PostgreSQL and MySQL the table
 // lock orders their ALTER TABLE statements, and a second one finds the
 // table upgraded (on MySQL its ALTER fails, and Apply, reading the CHECK
-// again, lets that pass); on SQLite the second one checks again under the
-// write lock and does nothing. If an upgrade fails, its table stays as it
-// was (one ALTER TABLE, or SQLite's transaction, is all or nothing) and
-// Apply returns an error that names the failing statement; call it again
-// after fixing the cause.
+// again, lets that pass); for migration 5, and on SQLite, the second one
+// checks again under the lock and does nothing. If an upgrade fails, its
+// table stays as it was (one ALTER TABLE, or the transaction of SQLite and
+// of PostgreSQL's migration 5, is all or nothing) and Apply returns an
+// error that names the failing statement; call it again after fixing the
+// cause. The exception is migration 5 on MySQL and MariaDB, whose
+// statements commit one by one: after a failure part way, run the rest of
+// its up file yourself.
 //
 // The upgrade needs to read the catalog: db must also have QueryContext
 // (*sql.DB, *sql.Tx, *sql.Conn and sqlx's forms of them do). Through an
@@ -226,7 +265,7 @@
 // violation of the status CHECK.
 //
 // If you manage the tables with golang-migrate or goose instead, copy
-// migrations 2, 3 and 4 into your migration directory (or use Migrations,
+// migrations 2 to 5 into your migration directory (or use Migrations,
 // which has them) and run them: Apply's upgrade does not write your tool's
 // version table.
 //
@@ -268,18 +307,31 @@
 //     column it fails on MySQL, MariaDB and SQLite, changing nothing
 //     (record version 4 as applied instead), and on PostgreSQL it changes
 //     nothing.
+//   - 5, step_journal: creates rowlease_step, adds deaths and step_seq,
+//     moves each request's steps from the steps column into rowlease_step
+//     (seq from 0 in array order, generation the request's, each output's
+//     JSON text as it was, except that MySQL writes it out again in its own
+//     spacing and SQLite compact) and drops the column (the upgrade above;
+//     MySQL 8.0.4+ or MariaDB 10.6+ for JSON_TABLE, SQLite 3.38+). Stop the
+//     processes of the older version first. Down puts the steps back into
+//     the column, a JSON array in seq order (NULL for a request without
+//     steps), and drops rowlease_step, deaths and step_seq; on MySQL and
+//     MariaDB its statements commit one by one. Up runs once: on tables
+//     that already have it it fails, changing nothing (MySQL and MariaDB
+//     error 1060, SQLite "duplicate column name", PostgreSQL column "steps"
+//     does not exist): record version 5 as applied instead.
 //
 // The golang-migrate files are the source of every statement: the goose
 // file of a migration holds its up and down files as they are, and the DDL
 // is the up files folded into one CREATE … IF NOT EXISTS per table and
-// index, both generated (go generate) and committed. Migrations 1 to 4
+// index, both generated (go generate) and committed. Migrations 1 to 5
 // together build exactly what the DDL builds: a test applies them to real
 // databases of each dialect and compares tables, columns, constraints and
 // indexes. A database set up by any version of
 // Apply can adopt the migrations: migration 1 creates nothing that exists,
 // and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once
-// more); for migrations 3 and 4, see above.
+// more); for migrations 3 to 5, see above.
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
@@ -304,6 +356,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 to 000004 and the goose files 00001 to 00004; add your own
+// 000001 to 000005 and the goose files 00001 to 00005; add your own
 // migrations after them, or copy the files into your own migration directory.
 package schema

@@ -14,7 +14,7 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// Apply creates the three lock tables on a new SQLite file; a second call
+// Apply creates the lock tables on a new SQLite file; a second call
 // changes nothing.
 func ExampleApply() {
 	dir, err := os.MkdirTemp("", "rowlease-schema")
@@ -53,6 +53,7 @@ func ExampleApply() {
 	// Output:
 	// rowlease_request
 	// rowlease_session
+	// rowlease_step
 	// rowlease_tool_execution
 }
 

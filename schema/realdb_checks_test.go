@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,19 +138,22 @@ func (h *harness) indexes(t *testing.T, table string) []string {
 	}
 }
 
-var allTables = []string{RequestTable, SessionTable, ToolExecutionTable} // sorted
+var allTables = []string{RequestTable, SessionTable, StepTable, ToolExecutionTable} // sorted
 
 var wantColumns = map[string][]string{
 	SessionTable: {ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt},
 	RequestTable: {ColID, ColSessionKey, ColClientRequestID, ColFingerprint, ColStatus, ColHolder, ColToken,
 		ColExpiresAt, ColGeneration, ColReply, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
-		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColSteps},
+		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColDeaths},
 	ToolExecutionTable: {ColID, ColSessionKey, ColRequestID, ColToolName, ColArgumentsHash, ColIdempotencyKey,
-		ColStatus, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColResult, ColError, ColCreatedAt, ColUpdatedAt},
+		ColStatus, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
+		ColStepSeq},
+	StepTable: {ColRequestID, ColSeq, ColName, ColOutput, ColGeneration, ColCreatedAt},
 }
 
 var wantIndexes = map[string][]string{
 	SessionTable:       nil,
+	StepTable:          nil,
 	RequestTable:       {RequestSessionClientUnique, RequestSessionQueueUnique, RequestStatusUpdatedIndex},
 	ToolExecutionTable: {ToolExecutionCallUnique, ToolExecutionIdemUnique, ToolExecutionSessionRequestIndex},
 }
@@ -177,6 +181,9 @@ func (h *harness) checkStructure(t *testing.T) {
 		assert.Equal(t, cols, h.columns(t, table), "columns of %s", table)
 		assert.ElementsMatch(t, h.wantIndexesOf(table), h.indexes(t, table), "indexes of %s", table)
 		for _, col := range []string{ColExpiresAt, ColCreatedAt, ColUpdatedAt} {
+			if !slices.Contains(cols, col) {
+				continue // StepTable has created_at only
+			}
 			want := map[string]string{"mysql": "datetime(6)", "postgres": "timestamp with time zone", "sqlite": "integer"}[h.dialect.String()]
 			assert.Equal(t, want, h.columnType(t, table, col), "%s.%s", table, col)
 		}
@@ -273,7 +280,8 @@ func runRealSuite(t *testing.T, h *harness) {
 		}
 		return nil
 	}
-	dropScript := readFile(mfs, migrateFiles[1][1])
+	// Down 1 drops the tables of migration 1; StepTable goes first.
+	dropScript := "DROP TABLE IF EXISTS " + StepTable + ";\n" + readFile(mfs, migrateFiles[1][1])
 
 	h.concurrentApply(t, dropScript)
 
@@ -383,6 +391,16 @@ func (h *harness) checkConstraints(t *testing.T) {
 	require.Error(t, h.exec(t, insRequest, uuid5, "s1", nil, hashA, StoredSucceeded), "client_request_id is NOT NULL")
 	h.mustExec(t, "UPDATE "+RequestTable+" SET reply = ?, result = ?, error = ?, holder = ?, token = ?, generation = generation + 1 WHERE id = ?",
 		strings.Repeat("r", 100000), `{"ok":true}`, "none", "worker-1", uuid6, uuid1)
+	assert.Equal(t, []string{"0"}, h.strings(t, "SELECT "+ColDeaths+" FROM "+RequestTable+" WHERE id = ?", uuid1), "deaths defaults to 0")
+	require.Error(t, h.exec(t, "UPDATE "+RequestTable+" SET "+ColDeaths+" = NULL WHERE id = ?", uuid1), "deaths is NOT NULL")
+
+	// Steps: (request_id, seq) is the primary key; the output is large text.
+	insStep := "INSERT INTO " + StepTable + " (request_id, seq, name, output, generation) VALUES (?, ?, ?, ?, ?)"
+	h.mustExec(t, insStep, uuid1, 0, "model", `{"text":"`+strings.Repeat("o", 100000)+`"}`, int64(1))
+	h.mustExec(t, insStep, uuid1, 1, "model", `null`, int64(1))
+	h.mustExec(t, insStep, uuid2, 0, "model", `"x"`, int64(2))
+	h.wantUnique(t, h.exec(t, insStep, uuid1, 1, "tool", `1`, int64(2)), h.pkName(StepTable), StepTable, ColRequestID, ColSeq)
+	require.Error(t, h.exec(t, insStep, uuid3, 0, "model", nil, int64(1)), "output is NOT NULL")
 
 	// Tool executions: both unique keys, status checked.
 	h.mustExec(t, insTool, uuid1, "s1", uuid1, "search", hashA, "idem-1", StoredProcessing)
@@ -407,13 +425,19 @@ func (h *harness) checkTimes(t *testing.T) {
 		uuid6, "t-default", "c", hashA, StoredProcessing)
 	h.mustExec(t, "INSERT INTO "+ToolExecutionTable+" (id, session_key, request_id, tool_name, arguments_hash, idempotency_key, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
 		uuid6, "t-default", uuid6, "tool", hashA, "k", StoredProcessing)
+	h.mustExec(t, "INSERT INTO "+StepTable+" (request_id, seq, name, output, generation) VALUES (?, ?, ?, ?, ?)",
+		uuid6, 0, "model", "{}", int64(1))
 	after := time.Now()
 	for _, q := range []struct{ table, keyCol, key string }{
 		{SessionTable, ColSessionKey, "t-default"},
 		{RequestTable, ColID, uuid6},
 		{ToolExecutionTable, ColID, uuid6},
+		{StepTable, ColRequestID, uuid6},
 	} {
 		for _, col := range []string{ColCreatedAt, ColUpdatedAt} {
+			if q.table == StepTable && col == ColUpdatedAt {
+				continue
+			}
 			got := h.readTime(t, "SELECT "+col+" FROM "+q.table+" WHERE "+q.keyCol+" = ?", q.key)
 			assert.WithinRange(t, got, before.Add(-slack), after.Add(slack), "%s.%s default", q.table, col)
 			if h.dialect == lease.SQLite {

@@ -93,11 +93,12 @@ const (
 	// ColInterruptedBy is the client request id of the message that asked
 	// a processing request to stop (NULL until one did). Since migration 3.
 	ColInterruptedBy = "interrupted_by"
-	// ColSteps holds the steps a request's runs recorded (large text, NULL
-	// until the first): a JSON array of {"name": …, "output": …} objects in
-	// run order, written by one token-checked UPDATE of the request row per
-	// step. A cancelled request's interrupted_by holds its own client
-	// request id. Since migration 4.
+	// ColSteps is the column of RequestTable that held the steps a
+	// request's runs recorded from migration 4 until migration 5 (large
+	// text, NULL until the first): a JSON array of {"name": …, "output": …}
+	// objects in run order, rewritten whole for each step. Migration 5
+	// moves them into StepTable, one row per step, and drops the column;
+	// the current tables do not have it.
 	ColSteps = "steps"
 	// ColSeq is a step's position in its request's runs, from 0 (StepTable,
 	// INTEGER, part of the primary key with request_id). Since migration 5.
@@ -293,12 +294,18 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 // Tables that an earlier version of Apply created are upgraded first: if the
 // tool-execution table still has the status CHECK of migration 1 (without
 // StoredStarted), Apply runs the statements of migration 2; if the request
-// table does (without StoredQueued), those of migration 3; and if the
-// request table has the CHECK of migration 3 (without StoredCancelled),
-// those of migration 4 (see the package documentation, "Upgrading"). For that it reads the catalog through db's
-// QueryContext method, which *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms
-// have; a db with ExecContext alone gets no upgrade. Apply does not check or
-// alter tables that differ from the DDL in any other way.
+// table does (without StoredQueued), those of migration 3; if the request
+// table has the CHECK of migration 3 (without StoredCancelled), those of
+// migration 4; and if the request table still has the steps column
+// (ColSteps), those of migration 5, which move its steps into StepTable
+// and drop it (see the package documentation, "Upgrading"). For that it
+// reads the catalog through db's QueryContext method, which *sql.DB,
+// *sql.Tx, *sql.Conn and their sqlx forms have; a db with ExecContext
+// alone gets no upgrade. On SQLite, and for migration 5 on every dialect,
+// the upgrade runs on one connection, so db must then be a pool, a
+// connection or a transaction of database/sql (or sqlx's forms). Apply
+// does not check or alter tables that differ from the DDL in any other
+// way.
 //
 // Several processes may call Apply at once: a statement that fails because
 // another session created the same object at the same moment (PostgreSQL
@@ -383,11 +390,12 @@ func isCreateRace(err error) bool {
 //   - tool "golang-migrate" (or "migrate"): 000001_create_lock_tables.up.sql,
 //     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql,
 //     000002_tool_execution_started.down.sql, 000003_request_queue.up.sql,
-//     000003_request_queue.down.sql, 000004_request_steps.up.sql and
-//     000004_request_steps.down.sql, for source/iofs with path ".".
+//     000003_request_queue.down.sql, 000004_request_steps.up.sql,
+//     000004_request_steps.down.sql, 000005_step_journal.up.sql and
+//     000005_step_journal.down.sql, for source/iofs with path ".".
 //   - tool "goose": 00001_create_lock_tables.sql,
-//     00002_tool_execution_started.sql, 00003_request_queue.sql and
-//     00004_request_steps.sql, each
+//     00002_tool_execution_started.sql, 00003_request_queue.sql,
+//     00004_request_steps.sql and 00005_step_journal.sql, each
 //     with -- +goose Up and -- +goose Down sections, for goose.SetBaseFS or
 //     goose.NewProvider with directory ".".
 //

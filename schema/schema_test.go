@@ -92,19 +92,21 @@ func TestStatementsShape(t *testing.T) {
 			}
 			t.Errorf("%s: statement is neither CREATE TABLE IF NOT EXISTS nor CREATE INDEX IF NOT EXISTS: %s", d, norm)
 		}
-		assert.Equal(t, []string{SessionTable, RequestTable, ToolExecutionTable}, tables, d)
+		assert.Equal(t, []string{SessionTable, RequestTable, ToolExecutionTable, StepTable}, tables, d)
 
 		for _, name := range []string{
 			RequestSessionClientUnique, ToolExecutionIdemUnique, ToolExecutionCallUnique, ToolExecutionSessionRequestIndex,
 			RequestSessionQueueUnique, RequestStatusUpdatedIndex,
 			ColID, ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt,
 			ColClientRequestID, ColFingerprint, ColStatus, ColReply, ColResult, ColError, ColRequestID,
-			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColSteps,
+			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy,
+			ColSeq, ColName, ColOutput, ColDeaths, ColStepSeq,
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
 		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StoredQueued+"', '"+
 			StoredProcessing+"', '"+StoredSucceeded+"', '"+StoredFailed+"', '"+StoredInterrupted+"', '"+StoredCancelled+"', '"+StoredExpired+"'))", d)
+		assert.NotRegexp(t, `\b`+oldStepsColumn+`\b`, ddl, "%s DDL still has the steps column of migration 4", d)
 		assert.Contains(t, ddl, toolStatusCheck+" CHECK (status IN ('"+
 			StoredProcessing+"', '"+StoredStarted+"', '"+StoredSucceeded+"', '"+StoredFailed+"'))", d)
 	}
@@ -179,7 +181,7 @@ func TestApplyStopsAtFirstError(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, boom)
 	assert.Contains(t, err.Error(), "mysql")
-	assert.Contains(t, err.Error(), "statement 2 of 3")
+	assert.Contains(t, err.Error(), "statement 2 of 4")
 	assert.Contains(t, err.Error(), "CREATE TABLE IF NOT EXISTS "+RequestTable)
 	assert.Len(t, rec.queries, 2, "no statement may run after the failing one")
 }
@@ -197,8 +199,10 @@ func TestMigrationsFS(t *testing.T) {
 		"migrate": {"000001_create_lock_tables.down.sql", "000001_create_lock_tables.up.sql",
 			"000002_tool_execution_started.down.sql", "000002_tool_execution_started.up.sql",
 			"000003_request_queue.down.sql", "000003_request_queue.up.sql",
-			"000004_request_steps.down.sql", "000004_request_steps.up.sql"},
-		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql", "00004_request_steps.sql"},
+			"000004_request_steps.down.sql", "000004_request_steps.up.sql",
+			"000005_step_journal.down.sql", "000005_step_journal.up.sql"},
+		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql",
+			"00004_request_steps.sql", "00005_step_journal.sql"},
 	}
 	tools := map[string]string{"golang-migrate": "migrate", "migrate": "migrate", "Golang-Migrate": "migrate", "goose": "goose", "GOOSE": "goose"}
 	for _, d := range dialects {

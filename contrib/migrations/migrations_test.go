@@ -52,7 +52,7 @@ func eachDialect(t *testing.T, fn func(t *testing.T, d lease.Dialect, db *sql.DB
 	}
 }
 
-var lockTables = []string{schema.SessionTable, schema.RequestTable, schema.ToolExecutionTable}
+var lockTables = []string{schema.SessionTable, schema.RequestTable, schema.ToolExecutionTable, schema.StepTable}
 
 // tablesExist reports, for each lock table, whether it can be read.
 func tablesExist(t *testing.T, db *sql.DB) []bool {
