@@ -35,6 +35,13 @@ func refused() error {
 // wrap joins errors the way the packages do: "%w: %w".
 func wrap(outer, inner error) error { return fmt.Errorf("%w: %w", outer, inner) }
 
+// keyTaken is the error toolexec returns for a call whose effect key is
+// another request's call.
+func keyTaken() error {
+	return &toolexec.KeyTakenError{Tool: "pay", EffectKey: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", RequestID: "r-old",
+		Err: &lease.DuplicateKeyError{Key: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", Err: errors.New("1062")}}
+}
+
 // The error chains below are built as lease, session, toolexec and request
 // build them (see TestProblemForRealErrors for the same from a database).
 func TestProblemFor(t *testing.T) {
@@ -78,6 +85,8 @@ func TestProblemFor(t *testing.T) {
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
 		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"effect key taken, returned by the agent", wrap(request.ErrAgentFailed, keyTaken()), 409, httpapi.TypeEffectKeyTaken, 0},
+		{"effect key taken", keyTaken(), 409, httpapi.TypeEffectKeyTaken, 0},
 		{"nil", nil, 500, httpapi.TypeInternal, 0},
 		{"database down", wrap(errors.New("store: get session"), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down while the agent ran", errors.Join(wrap(request.ErrAgentFailed, refused()), refused()), 503, httpapi.TypeUnavailable, time.Second},
@@ -290,8 +299,8 @@ func TestSetPreferenceApplied(t *testing.T) {
 // that a resend can resolve (the lock in the way is released or expires,
 // or the resend finds the other run's reply), and none with the 409s a
 // resend answers the same way: interrupted (the request is final; a
-// Retry-After would invite a pointless retry), already-exists and
-// wrong-state. README says which is which.
+// Retry-After would invite a pointless retry), already-exists,
+// wrong-state and effect-key-taken. README says which is which.
 func TestRetryAfterOfEvery409(t *testing.T) {
 	left := &lease.ConflictError{Remaining: 3 * time.Second}
 	for _, tc := range []struct {
@@ -308,6 +317,7 @@ func TestRetryAfterOfEvery409(t *testing.T) {
 		{"interrupted", &request.InterruptedError{By: "m-2"}, ""},
 		{"already exists", &lease.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
 		{"wrong state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
+		{"effect key taken", wrap(request.ErrAgentFailed, keyTaken()), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()

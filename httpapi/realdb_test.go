@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -143,6 +145,50 @@ func TestProblemForRealErrors(t *testing.T) {
 		require.Error(t, err)
 		assert.False(t, httpapi.IsUnavailable(err), "the caller's deadline: %v", err)
 		require.NoError(t, httpapi.Ping(ctx, db, 5*time.Second))
+	})
+}
+
+// A client request id used again after its request row was deleted (by
+// hand: the sweeper keeps a tombstone) makes the old request's call again:
+// its effect key, derived from the client request id, is the old call's,
+// so toolexec refuses it with *KeyTakenError and nothing acts. The agent
+// returns that error: a 409 effect-key-taken, final (no Retry-After), not
+// a 500, and the detail names neither the key nor the old request.
+func TestProblemForEffectKeyTaken(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		d, err := lease.DetectDialect(db)
+		require.NoError(t, err)
+		require.NoError(t, schema.Apply(ctx, db, d))
+		tools := toolexec.NewRegistry()
+		acts := 0
+		require.NoError(t, tools.RegisterExternal("notify", func(context.Context, toolexec.External) (json.RawMessage, error) {
+			acts++
+			return json.RawMessage(`{"sent":true}`), nil
+		}, toolexec.ExternalOptions{}))
+		r, err := request.New(request.Config{DB: db, Dialect: d, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
+			Session: session.Config{AutoCreate: true}, Tools: tools})
+		require.NoError(t, err)
+		agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
+			if _, err := run.CallTool(ctx, "notify", json.RawMessage(`{"to":"ann"}`)); err != nil {
+				return request.Answer{}, err
+			}
+			return request.Answer{Reply: "told"}, nil
+		}
+		msg := request.Message{SessionKey: "s", ClientRequestID: "c-1", Content: "tell them"}
+		first, err := r.Handle(ctx, msg, agent)
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, d.Rebind("DELETE FROM "+schema.RequestTable+" WHERE "+schema.ColID+" = ?"), first.RequestID)
+		require.NoError(t, err)
+
+		_, err = r.Handle(ctx, msg, agent)
+		var kt *toolexec.KeyTakenError
+		require.ErrorAs(t, err, &kt)
+		assert.Equal(t, 1, acts, "nothing acted under the other call's key")
+		p := check(t, "the old request's call made again", err, want{409, httpapi.TypeEffectKeyTaken})
+		assert.Zero(t, p.RetryAfter, "a resend answers the same")
+		assert.NotContains(t, p.Detail, kt.EffectKey)
+		assert.NotContains(t, p.Detail, first.RequestID)
 	})
 }
 
