@@ -100,6 +100,19 @@
 // sentinels by their text), so neither package links a driver but
 // go-sql-driver/mysql (which lease links anyway).
 //
+// It decides by where an error came from where the library knows it: a
+// network error (refused, reset, a name not resolved, an answer cut
+// short) inside an external effect's unknown outcome
+// (*toolexec.UnknownOutcomeError) is the remote side's, so row 13 answers
+// it (502), not row 1; and one inside a tool's failure
+// (*toolexec.FailedError) is the other service's that the side effect
+// called — toolexec asked the side effect's transaction, which still
+// worked (lease.IsUnavailableIn) — so an agent that returns it gets row
+// 15 (500). Both are lease.ForeignError, which lease.IsUnavailable does
+// not look below. A network error the agent returns bare, from a call of
+// its own, cannot be told from the database's, and is 503 (wrap it in an
+// error of your own that is a lease.ForeignError to answer otherwise).
+//
 // A message in flight when the database went away gets 503 too, even one
 // whose COMMIT was cut (it may have committed: the resend finds out). The
 // client resends it with the same client request id after Retry-After:

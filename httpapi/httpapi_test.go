@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -85,6 +86,14 @@ func TestProblemFor(t *testing.T) {
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
 		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"outcome unknown: the remote side refused", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k", Err: refused()}),
+			502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"outcome unknown: the remote side's answer cut short", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k", Err: io.ErrUnexpectedEOF}),
+			502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"outcome unknown, and the database gone giving the call back", errors.Join(&toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k", Err: refused()}, driver.ErrBadConn),
+			503, httpapi.TypeUnavailable, time.Second},
+		{"a tool failed on another service's refusal, returned by the agent", wrap(request.ErrAgentFailed, &toolexec.FailedError{Tool: "mail", Err: refused()}),
+			500, httpapi.TypeAgentFailed, 0},
 		{"effect key taken, returned by the agent", wrap(request.ErrAgentFailed, keyTaken()), 409, httpapi.TypeEffectKeyTaken, 0},
 		{"effect key taken", keyTaken(), 409, httpapi.TypeEffectKeyTaken, 0},
 		{"nil", nil, 500, httpapi.TypeInternal, 0},
@@ -156,6 +165,10 @@ func TestIsUnavailable(t *testing.T) {
 		{"dial canceled by the caller", canceledDial, false},
 		{"an HTTP client's refusal", &url.Error{Op: "Post", URL: "https://api.example", Err: refused()}, false},
 		{"an HTTP client's refusal next to a database's", errors.Join(&url.Error{Op: "Post", URL: "u", Err: refused()}, driver.ErrBadConn), true},
+		{"a tool's failure: another service's refusal", &toolexec.FailedError{Tool: "mail", Err: refused()}, false},
+		{"an external effect's unknown outcome: a refusal", wrap(errors.New("agent"), &toolexec.UnknownOutcomeError{Tool: "pay", Err: refused()}), false},
+		{"an external effect's unknown outcome: a cut answer", &toolexec.UnknownOutcomeError{Tool: "pay", Err: io.ErrUnexpectedEOF}, false},
+		{"an external effect's unknown outcome next to a database's error", errors.Join(&toolexec.UnknownOutcomeError{Tool: "pay", Err: refused()}, sqlState("57P01")), true},
 		{"other", errors.New("boom"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

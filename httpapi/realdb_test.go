@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -189,6 +190,50 @@ func TestProblemForEffectKeyTaken(t *testing.T) {
 		assert.Zero(t, p.RetryAfter, "a resend answers the same")
 		assert.NotContains(t, p.Detail, kt.EffectKey)
 		assert.NotContains(t, p.Detail, first.RequestID)
+	})
+}
+
+// An external effect whose remote side cannot be reached (a closed port:
+// connection refused, what a database gone gives too) leaves its outcome
+// unknown. The agent returns that error: 502 outcome-unknown, not 503
+// "the database cannot be reached" — the database answered every
+// statement.
+func TestProblemForRemoteSideDown(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		d, err := lease.DetectDialect(db)
+		require.NoError(t, err)
+		require.NoError(t, schema.Apply(ctx, db, d))
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		remote := l.Addr().String()
+		require.NoError(t, l.Close()) // the payment service is down
+		tools := toolexec.NewRegistry()
+		require.NoError(t, tools.RegisterExternal("pay", func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
+			var dialer net.Dialer
+			c, err := dialer.DialContext(ctx, "tcp", remote)
+			if err != nil {
+				return nil, err
+			}
+			c.Close()
+			return json.RawMessage(`{"paid":true}`), nil
+		}, toolexec.ExternalOptions{}))
+		r, err := request.New(request.Config{DB: db, Dialect: d, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
+			Session: session.Config{AutoCreate: true}, Tools: tools})
+		require.NoError(t, err)
+		_, err = r.Handle(ctx, request.Message{SessionKey: "s", ClientRequestID: "c-1", Content: "pay"},
+			func(ctx context.Context, run *request.Run) (request.Answer, error) {
+				if _, err := run.CallTool(ctx, "pay", json.RawMessage(`{"amount":35}`)); err != nil {
+					return request.Answer{}, err
+				}
+				return request.Answer{Reply: "paid"}, nil
+			})
+		var oe *net.OpError
+		require.ErrorAs(t, err, &oe, "the remote side's refusal")
+		assert.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
+		assert.False(t, httpapi.IsUnavailable(err), "%v", err)
+		p := check(t, "the remote side refused", err, want{502, httpapi.TypeOutcomeUnknown})
+		assert.Equal(t, time.Second, p.RetryAfter)
 	})
 }
 
