@@ -42,15 +42,17 @@
 //	12  session.ErrNotFound                         404    session-not-found         –              create the session
 //	13  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
 //	    request.ErrAgentFailed)
-//	14  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	15  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	14  toolexec.ErrKeyTaken (also inside           409    effect-key-taken          –              use a new id: a resend answers the same
+//	    request.ErrAgentFailed)
+//	15  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	16  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
 //	    toolexec.ErrInvalidArguments
-//	16  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	17  lease.ErrLost                               409    lease-lost                1 s            retry
-//	18  lease.ErrNotFound (also                     404    not-found                 –
+//	17  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	18  lease.ErrLost                               409    lease-lost                1 s            retry
+//	19  lease.ErrNotFound (also                     404    not-found                 –
 //	    request.ErrNotFound)
-//	19  lease.ErrExists                             409    already-exists            –
-//	20  lease.ErrState                              409    wrong-state               –
+//	20  lease.ErrExists                             409    already-exists            –
+//	21  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
@@ -65,9 +67,16 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 14 comes before row 15. A transient
-// database error (row 2) or an unknown external outcome (row 13) inside
-// ErrAgentFailed says more than "the agent failed", so they come first.
+// not bad client input, so row 15 comes before row 16. A transient
+// database error (row 2), an unknown external outcome (row 13) or a taken
+// effect key (row 14) inside ErrAgentFailed says more than "the agent
+// failed", so they come first. A taken effect key (*toolexec.KeyTakenError)
+// is a client request id used again after its request row was deleted (by
+// hand: the sweeper keeps a tombstone): the resent message makes a call
+// whose key, derived from the client request id, is the old request's
+// call. Nothing was performed, and a resend with the same id derives the
+// same key, so it is a 409 without Retry-After, before row 20 (it also
+// matches lease.ErrExists); the client's move is a new client request id.
 //
 // A message that request.Runner.Handle queued (Message.OnBusy:
 // request.Queue) comes back with a nil error and Outcome.Queued: it is
@@ -90,6 +99,19 @@
 // PostgreSQL and SQLite errors through their methods (and pgx's two
 // sentinels by their text), so neither package links a driver but
 // go-sql-driver/mysql (which lease links anyway).
+//
+// It decides by where an error came from where the library knows it: a
+// network error (refused, reset, a name not resolved, an answer cut
+// short) inside an external effect's unknown outcome
+// (*toolexec.UnknownOutcomeError) is the remote side's, so row 13 answers
+// it (502), not row 1; and one inside a tool's failure
+// (*toolexec.FailedError) is the other service's that the side effect
+// called — toolexec asked the side effect's transaction, which still
+// worked (lease.IsUnavailableIn) — so an agent that returns it gets row
+// 15 (500). Both are lease.ForeignError, which lease.IsUnavailable does
+// not look below. A network error the agent returns bare, from a call of
+// its own, cannot be told from the database's, and is 503 (wrap it in an
+// error of your own that is a lease.ForeignError to answer otherwise).
 //
 // A message in flight when the database went away gets 503 too, even one
 // whose COMMIT was cut (it may have committed: the resend finds out). The
@@ -152,8 +174,8 @@
 //   - Every 409 that a retry can resolve (session-busy, request-in-flight,
 //     tool-in-flight, taken-over, lease-held, lease-lost), every 503 and
 //     the 429 carry RetryAfter, which Write sends as Retry-After. The 409
-//     interrupted, the 409 cancelled and the 410 expired do not: a retry
-//     answers the same.
+//     interrupted, the 409 cancelled, the 409 effect-key-taken and the 410
+//     expired do not: a retry answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
 //     token. The one error text shown is a *lease.ValidationError's, for a
 //     400, and it never contains a token.

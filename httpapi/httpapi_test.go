@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -34,6 +35,13 @@ func refused() error {
 
 // wrap joins errors the way the packages do: "%w: %w".
 func wrap(outer, inner error) error { return fmt.Errorf("%w: %w", outer, inner) }
+
+// keyTaken is the error toolexec returns for a call whose effect key is
+// another request's call.
+func keyTaken() error {
+	return &toolexec.KeyTakenError{Tool: "pay", EffectKey: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", RequestID: "r-old",
+		Err: &lease.DuplicateKeyError{Key: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", Err: errors.New("1062")}}
+}
 
 // The error chains below are built as lease, session, toolexec and request
 // build them (see TestProblemForRealErrors for the same from a database).
@@ -78,6 +86,16 @@ func TestProblemFor(t *testing.T) {
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
 		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"outcome unknown: the remote side refused", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k", Err: refused()}),
+			502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"outcome unknown: the remote side's answer cut short", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k", Err: io.ErrUnexpectedEOF}),
+			502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"outcome unknown, and the database gone giving the call back", errors.Join(&toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k", Err: refused()}, driver.ErrBadConn),
+			503, httpapi.TypeUnavailable, time.Second},
+		{"a tool failed on another service's refusal, returned by the agent", wrap(request.ErrAgentFailed, &toolexec.FailedError{Tool: "mail", Err: refused()}),
+			500, httpapi.TypeAgentFailed, 0},
+		{"effect key taken, returned by the agent", wrap(request.ErrAgentFailed, keyTaken()), 409, httpapi.TypeEffectKeyTaken, 0},
+		{"effect key taken", keyTaken(), 409, httpapi.TypeEffectKeyTaken, 0},
 		{"nil", nil, 500, httpapi.TypeInternal, 0},
 		{"database down", wrap(errors.New("store: get session"), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down while the agent ran", errors.Join(wrap(request.ErrAgentFailed, refused()), refused()), 503, httpapi.TypeUnavailable, time.Second},
@@ -147,6 +165,10 @@ func TestIsUnavailable(t *testing.T) {
 		{"dial canceled by the caller", canceledDial, false},
 		{"an HTTP client's refusal", &url.Error{Op: "Post", URL: "https://api.example", Err: refused()}, false},
 		{"an HTTP client's refusal next to a database's", errors.Join(&url.Error{Op: "Post", URL: "u", Err: refused()}, driver.ErrBadConn), true},
+		{"a tool's failure: another service's refusal", &toolexec.FailedError{Tool: "mail", Err: refused()}, false},
+		{"an external effect's unknown outcome: a refusal", wrap(errors.New("agent"), &toolexec.UnknownOutcomeError{Tool: "pay", Err: refused()}), false},
+		{"an external effect's unknown outcome: a cut answer", &toolexec.UnknownOutcomeError{Tool: "pay", Err: io.ErrUnexpectedEOF}, false},
+		{"an external effect's unknown outcome next to a database's error", errors.Join(&toolexec.UnknownOutcomeError{Tool: "pay", Err: refused()}, sqlState("57P01")), true},
 		{"other", errors.New("boom"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -290,8 +312,8 @@ func TestSetPreferenceApplied(t *testing.T) {
 // that a resend can resolve (the lock in the way is released or expires,
 // or the resend finds the other run's reply), and none with the 409s a
 // resend answers the same way: interrupted (the request is final; a
-// Retry-After would invite a pointless retry), already-exists and
-// wrong-state. README says which is which.
+// Retry-After would invite a pointless retry), already-exists,
+// wrong-state and effect-key-taken. README says which is which.
 func TestRetryAfterOfEvery409(t *testing.T) {
 	left := &lease.ConflictError{Remaining: 3 * time.Second}
 	for _, tc := range []struct {
@@ -308,6 +330,7 @@ func TestRetryAfterOfEvery409(t *testing.T) {
 		{"interrupted", &request.InterruptedError{By: "m-2"}, ""},
 		{"already exists", &lease.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
 		{"wrong state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
+		{"effect key taken", wrap(request.ErrAgentFailed, keyTaken()), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := httptest.NewRecorder()

@@ -32,6 +32,7 @@ const (
 	TypeLeaseLost             = "lease-lost"               // 409, Retry-After
 	TypeAlreadyExists         = "already-exists"           // 409
 	TypeWrongState            = "wrong-state"              // 409
+	TypeEffectKeyTaken        = "effect-key-taken"         // 409
 	TypeClientRequestIDReused = "client-request-id-reused" // 422
 	TypeExpired               = "expired"                  // 410
 	TypeQueueFull             = "queue-full"               // 429, Retry-After

@@ -3,7 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
+	"github.com/rowlease/rowlease/toolexec"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -143,6 +146,94 @@ func TestProblemForRealErrors(t *testing.T) {
 		require.Error(t, err)
 		assert.False(t, httpapi.IsUnavailable(err), "the caller's deadline: %v", err)
 		require.NoError(t, httpapi.Ping(ctx, db, 5*time.Second))
+	})
+}
+
+// A client request id used again after its request row was deleted (by
+// hand: the sweeper keeps a tombstone) makes the old request's call again:
+// its effect key, derived from the client request id, is the old call's,
+// so toolexec refuses it with *KeyTakenError and nothing acts. The agent
+// returns that error: a 409 effect-key-taken, final (no Retry-After), not
+// a 500, and the detail names neither the key nor the old request.
+func TestProblemForEffectKeyTaken(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		d, err := lease.DetectDialect(db)
+		require.NoError(t, err)
+		require.NoError(t, schema.Apply(ctx, db, d))
+		tools := toolexec.NewRegistry()
+		acts := 0
+		require.NoError(t, tools.RegisterExternal("notify", func(context.Context, toolexec.External) (json.RawMessage, error) {
+			acts++
+			return json.RawMessage(`{"sent":true}`), nil
+		}, toolexec.ExternalOptions{}))
+		r, err := request.New(request.Config{DB: db, Dialect: d, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
+			Session: session.Config{AutoCreate: true}, Tools: tools})
+		require.NoError(t, err)
+		agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
+			if _, err := run.CallTool(ctx, "notify", json.RawMessage(`{"to":"ann"}`)); err != nil {
+				return request.Answer{}, err
+			}
+			return request.Answer{Reply: "told"}, nil
+		}
+		msg := request.Message{SessionKey: "s", ClientRequestID: "c-1", Content: "tell them"}
+		first, err := r.Handle(ctx, msg, agent)
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, d.Rebind("DELETE FROM "+schema.RequestTable+" WHERE "+schema.ColID+" = ?"), first.RequestID)
+		require.NoError(t, err)
+
+		_, err = r.Handle(ctx, msg, agent)
+		var kt *toolexec.KeyTakenError
+		require.ErrorAs(t, err, &kt)
+		assert.Equal(t, 1, acts, "nothing acted under the other call's key")
+		p := check(t, "the old request's call made again", err, want{409, httpapi.TypeEffectKeyTaken})
+		assert.Zero(t, p.RetryAfter, "a resend answers the same")
+		assert.NotContains(t, p.Detail, kt.EffectKey)
+		assert.NotContains(t, p.Detail, first.RequestID)
+	})
+}
+
+// An external effect whose remote side cannot be reached (a closed port:
+// connection refused, what a database gone gives too) leaves its outcome
+// unknown. The agent returns that error: 502 outcome-unknown, not 503
+// "the database cannot be reached" — the database answered every
+// statement.
+func TestProblemForRemoteSideDown(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		ctx := context.Background()
+		d, err := lease.DetectDialect(db)
+		require.NoError(t, err)
+		require.NoError(t, schema.Apply(ctx, db, d))
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		remote := l.Addr().String()
+		require.NoError(t, l.Close()) // the payment service is down
+		tools := toolexec.NewRegistry()
+		require.NoError(t, tools.RegisterExternal("pay", func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
+			var dialer net.Dialer
+			c, err := dialer.DialContext(ctx, "tcp", remote)
+			if err != nil {
+				return nil, err
+			}
+			c.Close()
+			return json.RawMessage(`{"paid":true}`), nil
+		}, toolexec.ExternalOptions{}))
+		r, err := request.New(request.Config{DB: db, Dialect: d, TTL: 20 * time.Second, ReleaseTimeout: 3 * time.Second,
+			Session: session.Config{AutoCreate: true}, Tools: tools})
+		require.NoError(t, err)
+		_, err = r.Handle(ctx, request.Message{SessionKey: "s", ClientRequestID: "c-1", Content: "pay"},
+			func(ctx context.Context, run *request.Run) (request.Answer, error) {
+				if _, err := run.CallTool(ctx, "pay", json.RawMessage(`{"amount":35}`)); err != nil {
+					return request.Answer{}, err
+				}
+				return request.Answer{Reply: "paid"}, nil
+			})
+		var oe *net.OpError
+		require.ErrorAs(t, err, &oe, "the remote side's refusal")
+		assert.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
+		assert.False(t, httpapi.IsUnavailable(err), "%v", err)
+		p := check(t, "the remote side refused", err, want{502, httpapi.TypeOutcomeUnknown})
+		assert.Equal(t, time.Second, p.RetryAfter)
 	})
 }
 

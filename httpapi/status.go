@@ -78,6 +78,9 @@ func ProblemFor(err error) Problem {
 		return Problem{Type: ProblemBase + TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
 			Detail:     "an effect outside the database may or may not have happened; resend with the same client request id to reconcile it (it is never performed under a new key)",
 			RetryAfter: DefaultRetryAfter}
+	case errors.Is(err, toolexec.ErrKeyTaken):
+		return Problem{Type: ProblemBase + TypeEffectKeyTaken, Title: "Effect key taken", Status: http.StatusConflict,
+			Detail: "a tool call of this message has the effect key of a call that an earlier message with this client request id made, whose record is gone; nothing was performed: use a new client request id for a new message"}
 	case errors.Is(err, request.ErrAgentFailed):
 		return Problem{Type: ProblemBase + TypeAgentFailed, Title: "Agent failed", Status: http.StatusInternalServerError,
 			Detail: "the agent failed; retry with the same client request id"}

@@ -45,7 +45,13 @@ func Unavailable(err error) error {
 // not commit runs once).
 //
 // Like lease.IsUnavailable, it does not look below a *url.Error: that is
-// an HTTP client's failure (a model's API, say), not the database's. An
+// an HTTP client's failure (a model's API, say), not the database's; nor
+// below a lease.ForeignError: a tool's failure (*toolexec.FailedError, a
+// side effect's network error of another service that toolexec found was
+// not its transaction's) or an external effect's unknown outcome
+// (*toolexec.UnknownOutcomeError, 502 outcome-unknown even when a refused
+// or reset connection left it unknown). An error beside one of those, in
+// an errors.Join, is still looked at. An
 // io.ErrUnexpectedEOF that an agent returns from a stream it read itself,
 // outside a *url.Error (a response body cut short), is taken for the
 // database's too: 503 rather than 500, and the client resends either way.

@@ -25,7 +25,8 @@
 //	batch.go       RenewMany
 //	probe.go       the first-use check of each database handle
 //	errors.go      sentinels, error types, IsDuplicateKey, IsRetryable, IsTransient
-//	unavailable.go IsUnavailable: a database that cannot be reached or serve
+//	unavailable.go IsUnavailable: a database that cannot be reached or serve;
+//	               IsUnavailableIn, ForeignError: whose network error it is
 //	dialect.go     Dialect, its SQL fragments, Rebind, Quote, SyncWait
 //	table.go       Columns and Table
 //	token.go       Token, which never prints its secret
@@ -266,7 +267,12 @@
 //     a deadlock or serialization victim, which took no effect;
 //     IsUnavailable a database that cannot be reached or serve for now (a
 //     broken connection, a server down, shutting down or read-only), after
-//     which a retry later may succeed.
+//     which a retry later may succeed. For an error of code that ran on a
+//     transaction and also called other services (a tool that sends
+//     mail), IsUnavailableIn tells the database's network error from
+//     theirs by asking the transaction's connection; a ForeignError (an
+//     error that carries another service's failure) is never looked
+//     below.
 //   - A deadlock, serialization or certification victim (MySQL/Galera
 //     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
 //     autocommit, took no effect: the operation sends it again, up to

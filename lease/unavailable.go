@@ -68,12 +68,19 @@ import (
 // commit runs once).
 //
 // It does not look below a *url.Error: that is an HTTP client's failure
-// (a model's API, say), not the database's. An io.ErrUnexpectedEOF from a
-// stream read outside a *url.Error (a response body cut short) is taken
-// for the database's too. A bare context.Canceled or
-// context.DeadlineExceeded is not unavailability either: the caller's own
-// deadline ran out, which says nothing about the database. It errs on the
-// side of "no": a way of failing it does not know is not unavailability.
+// (a model's API, say), not the database's; nor below a ForeignError
+// (toolexec's *FailedError and *UnknownOutcomeError: what a side effect or
+// an external effect returned as its own failure, another service's).
+// Other network errors — a *net.OpError, a *net.DNSError, an errno, an
+// io.ErrUnexpectedEOF from a stream read (a response body cut short) — are
+// taken for the database's: any client gives them, a mail, Redis or gRPC
+// client as much as a database driver, and their kind alone cannot tell
+// which; where the code that returned one ran on a transaction,
+// IsUnavailableIn asks that transaction's connection. A bare
+// context.Canceled or context.DeadlineExceeded is not unavailability
+// either: the caller's own deadline ran out, which says nothing about the
+// database. It errs on the side of "no": a way of failing it does not
+// know is not unavailability.
 //
 // httpapi.IsUnavailable is this, plus its own marker for what only the
 // caller knows (httpapi.Unavailable, httpapi.Ping): HTTP 503.
@@ -81,11 +88,72 @@ func IsUnavailable(err error) bool {
 	return walkErrors(err, unavailableNode)
 }
 
+// IsUnavailableIn reports whether err, returned by code that ran
+// statements on tx and may also have called other services (a side effect
+// that sends mail, say), says that tx's database cannot be reached. It
+// decides by where the error came from, not by its kind alone:
+//
+//   - an error that only a database driver gives (driver.ErrBadConn,
+//     mysql.ErrInvalidConn, pgx's sentinels, the MySQL, PostgreSQL and
+//     SQLite codes IsUnavailable lists) is the database's: true;
+//   - a network error that any client gives (a *net.OpError, a
+//     *net.DNSError, an errno, io.ErrUnexpectedEOF) is the database's only
+//     if tx's own connection is broken too: it sends one statement,
+//     SELECT 1, on tx, and is true if that fails as IsUnavailable says, or
+//     does not answer before ctx's deadline. A connection that answers,
+//     even with an error (a PostgreSQL transaction aborted by an earlier
+//     statement), is working: the network error was another service's,
+//     and the answer is false;
+//   - anything else, a ForeignError included, is false, as IsUnavailable
+//     says.
+//
+// With tx nil there is no connection to ask, and the kind decides, as in
+// IsUnavailable.
+//
+// Bound ctx: a connection cut without a word (a peer gone from the
+// network) answers nothing until the operating system gives up on it. A
+// statement of tx cancelled by ctx may close tx's connection, and ctx
+// cancelled (not past its deadline) decides nothing: false. Call it only
+// with err non-nil, once the code is done with tx; tx is to be rolled
+// back after it, whatever it says.
+func IsUnavailableIn(ctx context.Context, tx DB, err error) bool {
+	if walkErrors(err, driverUnavailableNode) {
+		return true
+	}
+	if !walkErrors(err, networkUnavailableNode) {
+		return false
+	}
+	if isNil(tx) {
+		return true // no connection to ask: the kind decides
+	}
+	_, perr := tx.ExecContext(ctx, "SELECT 1")
+	if perr == nil {
+		return false
+	}
+	return IsUnavailable(perr) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+}
+
+// ForeignError is implemented by an error that carries another service's
+// failure, not the database's, so that IsUnavailable and IsUnavailableIn
+// do not look below it, as they do not below a *url.Error: a refused
+// connection or a cut stream inside is that service's. toolexec's
+// *FailedError (a side effect's own failure) and *UnknownOutcomeError (an
+// external effect's) implement it; an error of a client of your own may
+// too. errors.Is and errors.As still see what it wraps.
+type ForeignError interface {
+	error
+	// Foreign marks the error; it is never called.
+	Foreign()
+}
+
 // walkErrors reports whether pred holds for err or any error it wraps, not
-// descending below a *url.Error.
+// descending below a *url.Error or a ForeignError.
 func walkErrors(err error, pred func(error) bool) bool {
 	for err != nil {
 		if _, ok := err.(*url.Error); ok {
+			return false
+		}
+		if _, ok := err.(ForeignError); ok {
 			return false
 		}
 		if pred(err) {
@@ -131,16 +199,15 @@ var unavailableErrnos = []syscall.Errno{
 
 // unavailableNode checks one error of the tree.
 func unavailableNode(err error) bool {
-	if is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) || is(err, io.ErrUnexpectedEOF) {
+	return driverUnavailableNode(err) || networkUnavailableNode(err)
+}
+
+// networkUnavailableNode checks one error of the tree for what any
+// network client gives: a broken or refused connection, a name that does
+// not resolve, an answer cut short.
+func networkUnavailableNode(err error) bool {
+	if is(err, io.ErrUnexpectedEOF) {
 		return true
-	}
-	if _, wraps := err.(interface{ Unwrap() error }); !wraps {
-		// pgx's sentinels, errors.New values: only a leaf with exactly
-		// their text.
-		switch err.Error() {
-		case pgxConnClosed, pgxReadOnlyConnection:
-			return true
-		}
 	}
 	switch e := err.(type) {
 	case *net.OpError:
@@ -153,7 +220,25 @@ func unavailableNode(err error) bool {
 				return true
 			}
 		}
-		return false
+	}
+	return false
+}
+
+// driverUnavailableNode checks one error of the tree for what only a
+// database driver gives.
+func driverUnavailableNode(err error) bool {
+	if is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) {
+		return true
+	}
+	if _, wraps := err.(interface{ Unwrap() error }); !wraps {
+		// pgx's sentinels, errors.New values: only a leaf with exactly
+		// their text.
+		switch err.Error() {
+		case pgxConnClosed, pgxReadOnlyConnection:
+			return true
+		}
+	}
+	switch e := err.(type) {
 	case *mysql.MySQLError:
 		return e.Number == 1040 || e.Number == 1047 || e.Number == 1053 || e.Number == 1927
 	case interface{ SQLState() string }:

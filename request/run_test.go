@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,5 +141,53 @@ func TestDatabaseGoneInASideEffect(t *testing.T) {
 		assert.False(t, out.Replayed)
 		assert.Equal(t, 2, calls)
 		assert.Equal(t, 1, e.ledgerRows(t))
+	})
+}
+
+// TestAnotherServiceDownInASideEffect: a tool books in its transaction and
+// sends the receipt by mail; the mail server is down (connection refused,
+// a *net.OpError, which a database gone also gives). The database is fine,
+// so that is the tool's failure: the agent is shown it and answers, the
+// booking rolled back, and the run ends with a reply, not an error (503
+// in httpapi) that every resend would repeat.
+func TestAnotherServiceDownInASideEffect(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		mail := l.Addr().String()
+		require.NoError(t, l.Close()) // the mail server is down
+		require.NoError(t, e.tools.Register("book", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+			if _, err := x.Tx.ExecContext(ctx, e.d.Rebind("INSERT INTO ledger_entry (request_id, amount) VALUES (?, ?)"), x.Call.RequestID, "1"); err != nil {
+				return nil, err
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", mail)
+			if err != nil {
+				return nil, fmt.Errorf("send the receipt: %w", err)
+			}
+			c.Close()
+			return json.RawMessage(`{"ok":true}`), nil
+		}))
+		var shown error
+		agent := func(ctx context.Context, run *Run) (Answer, error) {
+			_, err := run.CallTool(ctx, "book", json.RawMessage(`{"amount":1}`))
+			if errors.Is(err, toolexec.ErrToolFailed) {
+				shown = err
+				return Answer{Reply: "could not book it"}, nil // what an agent does with a tool's failure
+			}
+			if err != nil {
+				return Answer{}, err
+			}
+			return Answer{Reply: "booked"}, nil
+		}
+		out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "book 1"}, agent)
+		require.NoError(t, err, "the run ends with the agent's reply")
+		assert.Equal(t, "could not book it", out.Reply)
+		require.Error(t, shown)
+		assert.Contains(t, shown.Error(), "connection refused", "the model is shown what failed")
+		assert.False(t, lease.IsUnavailable(shown), "not the database's: %v", shown)
+		assert.Equal(t, 0, e.ledgerRows(t), "the booking rolled back with the failure")
 	})
 }

@@ -107,11 +107,19 @@
 //     with backoff, and then reported as ErrTransient. Each run is watched
 //     (ExecOptions.Watch) until its final mark, so a run after a transient
 //     error at the mark or at the commit is supervised as the first was.
-//   - Nor is a database that cannot be reached (lease.IsUnavailable: the
-//     connection broke, the server died or is shutting down) inside the
-//     side effect: nothing committed, the call is not marked error and
-//     is left free, and Execute returns the database's error, so that the
-//     run ends rather than show the model a failure it did not cause.
+//   - Nor is a database that cannot be reached (the connection broke, the
+//     server died or is shutting down) inside the side effect: nothing
+//     committed, the call is not marked error and is left free, and
+//     Execute returns the database's error, so that the run ends rather
+//     than show the model a failure it did not cause. It is decided by
+//     where the error came from (lease.IsUnavailableIn): a driver's error
+//     of a broken connection is the database's; a network error (a
+//     *net.OpError, a *net.DNSError, io.ErrUnexpectedEOF), which a mail,
+//     Redis or gRPC client the side effect calls gives too, is the
+//     database's only if the transaction's own connection is broken as
+//     well — one SELECT 1 on it, bounded by ExecOptions.ReleaseTimeout,
+//     tells. With the connection working, it is the tool's failure
+//     (*FailedError), shown to the model.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
 //     surrogates, an integer a double does not hold exactly) give
 //     ErrInvalidArguments and write nothing. An unknown
@@ -144,17 +152,22 @@
 // # Failure handling
 //
 //   - *FailedError (ErrToolFailed): the tool itself failed (or the remote
-//     side refused: NotPerformed); nothing committed, the call is marked
-//     error, and the text is for the model. A retry runs it again.
+//     side refused: NotPerformed), a network error of another service it
+//     called included; nothing committed, the call is marked error, and
+//     the text is for the model. A retry runs it again. It is a
+//     lease.ForeignError: lease.IsUnavailable (httpapi's 503) does not
+//     look below it.
 //   - *UnknownOutcomeError (ErrUnknownOutcome): an external effect may have
 //     happened; the call is left started and free. It carries the effect
-//     key; reconcile before acting again.
+//     key; reconcile before acting again. It is a lease.ForeignError: the
+//     error it wraps is the remote side's, even a refused or reset
+//     connection, and lease.IsUnavailable does not look below it.
 //   - *TransientError (ErrTransient): the database kept failing
 //     transiently; nothing committed, the call is left free; retry.
-//   - An error lease.IsUnavailable recognises, returned by the side
-//     effect: the database went away mid-transaction; nothing committed,
-//     the call is left free (its lease given back if the database lets
-//     it); resend once it is back.
+//   - An error lease.IsUnavailableIn finds the database's, returned by
+//     the side effect: the database went away mid-transaction; nothing
+//     committed, the call is left free (its lease given back if the
+//     database lets it); resend once it is back.
 //   - lease.ErrLost: a fence failed ("lease: session fence: …", the first
 //     in order when several did), or the tool's own mark did (its
 //     *lease.LostError); nothing committed, and the call is left

@@ -68,6 +68,12 @@ func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnknow
 // Unwrap returns the error that left the outcome unknown.
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
 
+// Foreign makes it a lease.ForeignError: the error that left the outcome
+// unknown is the external effect's (or its reconciler's), not the
+// database's, even a refused or reset connection, so lease.IsUnavailable,
+// and httpapi's 503, do not look below it.
+func (e *UnknownOutcomeError) Foreign() {}
+
 // External is what an external effect receives.
 type External struct {
 	// EffectKey identifies this tool execution's effect: the same across

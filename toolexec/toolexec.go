@@ -72,6 +72,11 @@ func (e *FailedError) Is(target error) bool { return target == ErrToolFailed }
 // Unwrap returns the tool's error.
 func (e *FailedError) Unwrap() error { return e.Err }
 
+// Foreign makes it a lease.ForeignError: the tool's error is not the
+// database's, whatever it wraps (a mail server's refusal, say), so
+// lease.IsUnavailable, and httpapi's 503, do not look below it.
+func (e *FailedError) Foreign() {}
+
 // Grant is a held tool execution.
 type Grant = lease.Grant[string]
 
@@ -195,7 +200,9 @@ type ExecOptions struct {
 	// renewal, as request.Run's does (one heartbeat.LeaseRenewer per call).
 	Watch func(g Grant) (stop func())
 	// ReleaseTimeout bounds the clean-up writes made after a failure, even
-	// when ctx is already cancelled. Zero means 5s.
+	// when ctx is already cancelled, and the statement that asks a side
+	// effect's transaction whether its connection still works after the
+	// side effect returned a network error. Zero means 5s.
 	ReleaseTimeout time.Duration
 	// Flow, when set, is the database the flow's heartbeat renews through
 	// (the same FlowDB given to heartbeat.ForLease). On SQLite it lets
@@ -483,13 +490,19 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 			if lease.IsTransient(ferr) {
 				return &TransientError{Tool: call.Tool, Err: ferr}
 			}
-			if lease.IsUnavailable(ferr) {
+			unavailable := s.unavailableIn(ctx, tx, ferr, o)
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if unavailable {
 				// The database, not the tool: the connection broke or the
 				// server went away. Nothing committed (the error came
 				// before the commit); the call is left free, not marked
 				// error, and the run ends with the database's error.
 				return fmt.Errorf("toolexec: tool %s: the side effect's transaction: %w", call.Tool, ferr)
 			}
+			// The tool's own failure, a network error of another service
+			// it called included.
 			return &FailedError{Tool: call.Tool, Err: ferr}
 		}
 		if len(out) == 0 {
@@ -504,6 +517,18 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		return nil, err
 	}
 	return out, nil
+}
+
+// unavailableIn reports whether ferr, a side effect's error, is its
+// transaction's database gone (lease.IsUnavailableIn): a driver's error
+// of a broken connection, or a network error while tx's own connection
+// is broken too. A network error of another service the side effect
+// called (mail, Redis, gRPC) with tx working is the tool's failure. The
+// statement that asks tx is bounded by o.ReleaseTimeout.
+func (s *Store) unavailableIn(ctx context.Context, tx *sql.Tx, ferr error, o ExecOptions) bool {
+	pctx, cancel := context.WithTimeout(ctx, o.ReleaseTimeout)
+	defer cancel()
+	return lease.IsUnavailableIn(pctx, tx, ferr)
 }
 
 // succeededOp marks the call that g holds success, from state from, with
