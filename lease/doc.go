@@ -20,6 +20,8 @@
 //	               PostgreSQL)
 //	unless.go      AcquireCreateUnless: the same, unless a row exists, which
 //	               is read instead (one statement on PostgreSQL)
+//	put.go         ConfirmPut: a row of the caller's written only while a grant
+//	               holds (one statement on PostgreSQL and SQLite)
 //	flowdb.go      SQLite: FlowDB, which routes a flow's renewals into its open
 //	               fenced transaction, and RunFenced's routed path
 //	batch.go       RenewMany

@@ -43,14 +43,16 @@
 //	  │ session: one transaction or one statement)  │ session and the request (queued → processing),
 //	  ▼                                             ▼ in one transaction
 //	processing ◀─────────────────────────────────────┘
-//	 │  │  ▲  ▲ ╰─ Step: each recorded output written (token-checked, lease kept),
-//	 │  │  │  │    replayed by every later run of the request
+//	 │  │  ▲  ▲ ╰─ Step: each recorded output appended as a row of the step
+//	 │  │  │  │    table (fenced by the request lease), replayed by every
+//	 │  │  │  │    later run of the request
 //	 │  │  │  └── lease expired or given back: taken over (by a resend, or by a
 //	 │  │  │      dispatcher: after the grace and back-off, see "Resume"), with
 //	 │  │  │      the session, in one transaction
 //	 │  │  └───── failed: retried by a resend (with the session, in one transaction)
 //	 │  ▼ agent failed (token-checked), or a dispatcher gave up after
-//	 │ error   ResumeConfig.MaxAttempts runs that died
+//	 │ error   ResumeConfig.MaxAttempts runs that died (steps after the
+//	 │  │     last one a committed tool call followed are deleted first)
 //	 │  │
 //	 │  └─ Cancel (no lease held) ──────────────────────────────────────────▶ cancelled
 //	 ├─ asked to stop by another message (interrupted_by set) and it stopped
@@ -184,13 +186,22 @@
 // run decided:
 //
 //   - fn runs once per position of the request's run, and its output
-//     (JSON) is written to the request row's steps column (a JSON array of
-//     {name, output}) by one UPDATE that checks the run's token and keeps
-//     its lease: one statement per recorded step, no transaction, and a
-//     write of the lease row, which a multi-primary cluster certifies
-//     against a takeover (TestStepStatements, BenchmarkStep). A stale run
-//     records nothing: its Step fails with ErrTakenOver (and
-//     lease.ErrLost).
+//     (JSON, at most Config.MaxStepOutput bytes) is appended as one row of
+//     the step table (schema.StepTable: request id, position, name,
+//     output) by lease.ConfirmPut, fenced by the run's request lease: one
+//     statement per recorded step on PostgreSQL (the confirmation of the
+//     lease, a write of its row, and the insert, in one WITH) and on
+//     SQLite (the insert, checking the lease; one writer at a time), a
+//     transaction of the confirmation and the insert on MySQL: a write of
+//     the lease row, which a multi-primary cluster certifies against a
+//     takeover (TestStepStatements, BenchmarkStep, and, on a Galera
+//     cluster, TestConfirmPutAgainstTakeovers). A step costs the same at
+//     every position (BenchmarkStepJournal). A stale run records nothing:
+//     its Step fails with ErrTakenOver (and lease.ErrLost).
+//   - A recorded step is committed on its own when Step returns: it never
+//     rides in another fenced transaction of the run (an InTx, a tool
+//     call on another goroutine), whose rollback would undo it. On SQLite
+//     it waits for such a transaction, which holds the write lock.
 //   - A run that takes the request over (a resend after a crash or a
 //     failure, a dispatcher's resume) reads the recorded steps in the
 //     takeover's transaction and gets their outputs back, in order,
@@ -204,8 +215,17 @@
 //   - A replay is checked: a step asked for at a recorded position under
 //     another name is a *StepDivergedError (ErrStepDiverged), never the
 //     output of another step; the run fails with it, even if the agent
-//     goes on, the request is marked error with its steps cleared, and a
-//     resend starts the steps afresh (its tool calls still count).
+//     goes on or returns an error that does not wrap it, the request is
+//     marked error with the steps from the diverged position on deleted,
+//     and a resend replays those before it and asks for the rest afresh.
+//   - A run that fails (its agent returned an error) keeps the steps that
+//     a tool call whose effect may have happened followed (a succeeded
+//     call, or an external effect started; toolexec stores with each call
+//     how many steps its run had), and deletes the others, in a
+//     transaction fenced by its leases, before the request is marked
+//     error. Its resend replays the steps that decided an effect, so the
+//     effect is not repeated in another form, and asks again for the rest:
+//     a model output the agent could not use is not replayed forever.
 //
 // What the agent must keep deterministic between steps: the code between
 // two steps may depend only on the message (Run.Content), the outputs of
@@ -233,9 +253,12 @@
 //     run of the session waits for its grace, and Queue and Interrupt
 //     messages queue behind it;
 //   - at most ResumeConfig.MaxConcurrent resumed runs at once per Runner;
-//   - after ResumeConfig.MaxAttempts runs (its generation) it is no longer
-//     resumed: one conditional UPDATE marks it error, with the cause in
-//     its error text; a resend of the message still retries it.
+//   - after ResumeConfig.MaxAttempts of its runs died (schema.ColDeaths:
+//     a claim that takes over a lease its holder never gave back counts
+//     one; a run that gave its leases back — Close, a caller that gave up —
+//     does not) it is no longer resumed: one conditional UPDATE marks it
+//     error, with the cause in its error text; a resend of the message
+//     still retries it.
 //
 // Status and Wait show the outcome. ResumeConfig.Disabled leaves a run
 // accepted at once to its client's resend, as before, without holding up
@@ -353,7 +376,7 @@
 // Sweep (and the sweeper Start runs when Retention.After is set) turns
 // finished requests (success, error, interrupted, cancelled) older than
 // the retention into tombstones (status expired, reply, result, error,
-// content and steps emptied) and deletes their tool executions (but not an external effect
+// content emptied) and deletes their recorded steps and tool executions (but not an external effect
 // left started, whose outcome is unknown), in batches of
 // Retention.Batch, one short transaction each; it never touches a queued
 // or processing request. A resend of a swept id gets ErrExpired (410) and
@@ -429,14 +452,16 @@
 //     cancelled run's context.
 //   - *StepDivergedError (ErrStepDiverged, inside ErrAgentFailed): a
 //     resumed run asked for a recorded step under another name; the
-//     request is marked error with its steps cleared; a resend runs it
-//     afresh.
+//     request is marked error with the steps from there on deleted; a
+//     resend replays those before it and runs the rest afresh.
+//   - *StepTooLargeError (ErrStepTooLarge): a step's output is over
+//     Config.MaxStepOutput; nothing was recorded.
 //   - A step that cannot be recorded: ErrTakenOver (and lease.ErrLost)
 //     when the run lost its request; a database error after bounded
 //     retries of transient ones otherwise. The step's output is then not
 //     recorded, and a resumed run asks for it again.
 //   - A request whose runs keep dying: resumed by the service with a
-//     back-off, then marked error after ResumeConfig.MaxAttempts runs
+//     back-off, then marked error after ResumeConfig.MaxAttempts deaths
 //     (Status.Error says so); a resend retries it.
 //   - ErrExpired: the request finished before the retention and was swept;
 //     final (410).

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -63,10 +64,37 @@ const effectDDL = "CREATE TABLE effect (id BIGINT NOT NULL AUTO_INCREMENT PRIMAR
 // causally, the old generation's effects right after the takeover and
 // again once the old holder has stopped. There must be none.
 func TestFencedWritesAgainstTakeovers(t *testing.T) {
+	writesAgainstTakeovers(t, effectDDL, func(ctx context.Context, db *sqlx.DB, e conformance.Env, g lease.Grant[string]) error {
+		return lease.WithFences(ctx, db, []lease.Fence{e.Lease.Fence("k", g)}, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO effect (gen) VALUES (?)", g.Generation)
+			return err
+		})
+	})
+}
+
+// TestConfirmPutAgainstTakeovers is TestFencedWritesAgainstTakeovers for
+// lease.ConfirmPut, the fenced append of a run's step (package request):
+// on MySQL it confirms the lease — a write of the lease row, which the
+// cluster certifies against the takeover on the other node — and inserts
+// the row in the same transaction. No step of the old generation may
+// commit after the takeover.
+func TestConfirmPutAgainstTakeovers(t *testing.T) {
+	const ddl = "CREATE TABLE effect (id VARCHAR(36) NOT NULL PRIMARY KEY, gen BIGINT NOT NULL, body TEXT NOT NULL) ENGINE=InnoDB"
+	writesAgainstTakeovers(t, ddl, func(ctx context.Context, db *sqlx.DB, e conformance.Env, g lease.Grant[string]) error {
+		return e.Lease.ConfirmPut(ctx, db, g, lease.Row{Table: "effect", Key: []string{"id"},
+			Columns: []string{"id", "gen", "body"}, Values: []any{uuid.NewString(), g.Generation, "step"}})
+	})
+}
+
+// writesAgainstTakeovers runs rounds of a holder on node 1 writing with
+// write up to and past the end of its lease while a contender on node 2
+// takes it over, and counts the old generation's writes that committed
+// after the takeover (table effect, column gen). There must be none.
+func writesAgainstTakeovers(t *testing.T, ddl string, write func(ctx context.Context, db *sqlx.DB, e conformance.Env, g lease.Grant[string]) error) {
 	cfgs := galera.Database(t, nil)
 	e := conformance.Setup(t, galera.OpenNode(t, cfgs, 0), lease.Options{MultiPrimary: true})
 	ctx := ctxT(t)
-	_, err := e.DB.ExecContext(ctx, effectDDL)
+	_, err := e.DB.ExecContext(ctx, ddl)
 	require.NoError(t, err)
 	e.Insert(t, "k")
 	galera.Sync(t, cfgs)
@@ -85,10 +113,7 @@ func TestFencedWritesAgainstTakeovers(t *testing.T) {
 				// Just inside the lease at first, then past it: the last
 				// writes race the takeover.
 				pause(time.Duration(200+rand.IntN(120)) * time.Millisecond)
-				err := lease.WithFences(ctx, holderDB, []lease.Fence{e.Lease.Fence("k", g)}, func(tx *sql.Tx) error {
-					_, err := tx.ExecContext(ctx, "INSERT INTO effect (gen) VALUES (?)", g.Generation)
-					return err
-				})
+				err := write(ctx, holderDB, e, g)
 				switch {
 				case err == nil:
 					hCommits++
