@@ -120,7 +120,23 @@ const (
 	// request keeps the steps that its committed calls followed. Since
 	// migration 5.
 	ColStepSeq = "step_seq"
+	// ColAgent names the agent that runs a request (RequestTable, at most
+	// MaxAgentNameLen bytes, NULL for the Runner's default agent): a Runner
+	// resumes only the requests whose agent it has. Since migration 6.
+	ColAgent = "agent"
+	// ColMetadata is the JSON a client sent with a message (RequestTable,
+	// large text, NULL when none): the user, attachments' references,
+	// model settings. Since migration 6.
+	ColMetadata = "metadata"
+	// ColOccurrence numbers identical calls of a request (ToolExecutionTable,
+	// INTEGER NOT NULL DEFAULT 0): the n-th call of a run with the same tool
+	// and canonical arguments is occurrence n−1, an effect of its own. Part
+	// of ToolExecutionCallUnique. Since migration 6.
+	ColOccurrence = "occurrence"
 )
+
+// MaxAgentNameLen bounds an agent's name (ColAgent), in bytes.
+const MaxAgentNameLen = 128
 
 // Index and constraint names of the unique keys and the secondary index.
 const (
