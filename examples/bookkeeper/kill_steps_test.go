@@ -586,13 +586,11 @@ func (r *dbReader) holder(sid, id string) string {
 	return r.one("SELECT COALESCE(r."+schema.ColHolder+", '') FROM "+schema.RequestTable+" r"+byMessage, sid, id)
 }
 
-// steps is how many steps the message's request recorded.
+// steps is how many steps the message's request recorded: its rows in
+// the step table.
 func (r *dbReader) steps(sid, id string) int {
-	var raw []json.RawMessage
-	if s := r.one("SELECT COALESCE(r."+schema.ColSteps+", '') FROM "+schema.RequestTable+" r"+byMessage, sid, id); s != "" {
-		_ = json.Unmarshal([]byte(s), &raw)
-	}
-	return len(raw)
+	return r.num("SELECT COUNT(*) FROM "+schema.StepTable+" s JOIN "+schema.RequestTable+
+		" r ON r.id = s."+schema.ColRequestID+byMessage, sid, id)
 }
 
 func (r *dbReader) txOf(sid, id string) string {
