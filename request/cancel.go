@@ -17,29 +17,40 @@ var ErrCancelled = errors.New("request: cancelled")
 // stops one of them at once instead of within a heartbeat interval.
 type localRuns struct {
 	mu   sync.Mutex
-	runs map[string]context.CancelCauseFunc
+	runs map[string]*localRun
 }
 
+// localRun is one registration of addLocal: a run's own entry, told apart
+// from a later run's of the same request by its address (as watchedRun).
+type localRun struct{ stop context.CancelCauseFunc }
+
+// addLocal registers a run for stopLocal; the returned func unregisters
+// it. A later run of the same request in this process (it took the
+// request over once this run's leases lapsed) replaces the registration,
+// and this run's removal then leaves the later one in place.
 func (r *Runner) addLocal(id string, stop context.CancelCauseFunc) (remove func()) {
+	l := &localRun{stop: stop}
 	r.local.mu.Lock()
 	if r.local.runs == nil {
-		r.local.runs = map[string]context.CancelCauseFunc{}
+		r.local.runs = map[string]*localRun{}
 	}
-	r.local.runs[id] = stop
+	r.local.runs[id] = l
 	r.local.mu.Unlock()
 	return func() {
 		r.local.mu.Lock()
-		delete(r.local.runs, id)
+		if r.local.runs[id] == l {
+			delete(r.local.runs, id)
+		}
 		r.local.mu.Unlock()
 	}
 }
 
 func (r *Runner) stopLocal(id string, cause error) {
 	r.local.mu.Lock()
-	stop := r.local.runs[id]
+	l := r.local.runs[id]
 	r.local.mu.Unlock()
-	if stop != nil {
-		stop(cause)
+	if l != nil {
+		l.stop(cause)
 	}
 }
 
