@@ -119,8 +119,15 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 					continue
 				}
 			}
-			// In this process: stop it now. A run that died: settle it now.
-			r.stopLocal(st.RequestID, ErrCancelled)
+			// In this process: stop it now, with the cause its heartbeat
+			// would give it: a run that another message asked to stop
+			// first ends interrupted, not cancelled. A run that died:
+			// settle it now.
+			var cause error = ErrCancelled
+			if st.InterruptedBy != "" {
+				cause = &InterruptedError{By: st.InterruptedBy}
+			}
+			r.stopLocal(st.RequestID, cause)
 			if !st.Live {
 				ok, err := r.settleInterrupted(ctx, sessionKey, st.RequestID)
 				if err != nil {

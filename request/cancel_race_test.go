@@ -11,6 +11,51 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestCancelLeavesAnInterruptAsIs: a run that another message asked to
+// stop ends interrupted, as documented, even when its own client cancels
+// it in the same process before its heartbeat has read the interrupt
+// (the TTL is long: the first read is a quarter of it away).
+func TestCancelLeavesAnInterruptAsIs(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db, 30*time.Second)
+		ctx := bg(t)
+		r := e.newRunner(t, func(c *Config) { c.Agent = answerOK })
+		other := e.newRunner(t, func(c *Config) { c.Agent = answerOK })
+		started := make(chan struct{})
+		var cause error
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "running", Content: "x"},
+				func(ctx context.Context, run *Run) (Answer, error) {
+					close(started)
+					<-ctx.Done()
+					cause = context.Cause(ctx)
+					return Answer{}, cause
+				})
+			done <- err
+		}()
+		<-started
+		interrupter := make(chan error, 1)
+		go func() {
+			_, err := other.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "stop", Content: "y", OnBusy: Interrupt}, answerOK)
+			interrupter <- err
+		}()
+		waitFor(t, func() bool {
+			st, err := r.Status(ctx, "s", "running")
+			require.NoError(t, err)
+			return st.InterruptedBy == "stop"
+		})
+
+		st, err := r.Cancel(ctx, "s", "running")
+		require.NoError(t, err)
+		assert.Equal(t, StateInterrupted, st.State)
+		assert.Equal(t, "stop", st.InterruptedBy)
+		require.ErrorIs(t, <-done, ErrInterrupted)
+		require.ErrorIs(t, cause, ErrInterrupted)
+		require.NoError(t, <-interrupter)
+	})
+}
+
 // TestCancelStopsTheRunThatTookOver: a run of request R is taken over by
 // a second run of R in the same process while the first is still
 // finishing. When the first run ends, the second must still be the one

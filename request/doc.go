@@ -252,6 +252,9 @@
 // token-checked, and frees the session), one whose run died (at once), or
 // a failed one. The tool calls it committed stay; cancelled is final, and
 // every resend of its id gets ErrCancelled (409 "cancelled" in httpapi).
+// A running one that another message asked to stop first ends
+// interrupted, as that message asked, also when its run is in the
+// Cancel's own process (Cancel stops it at once, with the interrupt).
 //
 // # When the session is busy: Message.OnBusy
 //
