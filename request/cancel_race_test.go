@@ -2,14 +2,193 @@ package request
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/lease"
 )
+
+// TestCancelDuringResendClaim: a Cancel lands while a resend is taking
+// over a request whose run died: after the resend read the request (not
+// flagged, not live), and before its claim. The claim sees the flag: the
+// request ends cancelled, and the resend runs nothing — no replay, no
+// effect. The Cancel is held between its flag and its settle of the dead
+// run (the window in which a claim could take the flagged request).
+func TestCancelDuringResendClaim(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			c := &countdb.Counter{}
+			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+			e := newEnvTB(t, db, 2*time.Second)
+			ctx := bg(t)
+			// Agent: a Queue message needs one (the resend below).
+			r := e.newRunner(t, func(c *Config) { c.Agent = answerOK })
+			other := e.newRunner(t, nil) // Cancel comes from another process
+
+			// The first run commits one effect, then stops: the request
+			// stays processing, its leases given back.
+			msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}
+			fctx, stop := context.WithCancel(ctx)
+			_, err := r.Handle(fctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
+				if _, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":1}`)); err != nil {
+					return Answer{}, err
+				}
+				stop()
+				return Answer{}, context.Cause(ctx)
+			})
+			stop()
+			require.ErrorIs(t, err, context.Canceled)
+			require.Equal(t, 1, e.ledgerRows(t))
+
+			flagged, proceed := make(chan struct{}), make(chan struct{})
+			var release sync.Once
+			var reads atomic.Int64
+			type result struct {
+				st  Status
+				err error
+			}
+			cancelled := make(chan result, 1)
+			c.FailAfter(func(q string) error {
+				switch q {
+				case r.sql.find:
+					if reads.Add(1) == 1 {
+						// The resend has read the request: Cancel now.
+						go func() {
+							st, err := other.Cancel(ctx, "s", "c")
+							cancelled <- result{st, err}
+						}()
+						<-flagged
+					} else {
+						release.Do(func() { close(proceed) }) // the resend read it again
+					}
+				case other.sql.cancelFlag:
+					close(flagged)
+					<-proceed
+				}
+				return nil
+			})
+			defer c.FailAfter(nil)
+
+			var ran atomic.Int64
+			// OnBusy Queue: the resend reads the request with find on every
+			// dialect (a Reject one on PostgreSQL reads it in its claim
+			// statement; the window after it is the same).
+			resend := msg
+			resend.OnBusy = Queue
+			_, err = r.Handle(ctx, resend, func(ctx context.Context, run *Run) (Answer, error) {
+				ran.Add(1)
+				_, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":2}`))
+				release.Do(func() { close(proceed) })
+				if err != nil {
+					return Answer{}, err
+				}
+				<-ctx.Done()
+				return Answer{}, context.Cause(ctx)
+			})
+			require.ErrorIs(t, err, ErrCancelled)
+			res := <-cancelled
+			require.NoError(t, res.err)
+			assert.Equal(t, StateCancelled, res.st.State)
+			assert.Zero(t, ran.Load(), "the cancelled request did not run again")
+			assert.Equal(t, 1, e.ledgerRows(t), "no effect after the cancel")
+		})
+	}
+}
+
+// TestCancelDuringResumeClaim: the same for a dispatcher's resume, on
+// PostgreSQL: the cancel's flag commits inside the claim's transaction,
+// after the claim marked the session's stopped runs (settle) and before it
+// takes the request. On MariaDB the settle's UPDATE locks the rows of the
+// session it reads (repeatable read), and on SQLite the claim's
+// transaction holds the database: there the flag waits for the claim to
+// commit, and is a cancel of a live run (TestCancelRunning).
+func TestCancelDuringResumeClaim(t *testing.T) {
+	c := &countdb.Counter{}
+	db := testdb.OpenWith(t, lease.Postgres, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
+	e := newEnvTB(t, db, 2*time.Second)
+	ctx := bg(t)
+	other := e.newRunner(t, nil)
+	var ran atomic.Int64
+	flagged, proceed := make(chan struct{}), make(chan struct{})
+	var release sync.Once
+	b := e.newRunner(t, func(c *Config) {
+		c.Resume.Grace = time.Microsecond
+		c.Agent = func(ctx context.Context, run *Run) (Answer, error) {
+			ran.Add(1)
+			_, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":2}`))
+			release.Do(func() { close(proceed) })
+			if err != nil {
+				return Answer{}, err
+			}
+			<-ctx.Done()
+			return Answer{}, context.Cause(ctx)
+		}
+	})
+
+	msg := Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}
+	fctx, stop := context.WithCancel(ctx)
+	_, err := e.r.Handle(fctx, msg, func(ctx context.Context, run *Run) (Answer, error) {
+		if _, err := run.CallTool(ctx, "write", json.RawMessage(`{"amount":1}`)); err != nil {
+			return Answer{}, err
+		}
+		stop()
+		return Answer{}, context.Cause(ctx)
+	})
+	stop()
+	require.ErrorIs(t, err, context.Canceled)
+
+	var settled atomic.Bool
+	type result struct {
+		st  Status
+		err error
+	}
+	cancelled := make(chan result, 1)
+	c.FailAfter(func(q string) error {
+		switch q {
+		case b.sql.settle:
+			if !settled.Swap(true) {
+				go func() {
+					st, err := other.Cancel(ctx, "s", "c")
+					cancelled <- result{st, err}
+				}()
+				<-flagged
+			}
+		case b.sql.head:
+			if settled.Load() {
+				release.Do(func() { close(proceed) }) // the dispatcher read the head again
+			}
+		case other.sql.cancelFlag:
+			close(flagged)
+			<-proceed
+		}
+		return nil
+	})
+	defer c.FailAfter(nil)
+
+	run, err := b.claimHead(ctx, "s")
+	require.NoError(t, err)
+	if run != nil {
+		b.deliver(run)
+	}
+	res := <-cancelled
+	require.NoError(t, res.err)
+	assert.Equal(t, StateCancelled, res.st.State)
+	assert.Nil(t, run, "the cancelled request was not resumed")
+	assert.Zero(t, ran.Load(), "the cancelled request did not run again")
+	assert.Equal(t, 1, e.ledgerRows(t), "no effect after the cancel")
+}
 
 // TestCancelLeavesAnInterruptAsIs: a run that another message asked to
 // stop ends interrupted, as documented, even when its own client cancels

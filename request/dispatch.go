@@ -115,6 +115,14 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 		case err == nil:
 			r.notify()
 			return run, nil
+		case errors.Is(err, errAskedToStop):
+			// Cancelled or interrupted after the head was read: it is
+			// settled, not resumed; then the next head.
+			if _, err := r.settleInterrupted(ctx, sessionKey, h.id); err != nil {
+				return nil, err
+			}
+			r.notify()
+			continue
 		case errors.Is(err, session.ErrBusy):
 			return nil, nil
 		case errors.Is(err, session.ErrNotFound):

@@ -249,12 +249,15 @@
 // which no other message of the session can have; its run's context is
 // cancelled with cause ErrCancelled at once in this process and within a
 // heartbeat interval elsewhere, and the run marks itself cancelled,
-// token-checked, and frees the session), one whose run died (at once), or
-// a failed one. The tool calls it committed stay; cancelled is final, and
-// every resend of its id gets ErrCancelled (409 "cancelled" in httpapi).
-// A running one that another message asked to stop first ends
-// interrupted, as that message asked, also when its run is in the
-// Cancel's own process (Cancel stops it at once, with the interrupt).
+// token-checked, and frees the session), one whose run died (at once: a
+// resend or a dispatcher that is taking it over at that moment reads the
+// flag in its claim's transaction, gives the request back and settles it,
+// so no replay and no effect follows the cancel), or a failed one. The
+// tool calls it committed stay; cancelled is final, and every resend of
+// its id gets ErrCancelled (409 "cancelled" in httpapi). A running one
+// that another message asked to stop first ends interrupted, as that
+// message asked, also when its run is in the Cancel's own process (Cancel
+// stops it at once, with the interrupt).
 //
 // # When the session is busy: Message.OnBusy
 //
