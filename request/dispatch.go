@@ -226,11 +226,17 @@ func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(conte
 	}
 }
 
-// dispatchOnce reads the sessions with queued messages (one statement)
-// and starts the head of each whose lock is free or expired (one read for
-// each that is held). It returns how many it started.
+// dispatchOnce reads up to DispatchBatch sessions that have a message to
+// start and no live run (one statement), going on from the last session
+// of the previous poll, and starts the head of each whose lock is free or
+// expired (one read for each that is held). A poll that reads fewer than
+// DispatchBatch sessions has reached the last one: the next starts again
+// from the first. It returns how many it started.
 func (r *Runner) dispatchOnce(ctx context.Context) int {
-	rows, err := r.db.QueryContext(ctx, r.sql.candidates, r.cfg.Queue.DispatchBatch)
+	r.q.mu.Lock()
+	from := r.q.cursor
+	r.q.mu.Unlock()
+	rows, err := r.db.QueryContext(ctx, r.sql.candidates, from, r.cfg.Queue.DispatchBatch)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("rowlease: reading the queue failed; retrying at the next interval", "err", err)
@@ -246,6 +252,13 @@ func (r *Runner) dispatchOnce(ctx context.Context) int {
 		keys = append(keys, k)
 	}
 	_ = rows.Close()
+	next := ""
+	if len(keys) == r.cfg.Queue.DispatchBatch {
+		next = keys[len(keys)-1]
+	}
+	r.q.mu.Lock()
+	r.q.cursor = next
+	r.q.mu.Unlock()
 	started := 0
 	for _, k := range keys {
 		if ctx.Err() != nil {

@@ -315,11 +315,19 @@
 //     between (one read of the session lock);
 //   - the interrupting Handle, while it waits;
 //   - the dispatcher (Start), every QueueConfig.DispatchInterval: one read
-//     of the sessions with queued messages (at most DispatchBatch), and
-//     one read of the lock of each, then a claim of those that are free or
+//     of the sessions with a message to start (queued, or a dead run due
+//     for its resume) and no live run (a busy session is not read until
+//     its run has ended), at most DispatchBatch, in the order of
+//     their keys, each poll going on after the last session of the one
+//     before and starting from the first again after a short one; then
+//     one read of the lock of each, and a claim of those that are free or
 //     expired. It starts what no running process will: the queue of a
 //     session whose holder crashed (after the TTL), or one that another
-//     process freed without knowing of it.
+//     process freed without knowing of it. Every session it could start
+//     is visited within ceil(N/DispatchBatch)+1 polls (N: the sessions
+//     with a message to start and no live run), however many sessions are
+//     busy, and whatever sessions it cannot start (a deleted session's
+//     leftovers, runs waiting for a resume slot) sort first.
 //
 // A claimed message runs with Config.Agent in a goroutine of the Runner
 // (owned: Close lets it finish, then cancels it and waits for it), or,
@@ -376,7 +384,8 @@
 // between steps: a divergence is detected, not repaired. The queue is per
 // session; a message of a Reject client may run before queued ones. The
 // dispatcher is polled, not pushed: a queue that only it can start waits
-// up to DispatchInterval (and, after a crash, the TTL plus the grace).
+// up to DispatchInterval (and, after a crash, the TTL plus the grace), or
+// a few intervals when more than DispatchBatch sessions wait for it.
 // Waits are polled too (no LISTEN/NOTIFY). Without a Started Runner with
 // an Agent, a dead run accepted at once waits for its client's resend.
 // Requests stored before their content was (an older version) are not
