@@ -73,10 +73,13 @@ func (run *Run) stopCause(cause error) error {
 //     message: its run's context is cancelled with cause ErrCancelled (at
 //     once in this process, within a heartbeat interval in another), and
 //     the run marks it cancelled when its agent returns; a run that died
-//     is marked cancelled at once. Its committed tool calls stay. Cancel
-//     waits for the final state until ctx ends; then it returns the last
-//     Status read (processing) with an error matching ctx's cause, and the
-//     cancel still takes effect;
+//     is marked cancelled at once, and one that dies before it stopped is
+//     marked cancelled by the dispatcher of a Started Runner with an Agent
+//     once its lease has expired (it is never resumed). Its committed
+//     tool calls stay.
+//     Cancel waits for the final state until ctx ends; then it returns the
+//     last Status read (processing) with an error matching ctx's cause,
+//     and the cancel still takes effect;
 //   - failed: it is marked cancelled, so no resend runs it again;
 //   - succeeded, interrupted, cancelled or expired: nothing changes.
 //

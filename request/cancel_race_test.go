@@ -19,6 +19,48 @@ import (
 	"github.com/rowlease/rowlease/lease"
 )
 
+// TestCancelThenTheProcessDies: Cancel (from another process) flags a run
+// that is live; its process dies before its heartbeat reads the flag. The
+// request is neither resumed (it was cancelled) nor left processing: a
+// Started Runner's dispatcher marks it cancelled once its lease has
+// expired, and Cancel returns that.
+func TestCancelThenTheProcessDies(t *testing.T) {
+	each(t, func(t *testing.T, db *sqlx.DB) {
+		const ttl = 4 * time.Second
+		e := newEnv(t, db, ttl)
+		ctx := bg(t)
+		var resumed atomic.Int64
+		b := e.newRunner(t, func(c *Config) {
+			c.Agent = func(context.Context, *Run) (Answer, error) {
+				resumed.Add(1)
+				return Answer{Reply: "resumed"}, nil
+			}
+			c.Queue.DispatchInterval = 20 * time.Millisecond
+		})
+		require.NoError(t, b.Start(ctx))
+
+		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
+			func(ctx context.Context, run *Run) (Answer, error) {
+				run.abandon() // the process dies: nothing more is written, its leases stay until they expire
+				return Answer{}, errors.New("died")
+			})
+		require.ErrorIs(t, err, context.Canceled)
+		st, err := b.Status(ctx, "s", "c")
+		require.NoError(t, err)
+		require.True(t, st.Live, "cancelled while its lease is live (the TTL is %v)", ttl)
+
+		cctx, cancel := context.WithTimeout(ctx, 20*ttl)
+		defer cancel()
+		st, err = b.Cancel(cctx, "s", "c")
+		require.NoError(t, err, "still %s, live %v, 20 TTLs after the cancel", st.State, st.Live)
+		assert.Equal(t, StateCancelled, st.State)
+		assert.Zero(t, resumed.Load(), "a cancelled request is never resumed")
+		_, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"},
+			func(context.Context, *Run) (Answer, error) { return Answer{Reply: "ran"}, nil })
+		require.ErrorIs(t, err, ErrCancelled)
+	})
+}
+
 // TestCancelDuringResendClaim: a Cancel lands while a resend is taking
 // over a request whose run died: after the resend read the request (not
 // flagged, not live), and before its claim. The claim sees the flag: the

@@ -227,11 +227,14 @@ func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(conte
 }
 
 // dispatchOnce reads up to DispatchBatch sessions that have a message to
-// start and no live run (one statement), going on from the last session
-// of the previous poll, and starts the head of each whose lock is free or
-// expired (one read for each that is held). A poll that reads fewer than
-// DispatchBatch sessions has reached the last one: the next starts again
-// from the first. It returns how many it started.
+// start, or a run to settle, and no live run (one statement), going on
+// from the last session of the previous poll; it settles the runs asked
+// to stop whose process died (Cancel, an interrupt: they end cancelled or
+// interrupted, one statement for each such session), and starts the head
+// of each session whose lock is free or expired (one read for each that
+// is held). A poll that reads fewer than DispatchBatch sessions has
+// reached the last one: the next starts again from the first. It returns
+// how many it started.
 func (r *Runner) dispatchOnce(ctx context.Context) int {
 	r.q.mu.Lock()
 	from := r.q.cursor
@@ -244,12 +247,15 @@ func (r *Runner) dispatchOnce(ctx context.Context) int {
 		return 0
 	}
 	var keys []string
+	stopped := map[string]bool{}
 	for rows.Next() {
 		var k string
-		if err := rows.Scan(&k); err != nil {
+		var settle int
+		if err := rows.Scan(&k, &settle); err != nil {
 			break
 		}
 		keys = append(keys, k)
+		stopped[k] = settle == 1
 	}
 	_ = rows.Close()
 	next := ""
@@ -265,6 +271,20 @@ func (r *Runner) dispatchOnce(ctx context.Context) int {
 			break
 		}
 		r.hint(k)
+		if stopped[k] {
+			// Asked to stop, and its process died before its heartbeat
+			// read the flag: no run will mark it, and none may resume it.
+			n, err := r.exec(ctx, r.sql.settle, k)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("rowlease: settling a stopped run failed; retrying at the next interval", "err", err)
+				}
+				continue
+			}
+			if n > 0 {
+				r.notify()
+			}
+		}
 		st, err := r.sessions.Inspect(ctx, r.db, k)
 		if err != nil || st.Held {
 			continue

@@ -55,7 +55,7 @@
 //	 │  └─ Cancel (no lease held) ──────────────────────────────────────────▶ cancelled
 //	 ├─ asked to stop by another message (interrupted_by set) and it stopped
 //	 │  (token-checked), or its run is gone (marked by the next claim of the
-//	 │  session, or by a resend) ──▶ interrupted
+//	 │  session, by a resend, or by a dispatcher) ──▶ interrupted
 //	 ├─ cancelled by its client (interrupted_by = its own client request id):
 //	 │  as an interrupt, but it ends ──▶ cancelled
 //	 └─ mark success (token-checked, reply stored) ──▶ success ─▶ replayed, no lock taken
@@ -152,14 +152,15 @@
 //     owner's session, request and tool rows as they were. No path releases,
 //     marks or restores a lock it does not hold: every write is
 //     token-checked. A few writes touch rows nobody holds a live lease on,
-//     each conditional on that: the claim that marks a dead run interrupted
-//     or cancelled (its lease free or expired, as for a takeover), the
-//     dispatcher's mark of a run that died MaxAttempts times (the same, and
-//     its generation unchanged), Cancel of a queued or failed request (its
-//     status unchanged, no lease), the sweeper (finished rows, no lease);
-//     and one kind of write to a row another run holds: an interrupting
-//     message, or Cancel, sets interrupted_by on processing requests, which
-//     only asks them to stop (no lease column, no status).
+//     each conditional on that: the claim (or the dispatcher) that marks a
+//     dead run interrupted or cancelled (its lease free or expired, as for
+//     a takeover), the dispatcher's mark of a run that died MaxAttempts
+//     times (the same, and its generation unchanged), Cancel of a queued
+//     or failed request (its status unchanged, no lease), the sweeper
+//     (finished rows, no lease); and one kind of write to a row another
+//     run holds: an interrupting message, or Cancel, sets interrupted_by
+//     on processing requests, which only asks them to stop (no lease
+//     column, no status).
 //   - A failed request frees its session at once, not after the TTL.
 //   - Loss stops the work: the agent's context is cancelled with a cause
 //     that matches lease.ErrLost within one heartbeat interval — also while
@@ -257,7 +258,11 @@
 // its id gets ErrCancelled (409 "cancelled" in httpapi). A running one
 // that another message asked to stop first ends interrupted, as that
 // message asked, also when its run is in the Cancel's own process (Cancel
-// stops it at once, with the interrupt).
+// stops it at once, with the interrupt). A running one whose process dies
+// after the cancel, before its heartbeat read it, is never resumed: the
+// dispatcher of a Started Runner with an Agent marks it cancelled once its
+// lease has expired (an interrupted one alike), and a resend does the
+// same.
 //
 // # When the session is busy: Message.OnBusy
 //
@@ -323,10 +328,13 @@
 //     one read of the lock of each, and a claim of those that are free or
 //     expired. It starts what no running process will: the queue of a
 //     session whose holder crashed (after the TTL), or one that another
-//     process freed without knowing of it. Every session it could start
-//     is visited within ceil(N/DispatchBatch)+1 polls (N: the sessions
-//     with a message to start and no live run), however many sessions are
-//     busy, and whatever sessions it cannot start (a deleted session's
+//     process freed without knowing of it. It also marks the runs asked
+//     to stop (Cancel, an interrupt) whose process died before they
+//     stopped: cancelled or interrupted, one statement for the session,
+//     once their lease has expired. Every session it could start is
+//     visited within ceil(N/DispatchBatch)+1 polls (N: the sessions with a
+//     message to start and no live run), however many sessions are busy,
+//     and whatever sessions it cannot start (a deleted session's
 //     leftovers, runs waiting for a resume slot) sort first.
 //
 // A claimed message runs with Config.Agent in a goroutine of the Runner
