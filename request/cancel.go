@@ -17,29 +17,40 @@ var ErrCancelled = errors.New("request: cancelled")
 // stops one of them at once instead of within a heartbeat interval.
 type localRuns struct {
 	mu   sync.Mutex
-	runs map[string]context.CancelCauseFunc
+	runs map[string]*localRun
 }
 
+// localRun is one registration of addLocal: a run's own entry, told apart
+// from a later run's of the same request by its address (as watchedRun).
+type localRun struct{ stop context.CancelCauseFunc }
+
+// addLocal registers a run for stopLocal; the returned func unregisters
+// it. A later run of the same request in this process (it took the
+// request over once this run's leases lapsed) replaces the registration,
+// and this run's removal then leaves the later one in place.
 func (r *Runner) addLocal(id string, stop context.CancelCauseFunc) (remove func()) {
+	l := &localRun{stop: stop}
 	r.local.mu.Lock()
 	if r.local.runs == nil {
-		r.local.runs = map[string]context.CancelCauseFunc{}
+		r.local.runs = map[string]*localRun{}
 	}
-	r.local.runs[id] = stop
+	r.local.runs[id] = l
 	r.local.mu.Unlock()
 	return func() {
 		r.local.mu.Lock()
-		delete(r.local.runs, id)
+		if r.local.runs[id] == l {
+			delete(r.local.runs, id)
+		}
 		r.local.mu.Unlock()
 	}
 }
 
 func (r *Runner) stopLocal(id string, cause error) {
 	r.local.mu.Lock()
-	stop := r.local.runs[id]
+	l := r.local.runs[id]
 	r.local.mu.Unlock()
-	if stop != nil {
-		stop(cause)
+	if l != nil {
+		l.stop(cause)
 	}
 }
 
@@ -62,10 +73,13 @@ func (run *Run) stopCause(cause error) error {
 //     message: its run's context is cancelled with cause ErrCancelled (at
 //     once in this process, within a heartbeat interval in another), and
 //     the run marks it cancelled when its agent returns; a run that died
-//     is marked cancelled at once. Its committed tool calls stay. Cancel
-//     waits for the final state until ctx ends; then it returns the last
-//     Status read (processing) with an error matching ctx's cause, and the
-//     cancel still takes effect;
+//     is marked cancelled at once, and one that dies before it stopped is
+//     marked cancelled by the dispatcher of a Started Runner with an Agent
+//     once its lease has expired (it is never resumed). Its committed
+//     tool calls stay.
+//     Cancel waits for the final state until ctx ends; then it returns the
+//     last Status read (processing) with an error matching ctx's cause,
+//     and the cancel still takes effect;
 //   - failed: it is marked cancelled, so no resend runs it again;
 //   - succeeded, interrupted, cancelled or expired: nothing changes.
 //
@@ -108,8 +122,15 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 					continue
 				}
 			}
-			// In this process: stop it now. A run that died: settle it now.
-			r.stopLocal(st.RequestID, ErrCancelled)
+			// In this process: stop it now, with the cause its heartbeat
+			// would give it: a run that another message asked to stop
+			// first ends interrupted, not cancelled. A run that died:
+			// settle it now.
+			var cause error = ErrCancelled
+			if st.InterruptedBy != "" {
+				cause = &InterruptedError{By: st.InterruptedBy}
+			}
+			r.stopLocal(st.RequestID, cause)
 			if !st.Live {
 				ok, err := r.settleInterrupted(ctx, sessionKey, st.RequestID)
 				if err != nil {

@@ -197,8 +197,8 @@ func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holde
 		// as on the new-request path (it also matches lease.ErrNotFound,
 		// so it is told apart first).
 		return nil, Outcome{}, err
-	case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound):
-		return nil, Outcome{}, errVanished // it finished, failed or went away under us
+	case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound) || errors.Is(err, errAskedToStop):
+		return nil, Outcome{}, errVanished // it finished, failed, went away or was asked to stop under us
 	}
 	return run, Outcome{}, err
 }
@@ -278,6 +278,10 @@ type claim struct {
 //     overtake (ahead): if there are any, the session counts as busy;
 //   - a queue head first marks interrupted (or cancelled) the dead runs of
 //     the session that were asked to stop;
+//   - a takeover of a dead run (from processing) reads whether the
+//     request was asked to stop (Cancel, an interrupt) after the read that
+//     chose it: then it rolls back with errAskedToStop, and the caller
+//     settles the request instead of running it;
 //   - a takeover (from processing or error) frees the leases of the
 //     request's tool executions still marked running — a dead run's tool
 //     lease can outlive its request lease, and freed, this run claims the
@@ -359,6 +363,11 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if c.from == schema.StoredProcessing {
+		if err := r.askedToStop(ctx, tx, c.id); err != nil {
+			return nil, err // a cancel or an interrupt came after the read that chose it
+		}
 	}
 	run = &Run{r: r, msg: c.msg, id: c.id, holder: c.holder, sess: sg, req: g, fromQueue: c.fromQueue}
 	if c.kind != newRequest && c.from != schema.StoredQueued {

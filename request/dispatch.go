@@ -116,6 +116,14 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 		case err == nil:
 			r.notify()
 			return run, nil
+		case errors.Is(err, errAskedToStop):
+			// Cancelled or interrupted after the head was read: it is
+			// settled, not resumed; then the next head.
+			if _, err := r.settleInterrupted(ctx, sessionKey, h.id); err != nil {
+				return nil, err
+			}
+			r.notify()
+			continue
 		case errors.Is(err, session.ErrBusy):
 			return nil, nil
 		case errors.Is(err, session.ErrNotFound):
@@ -219,11 +227,20 @@ func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(conte
 	}
 }
 
-// dispatchOnce reads the sessions with queued messages (one statement)
-// and starts the head of each whose lock is free or expired (one read for
-// each that is held). It returns how many it started.
+// dispatchOnce reads up to DispatchBatch sessions that have a message to
+// start, or a run to settle, and no live run (one statement), going on
+// from the last session of the previous poll; it settles the runs asked
+// to stop whose process died (Cancel, an interrupt: they end cancelled or
+// interrupted, one statement for each such session), and starts the head
+// of each session whose lock is free or expired (one read for each that
+// is held). A poll that reads fewer than DispatchBatch sessions has
+// reached the last one: the next starts again from the first. It returns
+// how many it started.
 func (r *Runner) dispatchOnce(ctx context.Context) int {
-	rows, err := r.db.QueryContext(ctx, r.sql.candidates, r.cfg.Queue.DispatchBatch)
+	r.q.mu.Lock()
+	from := r.q.cursor
+	r.q.mu.Unlock()
+	rows, err := r.db.QueryContext(ctx, r.sql.candidates, from, r.cfg.Queue.DispatchBatch)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("rowlease: reading the queue failed; retrying at the next interval", "err", err)
@@ -231,20 +248,44 @@ func (r *Runner) dispatchOnce(ctx context.Context) int {
 		return 0
 	}
 	var keys []string
+	stopped := map[string]bool{}
 	for rows.Next() {
 		var k string
-		if err := rows.Scan(&k); err != nil {
+		var settle int
+		if err := rows.Scan(&k, &settle); err != nil {
 			break
 		}
 		keys = append(keys, k)
+		stopped[k] = settle == 1
 	}
 	_ = rows.Close()
+	next := ""
+	if len(keys) == r.cfg.Queue.DispatchBatch {
+		next = keys[len(keys)-1]
+	}
+	r.q.mu.Lock()
+	r.q.cursor = next
+	r.q.mu.Unlock()
 	started := 0
 	for _, k := range keys {
 		if ctx.Err() != nil {
 			break
 		}
 		r.hint(k)
+		if stopped[k] {
+			// Asked to stop, and its process died before its heartbeat
+			// read the flag: no run will mark it, and none may resume it.
+			n, err := r.exec(ctx, r.sql.settle, k)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("rowlease: settling a stopped run failed; retrying at the next interval", "err", err)
+				}
+				continue
+			}
+			if n > 0 {
+				r.notify()
+			}
+		}
 		st, err := r.sessions.Inspect(ctx, r.db, k)
 		if err != nil || st.Held {
 			continue

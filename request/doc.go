@@ -57,7 +57,7 @@
 //	 │  └─ Cancel (no lease held) ──────────────────────────────────────────▶ cancelled
 //	 ├─ asked to stop by another message (interrupted_by set) and it stopped
 //	 │  (token-checked), or its run is gone (marked by the next claim of the
-//	 │  session, or by a resend) ──▶ interrupted
+//	 │  session, by a resend, or by a dispatcher) ──▶ interrupted
 //	 ├─ cancelled by its client (interrupted_by = its own client request id):
 //	 │  as an interrupt, but it ends ──▶ cancelled
 //	 └─ mark success (token-checked, reply stored) ──▶ success ─▶ replayed, no lock taken
@@ -154,14 +154,15 @@
 //     owner's session, request and tool rows as they were. No path releases,
 //     marks or restores a lock it does not hold: every write is
 //     token-checked. A few writes touch rows nobody holds a live lease on,
-//     each conditional on that: the claim that marks a dead run interrupted
-//     or cancelled (its lease free or expired, as for a takeover), the
-//     dispatcher's mark of a run that died MaxAttempts times (the same, and
-//     its generation unchanged), Cancel of a queued or failed request (its
-//     status unchanged, no lease), the sweeper (finished rows, no lease);
-//     and one kind of write to a row another run holds: an interrupting
-//     message, or Cancel, sets interrupted_by on processing requests, which
-//     only asks them to stop (no lease column, no status).
+//     each conditional on that: the claim (or the dispatcher) that marks a
+//     dead run interrupted or cancelled (its lease free or expired, as for
+//     a takeover), the dispatcher's mark of a run that died MaxAttempts
+//     times (the same, and its generation unchanged), Cancel of a queued
+//     or failed request (its status unchanged, no lease), the sweeper
+//     (finished rows, no lease); and one kind of write to a row another
+//     run holds: an interrupting message, or Cancel, sets interrupted_by
+//     on processing requests, which only asks them to stop (no lease
+//     column, no status).
 //   - A failed request frees its session at once, not after the TTL.
 //   - Loss stops the work: the agent's context is cancelled with a cause
 //     that matches lease.ErrLost within one heartbeat interval — also while
@@ -272,9 +273,19 @@
 // which no other message of the session can have; its run's context is
 // cancelled with cause ErrCancelled at once in this process and within a
 // heartbeat interval elsewhere, and the run marks itself cancelled,
-// token-checked, and frees the session), one whose run died (at once), or
-// a failed one. The tool calls it committed stay; cancelled is final, and
-// every resend of its id gets ErrCancelled (409 "cancelled" in httpapi).
+// token-checked, and frees the session), one whose run died (at once: a
+// resend or a dispatcher that is taking it over at that moment reads the
+// flag in its claim's transaction, gives the request back and settles it,
+// so no replay and no effect follows the cancel), or a failed one. The
+// tool calls it committed stay; cancelled is final, and every resend of
+// its id gets ErrCancelled (409 "cancelled" in httpapi). A running one
+// that another message asked to stop first ends interrupted, as that
+// message asked, also when its run is in the Cancel's own process (Cancel
+// stops it at once, with the interrupt). A running one whose process dies
+// after the cancel, before its heartbeat read it, is never resumed: the
+// dispatcher of a Started Runner with an Agent marks it cancelled once its
+// lease has expired (an interrupted one alike), and a resend does the
+// same.
 //
 // # When the session is busy: Message.OnBusy
 //
@@ -332,11 +343,22 @@
 //     between (one read of the session lock);
 //   - the interrupting Handle, while it waits;
 //   - the dispatcher (Start), every QueueConfig.DispatchInterval: one read
-//     of the sessions with queued messages (at most DispatchBatch), and
-//     one read of the lock of each, then a claim of those that are free or
+//     of the sessions with a message to start (queued, or a dead run due
+//     for its resume) and no live run (a busy session is not read until
+//     its run has ended), at most DispatchBatch, in the order of
+//     their keys, each poll going on after the last session of the one
+//     before and starting from the first again after a short one; then
+//     one read of the lock of each, and a claim of those that are free or
 //     expired. It starts what no running process will: the queue of a
 //     session whose holder crashed (after the TTL), or one that another
-//     process freed without knowing of it.
+//     process freed without knowing of it. It also marks the runs asked
+//     to stop (Cancel, an interrupt) whose process died before they
+//     stopped: cancelled or interrupted, one statement for the session,
+//     once their lease has expired. Every session it could start is
+//     visited within ceil(N/DispatchBatch)+1 polls (N: the sessions with a
+//     message to start and no live run), however many sessions are busy,
+//     and whatever sessions it cannot start (a deleted session's
+//     leftovers, runs waiting for a resume slot) sort first.
 //
 // A claimed message runs with Config.Agent in a goroutine of the Runner
 // (owned: Close lets it finish, then cancels it and waits for it), or,
@@ -393,7 +415,8 @@
 // between steps: a divergence is detected, not repaired. The queue is per
 // session; a message of a Reject client may run before queued ones. The
 // dispatcher is polled, not pushed: a queue that only it can start waits
-// up to DispatchInterval (and, after a crash, the TTL plus the grace).
+// up to DispatchInterval (and, after a crash, the TTL plus the grace), or
+// a few intervals when more than DispatchBatch sessions wait for it.
 // Waits are polled too (no LISTEN/NOTIFY). Without a Started Runner with
 // an Agent, a dead run accepted at once waits for its client's resend.
 // Requests stored before their content was (an older version) are not

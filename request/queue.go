@@ -136,8 +136,10 @@ type QueueConfig struct {
 	// that Start runs (jittered); 0 means DefaultDispatchInterval.
 	DispatchInterval time.Duration
 	// DispatchBatch bounds the sessions one poll looks at; 0 means
-	// DefaultDispatchBatch. A poll sends at most 1 + DispatchBatch
-	// statements while no session can be started.
+	// DefaultDispatchBatch. Sessions with a live run are not among them,
+	// and the polls take the others in turn, DispatchBatch at a time. A
+	// poll sends at most 1 + DispatchBatch statements while no session
+	// can be started.
 	DispatchBatch int
 	// PollMin and PollMax bound the polling of Wait and of an
 	// interrupting Handle: the wait between two reads grows from PollMin
@@ -195,6 +197,7 @@ type queueState struct {
 	loops    sync.WaitGroup // dispatcher and sweeper
 	stopLoop context.CancelFunc
 	hints    map[string]struct{}  // sessions that may have queued messages
+	cursor   string               // the dispatcher's next poll reads the sessions after this key
 	owners   map[string]chan *Run // request id → its own Handle, waiting to run it
 	changed  chan struct{}        // closed and replaced when a request of this process starts or ends
 }

@@ -137,9 +137,23 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NOT NULL AND " + free(now)
 	s.settle = d.Rebind(settle)
 	s.settleOne = d.Rebind(settle + " AND " + schema.ColID + " = ?")
-	s.candidates = d.Rebind("SELECT DISTINCT " + schema.ColSessionKey + " FROM " + tq + " WHERE " + schema.ColStatus +
-		" = " + lit(schema.StoredQueued) + " OR (" + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " +
-		runnable + ") LIMIT ?")
+	// The dispatcher's sessions: those with a runnable request, or a
+	// request asked to stop whose run is gone (stopped: it is settled, see
+	// settle), and no run that keeps the session's head from starting —
+	// one live (its request lease held: its process starts what follows),
+	// or one to resume that waits out its grace or back-off (as in head).
+	// A busy session is not read, so it cannot fill the batch. They come in
+	// the order of their keys after a cursor (the last key of the previous
+	// poll): every such session is visited in turn, however many the
+	// dispatcher cannot start. The second column says whether the session
+	// has a run to settle. (Unqualified columns are the outer c's.)
+	stopped := schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy +
+		" IS NOT NULL AND " + free(now)
+	s.candidates = d.Rebind("SELECT " + schema.ColSessionKey + ", MAX(CASE WHEN " + stopped + " THEN 1 ELSE 0 END) FROM " +
+		tq + " c WHERE " + schema.ColSessionKey + " > ? AND (" + runnable + " OR (" + stopped + ")) AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = c." +
+		schema.ColSessionKey + " AND p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND ((p." +
+		schema.ColToken + " IS NOT NULL AND p." + schema.ColExpiresAt + " > " + now + ") OR (" + pResumable + " AND NOT " +
+		pDue + "))) GROUP BY " + schema.ColSessionKey + " ORDER BY " + schema.ColSessionKey + " LIMIT ?")
 
 	s.flagRead = d.Rebind("SELECT COALESCE(" + schema.ColInterruptedBy + ", '') FROM " + tq + " WHERE " + schema.ColID + " = ?")
 	// Every run asked to stop and not stopped yet, in one read (the status
