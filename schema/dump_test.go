@@ -42,6 +42,10 @@ func eachDialect(t *testing.T, fn func(t *testing.T, d lease.Dialect)) {
 	}
 }
 
+// lastMigration is the version of the newest migration: the one whose
+// tables Apply's DDL builds.
+const lastMigration = 6
+
 // Migration file names, per version.
 var (
 	migrateFiles = map[int][2]string{ // version → up, down
@@ -50,6 +54,7 @@ var (
 		3: {"000003_request_queue.up.sql", "000003_request_queue.down.sql"},
 		4: {"000004_request_steps.up.sql", "000004_request_steps.down.sql"},
 		5: {"000005_step_journal.up.sql", "000005_step_journal.down.sql"},
+		6: {"000006_agent_metadata_occurrence.up.sql", "000006_agent_metadata_occurrence.down.sql"},
 	}
 	gooseFiles = map[int]string{
 		1: "00001_create_lock_tables.sql",
@@ -57,6 +62,7 @@ var (
 		3: "00003_request_queue.sql",
 		4: "00004_request_steps.sql",
 		5: "00005_step_journal.sql",
+		6: "00006_agent_metadata_occurrence.sql",
 	}
 	migrationTools = []string{"golang-migrate", "goose"}
 )

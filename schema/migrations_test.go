@@ -39,8 +39,8 @@ func readMigrationTexts(t *testing.T, dialect lease.Dialect) migrationTexts {
 }
 
 // TestMigrationsMatchDDL is the drift test. On each real database it sets
-// up one database with Apply (the DDL) and others with migrations 1 to 4
-// of golang-migrate and of goose, run as those tools run them, and requires
+// up one database with Apply (the DDL) and others with all the migrations
+// (1 to lastMigration) of golang-migrate and of goose, run as those tools run them, and requires
 // the same schema: tables, columns with types, nullability and defaults,
 // constraints with their definitions, indexes (dumpSchema). Without a
 // server it fails (testdb with ROWLEASE_REQUIRE_ALL) or skips that dialect.
@@ -52,8 +52,8 @@ func TestMigrationsMatchDDL(t *testing.T) {
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		want := freshDump(t, d, applyDDL(t, d))
 		for _, tool := range migrationTools {
-			got := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, 5) })
-			requireSameSchema(t, "the DDL (Apply)", want, tool+" migrations 1-5", got)
+			got := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, tool, lastMigration) })
+			requireSameSchema(t, "the DDL (Apply)", want, fmt.Sprintf("%s migrations 1-%d", tool, lastMigration), got)
 		}
 	})
 }
@@ -219,7 +219,7 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 	// the other is reported, with the object that differs.
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
 		m := readMigrationTexts(t, d)
-		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 5) })
+		migrated := freshDump(t, d, func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", lastMigration) })
 		edit := func(src, old, repl string) string {
 			t.Helper()
 			out := strings.Replace(src, old, repl, 1)
@@ -228,18 +228,18 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		}
 		mustDrift := func(name, mentions string, got []string) {
 			t.Helper()
-			diff := schemaDiff("migrations 1-5", migrated, name, got)
+			diff := schemaDiff(fmt.Sprintf("migrations 1-%d", lastMigration), migrated, name, got)
 			assert.NotEmpty(t, diff, "%s: drift not detected: %s", d, name)
 			assert.Contains(t, diff, mentions, "%s: %s: the difference must name %s", d, name, mentions)
 		}
 		ddlWith := func(ddl string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) { require.NoError(t, ApplyScript(t.Context(), db, ddl)) }
 		}
-		// migrationsWith runs migrations 1-5 with the given text as the
-		// up file of one version.
+		// migrationsWith runs all the migrations with the given text as
+		// the up file of one version.
 		migrationsWith := func(version int, text string) func(db *sqlx.DB) {
 			return func(db *sqlx.DB) {
-				for v := 1; v <= 5; v++ {
+				for v := 1; v <= lastMigration; v++ {
 					if v == version {
 						require.NoError(t, runScriptAs(t, db, d, "golang-migrate", text))
 						continue

@@ -144,10 +144,10 @@ var wantColumns = map[string][]string{
 	SessionTable: {ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt},
 	RequestTable: {ColID, ColSessionKey, ColClientRequestID, ColFingerprint, ColStatus, ColHolder, ColToken,
 		ColExpiresAt, ColGeneration, ColReply, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
-		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColDeaths},
+		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColDeaths, ColAgent, ColMetadata},
 	ToolExecutionTable: {ColID, ColSessionKey, ColRequestID, ColToolName, ColArgumentsHash, ColIdempotencyKey,
 		ColStatus, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
-		ColStepSeq},
+		ColStepSeq, ColOccurrence},
 	StepTable: {ColRequestID, ColSeq, ColName, ColOutput, ColGeneration, ColCreatedAt},
 }
 

@@ -200,9 +200,10 @@ func TestMigrationsFS(t *testing.T) {
 			"000002_tool_execution_started.down.sql", "000002_tool_execution_started.up.sql",
 			"000003_request_queue.down.sql", "000003_request_queue.up.sql",
 			"000004_request_steps.down.sql", "000004_request_steps.up.sql",
-			"000005_step_journal.down.sql", "000005_step_journal.up.sql"},
+			"000005_step_journal.down.sql", "000005_step_journal.up.sql",
+			"000006_agent_metadata_occurrence.down.sql", "000006_agent_metadata_occurrence.up.sql"},
 		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql",
-			"00004_request_steps.sql", "00005_step_journal.sql"},
+			"00004_request_steps.sql", "00005_step_journal.sql", "00006_agent_metadata_occurrence.sql"},
 	}
 	tools := map[string]string{"golang-migrate": "migrate", "migrate": "migrate", "Golang-Migrate": "migrate", "goose": "goose", "GOOSE": "goose"}
 	for _, d := range dialects {

@@ -93,8 +93,8 @@ func TestQueueStatuses(t *testing.T) {
 			setup func(db *sqlx.DB)
 		}{
 			{"Apply on an empty database", applyDDL(t, d)},
-			{"golang-migrate 1-5", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", 5) }},
-			{"goose 1-5", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", 5) }},
+			{"golang-migrate, all", func(db *sqlx.DB) { migrateUp(t, db, d, "golang-migrate", lastMigration) }},
+			{"goose, all", func(db *sqlx.DB) { migrateUp(t, db, d, "goose", lastMigration) }},
 			{"Apply on the tables of the Apply of migration 2", func(db *sqlx.DB) {
 				applyOf(t, d, 2)(db)
 				requireCheckViolation(t, insertRequest(ctx, db, "before", StoredQueued), requestStatusCheck)

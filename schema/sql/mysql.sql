@@ -42,6 +42,8 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     on_busy           VARCHAR(16)  NULL,
     interrupted_by    VARCHAR(191) NULL,
     deaths            INT          NOT NULL DEFAULT 0,
+    agent             VARCHAR(128) NULL,
+    metadata          LONGTEXT     NULL,
     PRIMARY KEY (id),
     UNIQUE KEY rowlease_request_session_client_uq (session_key, client_request_id),
     UNIQUE KEY rowlease_request_session_queue_uq (session_key, queue_seq),
@@ -66,9 +68,10 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     created_at      DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     updated_at      DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
     step_seq        INT          NULL,
+    occurrence      INT          NOT NULL DEFAULT 0,
     PRIMARY KEY (id),
     UNIQUE KEY rowlease_tool_execution_idem_uq (session_key, idempotency_key),
-    UNIQUE KEY rowlease_tool_execution_call_uq (request_id, tool_name, arguments_hash),
+    UNIQUE KEY rowlease_tool_execution_call_uq (request_id, tool_name, arguments_hash, occurrence),
     KEY rowlease_tool_execution_session_request_idx (session_key, request_id),
     CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

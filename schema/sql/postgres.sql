@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     on_busy           VARCHAR(16)  NULL,
     interrupted_by    VARCHAR(191) NULL,
     deaths            INTEGER      NOT NULL DEFAULT 0,
+    agent             VARCHAR(128) NULL,
+    metadata          TEXT         NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_client_uq UNIQUE (session_key, client_request_id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
@@ -71,9 +73,10 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     created_at      TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
     updated_at      TIMESTAMPTZ  NOT NULL DEFAULT clock_timestamp(),
     step_seq        INTEGER      NULL,
+    occurrence      INTEGER      NOT NULL DEFAULT 0,
     CONSTRAINT rowlease_tool_execution_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_tool_execution_idem_uq UNIQUE (session_key, idempotency_key),
-    CONSTRAINT rowlease_tool_execution_call_uq UNIQUE (request_id, tool_name, arguments_hash),
+    CONSTRAINT rowlease_tool_execution_call_uq UNIQUE (request_id, tool_name, arguments_hash, occurrence),
     CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error'))
 );
 

@@ -48,6 +48,8 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     on_busy           TEXT    NULL,
     interrupted_by    TEXT    NULL,
     deaths            INTEGER NOT NULL DEFAULT 0,
+    agent             TEXT    NULL,
+    metadata          TEXT    NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
     CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired')),
@@ -77,6 +79,7 @@ CREATE TABLE IF NOT EXISTS rowlease_tool_execution (
     created_at      INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
     updated_at      INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000),
     step_seq        INTEGER NULL,
+    occurrence      INTEGER NOT NULL DEFAULT 0,
     CONSTRAINT rowlease_tool_execution_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_tool_execution_status_ck CHECK (status IN ('processing', 'started', 'success', 'error')),
     CONSTRAINT rowlease_tool_execution_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
@@ -86,7 +89,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS rowlease_tool_execution_idem_uq
     ON rowlease_tool_execution (session_key, idempotency_key);
 
 CREATE UNIQUE INDEX IF NOT EXISTS rowlease_tool_execution_call_uq
-    ON rowlease_tool_execution (request_id, tool_name, arguments_hash);
+    ON rowlease_tool_execution (request_id, tool_name, arguments_hash, occurrence);
 
 CREATE INDEX IF NOT EXISTS rowlease_tool_execution_session_request_idx
     ON rowlease_tool_execution (session_key, request_id);

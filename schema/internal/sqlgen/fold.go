@@ -25,11 +25,14 @@ import (
 //	    ADD COLUMN [IF NOT EXISTS] c <type> <rest>
 //	    DROP COLUMN [IF EXISTS] c (that no constraint or index names)
 //	    DROP CONSTRAINT [IF EXISTS] k
+//	    DROP INDEX k (MySQL: a key of the table, UNIQUE KEY or KEY)
 //	    ADD CONSTRAINT k <definition> (in the place of a k dropped by the
 //	        same statement; otherwise after the constraints of its kind)
 //	    ADD UNIQUE KEY k (...), ADD KEY k (...) (MySQL)
 //	    RENAME TO t2 (t2 takes the place of a t2 dropped before)
 //	DROP TABLE [IF EXISTS] t (and its indexes)
+//	DROP INDEX [IF EXISTS] i (an index created again under its name by
+//	    the same file takes its place)
 //	INSERT INTO ..., PRAGMA ... (no change to the tables)
 
 // model is what a sequence of statements has built.
@@ -58,6 +61,7 @@ type def struct {
 
 type index struct {
 	unique          bool
+	dropped         bool   // a place kept for an index created again under name later in the file
 	name, table, on string // on: "(columns)"
 }
 
@@ -68,10 +72,12 @@ var (
 	createIndexRE    = regexp.MustCompile(`(?s)^CREATE (UNIQUE )?INDEX (IF NOT EXISTS )?(\w+)\s+ON (\w+) (\(.*\))$`)
 	alterTableRE     = regexp.MustCompile(`(?s)^ALTER TABLE (\w+)\s+(.*)$`)
 	dropTableRE      = regexp.MustCompile(`^DROP TABLE (IF EXISTS )?(\w+)$`)
+	dropIndexRE      = regexp.MustCompile(`^DROP INDEX (IF EXISTS )?(\w+)$`)
 	noChangeRE       = regexp.MustCompile(`^(INSERT INTO|PRAGMA) `)
 	addColumnRE      = regexp.MustCompile(`(?s)^ADD COLUMN (IF NOT EXISTS )?(\w+)\s+(.+)$`)
 	dropColumnRE     = regexp.MustCompile(`^DROP COLUMN (IF EXISTS )?(\w+)$`)
 	dropConstraintRE = regexp.MustCompile(`^DROP CONSTRAINT (IF EXISTS )?(\w+)$`)
+	dropKeyRE        = regexp.MustCompile(`^DROP INDEX (\w+)$`)
 	addConstraintRE  = regexp.MustCompile(`(?s)^ADD ((?:CONSTRAINT|UNIQUE KEY|KEY) (\w+)\s.+)$`)
 	renameRE         = regexp.MustCompile(`^RENAME TO (\w+)$`)
 	constraintRE     = regexp.MustCompile(`^(?:CONSTRAINT (\w+) )?(PRIMARY KEY|UNIQUE KEY|UNIQUE|KEY|INDEX|CHECK|FOREIGN KEY)\b(?: (\w+) \()?`)
@@ -90,8 +96,9 @@ func (m *model) apply(src string) error {
 			return fmt.Errorf("%s: %w", sqlscript.FirstLine(stmt), err)
 		}
 	}
-	// The place of a table dropped and not renamed to is not kept.
+	// The place of a table or index dropped and not made again is not kept.
 	m.tables = slices.DeleteFunc(m.tables, func(t *table) bool { return t.dropped })
+	m.indexes = slices.DeleteFunc(m.indexes, func(ix *index) bool { return ix.dropped })
 	return nil
 }
 
@@ -111,7 +118,24 @@ func (m *model) exec(stmt string) error {
 		if m.table(g[4]) == nil {
 			return fmt.Errorf("no table %s", g[4])
 		}
-		m.indexes = append(m.indexes, &index{unique: g[1] != "", name: g[3], table: g[4], on: g[5]})
+		ix := &index{unique: g[1] != "", name: g[3], table: g[4], on: g[5]}
+		// In the place of an index of the name dropped before, if any.
+		if k := slices.IndexFunc(m.indexes, func(x *index) bool { return x.dropped && x.name == ix.name }); k >= 0 {
+			m.indexes[k] = ix
+			return nil
+		}
+		m.indexes = append(m.indexes, ix)
+		return nil
+	case dropIndexRE.MatchString(stmt):
+		g := dropIndexRE.FindStringSubmatch(stmt)
+		ix := m.index(g[2])
+		if ix == nil {
+			if g[1] != "" {
+				return nil
+			}
+			return fmt.Errorf("no index %s", g[2])
+		}
+		ix.dropped = true
 		return nil
 	case alterTableRE.MatchString(stmt):
 		g := alterTableRE.FindStringSubmatch(stmt)
@@ -238,6 +262,13 @@ func (m *model) alter(t *table, clause string) error {
 		}
 		d.dropped = true
 		return nil
+	case dropKeyRE.MatchString(clause):
+		d := t.def(dropKeyRE.FindStringSubmatch(clause)[1], false)
+		if d == nil || d.rank != constraintRank["UNIQUE KEY"] && d.rank != constraintRank["KEY"] {
+			return errors.New("no such key (UNIQUE KEY or KEY) in the table")
+		}
+		d.dropped = true
+		return nil
 	case addConstraintRE.MatchString(clause):
 		g := addConstraintRE.FindStringSubmatch(clause)
 		d, err := parseDef(g[1])
@@ -295,7 +326,7 @@ func (m *model) usesColumn(t *table, column string) string {
 		}
 	}
 	for _, ix := range m.indexes {
-		if ix.table == t.name && word.MatchString(ix.on) {
+		if !ix.dropped && ix.table == t.name && word.MatchString(ix.on) {
 			return ix.name
 		}
 	}
@@ -312,9 +343,10 @@ func (m *model) table(name string) *table {
 	return nil
 }
 
+// index returns the index named name, nil if there is none.
 func (m *model) index(name string) *index {
 	for _, ix := range m.indexes {
-		if ix.name == name {
+		if !ix.dropped && ix.name == name {
 			return ix
 		}
 	}

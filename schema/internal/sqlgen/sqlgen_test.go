@@ -102,6 +102,90 @@ ALTER TABLE b
 	}, got)
 }
 
+// TestFoldRedefinesKey: a unique key defined again with one more column,
+// as migration 6 does: in MySQL's ALTER TABLE by DROP INDEX and ADD UNIQUE
+// KEY under the same name, on SQLite by DROP INDEX [IF EXISTS] and CREATE
+// UNIQUE INDEX. The key keeps its place among the table's keys, the index
+// its place among the indexes.
+func TestFoldRedefinesKey(t *testing.T) {
+	t.Parallel()
+	const mysql1 = `CREATE TABLE a (
+    id INTEGER NOT NULL,
+    b  INTEGER NOT NULL,
+    PRIMARY KEY (id),
+    UNIQUE KEY a_b_uq (b),
+    KEY a_id_b_idx (id, b)
+) ENGINE=InnoDB;
+`
+	const mysql2 = `ALTER TABLE a
+    ADD COLUMN n INT NOT NULL DEFAULT 0,
+    DROP INDEX a_b_uq,
+    ADD UNIQUE KEY a_b_uq (b, n);
+`
+	got, err := fold(t, mysql1, mysql2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CREATE TABLE IF NOT EXISTS a (\n" +
+			"    id INTEGER NOT NULL,\n" +
+			"    b  INTEGER NOT NULL,\n" +
+			"    n  INT     NOT NULL DEFAULT 0,\n" +
+			"    PRIMARY KEY (id),\n" +
+			"    UNIQUE KEY a_b_uq (b, n),\n" +
+			"    KEY a_id_b_idx (id, b)\n) ENGINE=InnoDB",
+	}, got)
+
+	// A key dropped and not added again is gone.
+	got, err = fold(t, mysql1, "ALTER TABLE a\n    DROP INDEX a_id_b_idx;\n")
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CREATE TABLE IF NOT EXISTS a (\n" +
+			"    id INTEGER NOT NULL,\n" +
+			"    b  INTEGER NOT NULL,\n" +
+			"    PRIMARY KEY (id),\n" +
+			"    UNIQUE KEY a_b_uq (b)\n) ENGINE=InnoDB",
+	}, got)
+
+	const sqlite1 = `CREATE TABLE a (
+    id INTEGER NOT NULL,
+    b  INTEGER NOT NULL
+);
+
+CREATE UNIQUE INDEX a_b_uq
+    ON a (b);
+
+CREATE INDEX a_id_idx
+    ON a (id);
+
+CREATE INDEX a_gone_idx
+    ON a (id, b);
+`
+	const sqlite2 = `ALTER TABLE a ADD COLUMN n INTEGER NOT NULL DEFAULT 0;
+
+DROP INDEX IF EXISTS a_b_uq;
+
+DROP INDEX IF EXISTS a_never_idx;
+
+DROP INDEX a_gone_idx;
+
+CREATE UNIQUE INDEX a_b_uq
+    ON a (b, n);
+`
+	got, err = fold(t, sqlite1, sqlite2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CREATE TABLE IF NOT EXISTS a (\n" +
+			"    id INTEGER NOT NULL,\n" +
+			"    b  INTEGER NOT NULL,\n" +
+			"    n  INTEGER NOT NULL DEFAULT 0\n)",
+		"CREATE UNIQUE INDEX IF NOT EXISTS a_b_uq\n    ON a (b, n)",
+		"CREATE INDEX IF NOT EXISTS a_id_idx\n    ON a (id)",
+	}, got)
+
+	// A dropped index no longer holds on to its columns.
+	_, err = fold(t, sqlite1, sqlite2, "DROP INDEX a_b_uq;\nDROP INDEX a_id_idx;\nALTER TABLE a DROP COLUMN n;\n")
+	require.NoError(t, err)
+}
+
 // TestFoldRefuses: a statement the fold does not understand, or one that
 // cannot apply, stops the generator with an error naming it, instead of a
 // DDL that silently misses what it does.
@@ -122,6 +206,11 @@ func TestFoldRefuses(t *testing.T) {
 		{"CREATE TABLE c (\n    id INTEGER);", "one definition per line"},
 		{"CREATE INDEX i\n    ON b (id);", "no table b"},
 		{"DROP TABLE b;", "no table b"},
+		{"DROP INDEX i;", "no index i"},
+		{"CREATE INDEX i\n    ON a (id);\nDROP INDEX i;\nDROP INDEX i;", "no index i"},
+		{"ALTER TABLE a DROP INDEX k;", "DROP INDEX k: no such key"},
+		{"ALTER TABLE a ADD CONSTRAINT a_ck CHECK (id > 0);\nALTER TABLE a DROP INDEX a_ck;", "no such key"},
+		{"ALTER TABLE a DROP INDEX IF EXISTS k;", "ALTER TABLE clause not understood"},
 	} {
 		_, err := fold(t, base, c.up)
 		require.Error(t, err, c.up)
