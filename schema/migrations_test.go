@@ -58,10 +58,12 @@ func TestMigrationsMatchDDL(t *testing.T) {
 	})
 }
 
-// TestMigrationsDownUp runs migrations 4, 3 and 2 down and up again on a
-// database with rows, with each tool: down gives back the schema of the
-// version before, up the schema of the version, and the rows survive
-// both. Down refuses, and changes nothing, while a row has a status only
+// TestMigrationsDownUp runs migrations 6, 4, 3 and 2 down and up again
+// on a database with rows, with each tool (migration 5 has a test of its
+// own, TestMigration5DownUp; here the database goes down through it from 6
+// to 4): down gives back the schema of the version before, up the schema
+// of the version, and the rows survive both (down 6 deletes the rows of
+// repeated calls, which the key before it has no room for). Down refuses, and changes nothing, while a row has a status only
 // the newer version allows. Migration 2 runs again harmlessly on a
 // database that already has it; migrations 3 and 4 do on PostgreSQL, and
 // elsewhere refuse loudly, changing nothing (a database that Apply
@@ -80,8 +82,14 @@ func TestMigrationsDownUp(t *testing.T) {
 			require.NotEqual(t, v3, v4, "migrations 1-3 must differ from 1-4")
 
 			db := testdb.Open(t, d)
-			migrateUp(t, db, d, tool, 4)
+			migrateUp(t, db, d, tool, 6)
 			seedRows(t, db, d)
+			testMigration6DownUp(t, db, d, tool)
+			seeded := tableRows(t, db)
+			require.NoError(t, runMigration(t, db, d, tool, 6, false), "%s down 6", tool)
+			require.NoError(t, runMigration(t, db, d, tool, 5, false), "%s down 5", tool)
+			requireSameSchema(t, tool+" migrations 1-4", v4, tool+" 1-6, then 6 and 5 down", dumpSchema(t, db, d))
+			require.Equal(t, seeded, tableRows(t, db), "%s down 6 and 5 changed the rows", tool)
 			// The columns of migration 3 survive the rebuilds of migration 4.
 			_, err := db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+
 				" SET content = ?, queue_seq = ?, on_busy = ?, interrupted_by = ?, steps = ? WHERE id = ?"),

@@ -14,18 +14,21 @@ import (
 )
 
 // This file brings tables made by an earlier version of this package up to
-// the current DDL, for Apply. There are four such changes so far:
+// the current DDL, for Apply. There are five such changes so far:
 // migration 2 lets a tool execution have status 'started', migration 3
 // gives the request table the columns and statuses of the queue,
 // interrupts and retention, migration 4 its recorded steps and status
-// 'cancelled', and migration 5 moves the recorded steps into a table of
-// their own (rowlease_step). A table that an older Apply (or the
-// migrations before) set up still has the status CHECK of the migration
-// before (1 for migrations 2 and 3, 3 for migration 4), or, for migration
-// 5, which changes no CHECK, the column that it drops (steps); upgrade
-// finds that CHECK or column in the catalog and only then runs the
-// statements of the migration's golang-migrate up file, the same
-// statements that users of golang-migrate and goose run.
+// 'cancelled', migration 5 moves the recorded steps into a table of their
+// own (rowlease_step), and migration 6 gives requests their agent and
+// metadata and counts identical tool calls (occurrence, in the call's
+// unique key). A table that an older Apply (or the migrations before) set
+// up still has the status CHECK of the migration before (1 for migrations
+// 2 and 3, 3 for migration 4); for the migrations that change no CHECK, it
+// still has the column that the migration drops (5: steps) or lacks one
+// that it adds (6: agent, occurrence). upgrade finds that CHECK or column
+// in the catalog and only then runs the statements of the migration's
+// golang-migrate up file, the same statements that users of golang-migrate
+// and goose run.
 
 // step is one upgrade: the migration that changes one table. What the
 // step runs, and the CHECK it finds an older table by, are read from the
@@ -35,9 +38,14 @@ type step struct {
 	version int
 	file    string // the embedded golang-migrate up file
 	table   string
-	check   string // the name of the table's status CHECK; "" when column finds the older table
+	check   string // the name of the table's status CHECK; "" when column or added finds the older table
 	column  string // a column that the table has only before the step (with check "")
-	what    string // what the migration does, for errors
+	// added: columns that the step adds, each to an existing table; the
+	// tables are older while one of them lacks its column (with check and
+	// column ""). A table that does not exist yet is not older: the DDL
+	// creates it as it is now.
+	added []tableColumn
+	what  string // what the migration does, for errors
 	// exclusive: the up file runs on one connection, in one transaction
 	// where the server has them, with other upgrading processes kept out
 	// until it is done (see runExclusive). The other steps, one ALTER
@@ -46,13 +54,16 @@ type step struct {
 	exclusive bool
 }
 
+// tableColumn names a column of a table.
+type tableColumn struct{ table, column string }
+
 // oldStepsColumn is the request table's column of recorded steps, which
 // migration 4 adds and migration 5 moves into StepTable and drops.
 const oldStepsColumn = "steps"
 
 // steps are the upgrades, in order. Each one is run when its table still
 // has the status CHECK of the migration before it, or the column that the
-// migration drops.
+// migration drops, or lacks a column that the migration adds.
 var steps = []step{
 	{version: 2, file: "000002_tool_execution_started.up.sql", table: ToolExecutionTable,
 		check: "rowlease_tool_execution_status_ck", what: "to allow status " + `"` + StoredStarted + `"`},
@@ -62,6 +73,13 @@ var steps = []step{
 		check: "rowlease_request_status_ck", what: "for recorded steps and cancelled requests"},
 	{version: 5, file: "000005_step_journal.up.sql", table: RequestTable,
 		column: oldStepsColumn, what: "to move the recorded steps into " + StepTable, exclusive: true},
+	// Detected by both columns: on MySQL, whose statements commit one by
+	// one, tables that an interrupted upgrade left with only one of them
+	// are still older, and the file then fails on the column it finds,
+	// changing nothing, rather than leaving the old unique key in place.
+	{version: 6, file: "000006_agent_metadata_occurrence.up.sql", table: RequestTable,
+		added: []tableColumn{{RequestTable, ColAgent}, {ToolExecutionTable, ColOccurrence}},
+		what:  "for agents, metadata and repeated tool calls", exclusive: true},
 }
 
 // migrationFile returns the text of the step's golang-migrate up or down
@@ -109,22 +127,48 @@ type sqliteConn interface {
 	queryer
 }
 
-// oldColumnQuery returns the catalog query that reads the name of the
-// step's column, one row if the table has it, none otherwise. The names
-// are constants of this package, never input.
-func (s step) oldColumnQuery(dialect string) string {
+// columnsQuery returns the catalog query that reads the columns of the
+// tables, one row "table.column" each; a table that does not exist has
+// none. The names are constants of this package, never input.
+func columnsQuery(dialect string, tables ...string) string {
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		quoted[i] = "'" + t + "'"
+	}
 	switch dialect {
 	case "postgres":
-		// to_regclass finds the table as the status CHECK query does.
-		return `SELECT attname FROM pg_attribute
-WHERE attrelid = to_regclass('` + s.table + `')
-AND attname = '` + s.column + `' AND attnum > 0 AND NOT attisdropped`
+		// to_regclass finds each table as the status CHECK query does.
+		return `SELECT t.name || '.' || a.attname
+FROM (VALUES (` + strings.Join(quoted, "), (") + `)) AS t(name)
+JOIN pg_attribute a ON a.attrelid = to_regclass(t.name)
+WHERE a.attnum > 0 AND NOT a.attisdropped`
 	case "mysql":
-		return `SELECT COLUMN_NAME FROM information_schema.COLUMNS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '` + s.table + `'
-AND COLUMN_NAME = '` + s.column + `'`
+		return `SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME) FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (` + strings.Join(quoted, ", ") + `)`
 	}
-	return `SELECT name FROM pragma_table_info('` + s.table + `') WHERE name = '` + s.column + `' COLLATE NOCASE`
+	selects := make([]string, len(tables))
+	for i, t := range tables {
+		selects[i] = `SELECT '` + t + `.' || name FROM pragma_table_info('` + t + `')`
+	}
+	return strings.Join(selects, "\nUNION ALL\n")
+}
+
+// tableColumns reads which of the tables exist and which columns they
+// have, in one catalog query: the set of "table" and "table.column",
+// lower-cased (the servers compare names without case).
+func tableColumns(ctx context.Context, q queryer, dialect string, tables ...string) (map[string]bool, error) {
+	rows, err := queryStrings(ctx, q, columnsQuery(dialect, tables...))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range rows {
+		r = strings.ToLower(r)
+		out[r] = true
+		table, _, _ := strings.Cut(r, ".")
+		out[table] = true
+	}
+	return out, nil
 }
 
 // statusCheckQuery returns the catalog query that reads the definition of
@@ -161,8 +205,9 @@ ORDER BY name`
 }
 
 // upgrade runs, in order, each migration whose table still has the status
-// CHECK of the migration before it, or the column the migration drops. dialect is canonical ("mysql", "postgres" or
-// "sqlite"). Through an Execer that cannot read rows it does nothing: it
+// CHECK of the migration before it, or the column the migration drops, or
+// lacks a column the migration adds. dialect is canonical ("mysql",
+// "postgres" or "sqlite"). Through an Execer that cannot read rows it does nothing: it
 // cannot tell an older table from a current one.
 func upgrade(ctx context.Context, db Execer, dialect string) error {
 	q, ok := db.(queryer)
@@ -214,18 +259,41 @@ func (s step) run(ctx context.Context, db Execer, q queryer, dialect string) err
 
 // isOlder reports whether the table is as the migration before the step
 // left it: it has the status CHECK of that migration, or the column that
-// the step drops.
+// the step drops, or lacks a column that the step adds.
 func (s step) isOlder(ctx context.Context, q queryer, dialect string) (bool, error) {
-	if s.check == "" {
-		names, err := queryStrings(ctx, q, s.oldColumnQuery(dialect))
-		return len(names) > 0, err
+	if s.check != "" {
+		return s.hasOldStatusCheck(ctx, q, dialect)
 	}
-	return s.hasOldStatusCheck(ctx, q, dialect)
+	if len(s.added) == 0 {
+		cols, err := tableColumns(ctx, q, dialect, s.table)
+		return cols[s.table+"."+s.column], err
+	}
+	var tables []string
+	for _, a := range s.added {
+		tables = append(tables, a.table)
+	}
+	cols, err := tableColumns(ctx, q, dialect, tables...)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range s.added {
+		if cols[a.table] && !cols[a.table+"."+a.column] {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // finds names what isOlder reads, for errors.
 func (s step) finds() string {
-	if s.check == "" {
+	switch {
+	case len(s.added) > 0:
+		tables := make([]string, len(s.added))
+		for i, a := range s.added {
+			tables[i] = a.table
+		}
+		return "the columns of " + strings.Join(tables, " and ")
+	case s.check == "":
 		return "the columns of " + s.table
 	}
 	return "the CHECK " + s.check
@@ -496,8 +564,8 @@ func (s step) rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script stri
 // (check: migrations 2 to 4) is followed by the triggers on the table,
 // created again (DROP TABLE drops them; the migration files leave that to
 // the user), and legacy_alter_table, which the rebuild switches on and off
-// around its RENAME, is put back if it was on. Migration 5 alters the
-// table in place, which keeps its triggers.
+// around its RENAME, is put back if it was on. Migrations 5 and 6 alter
+// their tables in place, which keeps their triggers.
 func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {
 	if s.check == "" {
 		return s.runIfOlder(ctx, c, "sqlite", script)

@@ -31,14 +31,14 @@ func applyOf(t *testing.T, d lease.Dialect, version int) func(db *sqlx.DB) {
 }
 
 // TestApplyUpgradesOlderTables: Apply, called by several sessions at once
-// on the tables of an older Apply (of migration 1, 2 and 3)
+// on the tables of an older Apply (of migrations 1, 2, 3 and 5)
 // with rows in them, upgrades them to exactly the schema of a fresh Apply,
 // keeps every row, and afterwards runs nothing but the DDL's CREATE … IF
 // NOT EXISTS statements.
 func TestApplyUpgradesOlderTables(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
-		for _, version := range []int{1, 2, 3} {
+		for _, version := range []int{1, 2, 3, 5} {
 			t.Run(fmt.Sprintf("from version %d", version), func(t *testing.T) {
 				testApplyUpgradesFrom(t, d, version)
 			})
@@ -77,6 +77,7 @@ func testApplyUpgradesFrom(t *testing.T, d lease.Dialect, version int) {
 		assert.Len(t, rec.queries, len(steps), "one catalog query per upgrade step")
 		requireStartedAllowed(t, db)
 		requireQueueStatusesAllowed(t, db)
+		requireMigration6Columns(t, db)
 	}
 }
 
@@ -319,13 +320,18 @@ var migration3RequestStatuses = []string{StoredFailed, StoredExpired, StoredInte
 func TestUpgradeStepsReadOldChecks(t *testing.T) {
 	t.Parallel()
 	want := map[int][]string{2: migration1Statuses, 3: migration1Statuses, 4: migration3RequestStatuses}
-	require.Len(t, steps, len(want)+1)
-	// Migration 5 changes no CHECK: the column it drops finds an older table.
-	last := steps[len(steps)-1]
-	assert.Equal(t, 5, last.version)
-	assert.Equal(t, []string{"", RequestTable, oldStepsColumn}, []string{last.check, last.table, last.column})
+	require.Len(t, steps, len(want)+2)
+	// Migrations 5 and 6 change no CHECK: the column that 5 drops, and
+	// those that 6 adds, find an older table.
+	m5, m6 := steps[len(steps)-2], steps[len(steps)-1]
+	assert.Equal(t, 5, m5.version)
+	assert.Equal(t, []string{"", RequestTable, oldStepsColumn}, []string{m5.check, m5.table, m5.column})
+	assert.Nil(t, m5.added)
+	assert.Equal(t, 6, m6.version)
+	assert.Equal(t, []string{"", RequestTable, ""}, []string{m6.check, m6.table, m6.column})
+	assert.Equal(t, []tableColumn{{RequestTable, ColAgent}, {ToolExecutionTable, ColOccurrence}}, m6.added)
 	for _, d := range dialects {
-		for _, s := range steps[:len(steps)-1] {
+		for _, s := range steps[:len(steps)-2] {
 			got, err := s.oldStatuses(d.String())
 			require.NoError(t, err, "%s step %d", d, s.version)
 			assert.Equal(t, want[s.version], got, "%s step %d", d, s.version)
