@@ -65,6 +65,9 @@
 //	                                 client request id: it was cancelled)
 //	deaths             INT           NOT NULL DEFAULT 0; runs that died holding
 //	                                 the request's lease
+//	agent              VARCHAR(128)  NULL; the agent that runs the request (NULL:
+//	                                 the Runner's default agent)
+//	metadata           large text    NULL; JSON the client sent with the message
 //	UNIQUE (session_key, client_request_id)   rowlease_request_session_client_uq
 //	UNIQUE (session_key, queue_seq)           rowlease_request_session_queue_uq
 //	INDEX (status, updated_at)                rowlease_request_status_updated_idx
@@ -73,8 +76,8 @@
 // statuses 'queued', 'interrupted' and 'expired' came with migration 3;
 // the status 'cancelled' with migration 4 (and a column steps, the JSON
 // array of the recorded steps, which migration 5 moved into
-// rowlease_step); deaths with migration 5; package request says what they
-// mean. On PostgreSQL and SQLite the queue key is a table
+// rowlease_step); deaths with migration 5; agent and metadata with
+// migration 6; package request says what they mean. On PostgreSQL and SQLite the queue key is a table
 // constraint (on SQLite its index is named sqlite_autoindex_…), because
 // the DDL cannot create an index on queue_seq before Apply has upgraded a
 // table of an earlier version.
@@ -95,9 +98,16 @@
 //	created_at, updated_at                  as in rowlease_session
 //	step_seq         INT           NULL; steps the run had recorded when it made
 //	                               the call (since migration 5)
-//	UNIQUE (session_key, idempotency_key)               rowlease_tool_execution_idem_uq
-//	UNIQUE (request_id, tool_name, arguments_hash)      rowlease_tool_execution_call_uq
-//	INDEX (session_key, request_id)                     rowlease_tool_execution_session_request_idx
+//	occurrence       INT           NOT NULL DEFAULT 0; the n-th identical call
+//	                               (same request, tool and arguments) of a run is
+//	                               occurrence n-1 (since migration 6)
+//	UNIQUE (session_key, idempotency_key)                           rowlease_tool_execution_idem_uq
+//	UNIQUE (request_id, tool_name, arguments_hash, occurrence)      rowlease_tool_execution_call_uq
+//	INDEX (session_key, request_id)                                 rowlease_tool_execution_session_request_idx
+//
+// Before migration 6 the call's unique key was (request_id, tool_name,
+// arguments_hash): one row per call, whatever the number of identical
+// calls in a run.
 //
 // rowlease_step (StepTable, since migration 5) has one row per step that a
 // request's runs recorded (request.Run.Step), appended with the request's
@@ -180,7 +190,7 @@
 //
 // # Upgrading
 //
-// The DDL has changed four times. Since migration 2 the status CHECK of
+// The DDL has changed five times. Since migration 2 the status CHECK of
 // rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
 // 'started' (StoredStarted: the intent of an effect outside the database is
 // recorded, its result not yet). Since migration 3 rowlease_request has the
@@ -192,8 +202,12 @@
 // (and it had a column steps). Since migration 5 the recorded steps are
 // rows of rowlease_step instead of that column, which is dropped,
 // rowlease_request has the column deaths and rowlease_tool_execution the
-// column step_seq. Tables that an earlier Apply created, like tables of
-// the earlier migrations alone, lack them.
+// column step_seq. Since migration 6 rowlease_request has the columns
+// agent and metadata, and rowlease_tool_execution the column occurrence
+// (0 for the rows of earlier versions), which its unique key
+// rowlease_tool_execution_call_uq takes in as its fourth column. Tables
+// that an earlier Apply created, like tables of the earlier migrations
+// alone, lack them.
 //
 // Apply upgrades them. Before its CREATE statements it reads, for each of
 // the two tables, the definition of its status CHECK from the catalog
@@ -203,10 +217,12 @@
 // before, runs the statements of that table's migration (2 for the
 // tool-execution table; 3 for the request table with the CHECK of
 // migration 1, then 4 for the request table with the CHECK of migration
-// 3). Migration 5 changes no CHECK: it runs if the request table still has
-// the column steps (PostgreSQL pg_attribute, MySQL and MariaDB
-// information_schema.COLUMNS, SQLite pragma_table_info). A missing CHECK,
-// or one you have changed yourself, is left alone. What the upgrade does:
+// 3). Migrations 5 and 6 change no CHECK: 5 runs if the request table
+// still has the column steps, 6 if the request table lacks the column
+// agent or the tool-execution table the column occurrence (read from
+// PostgreSQL pg_attribute, MySQL and MariaDB information_schema.COLUMNS,
+// SQLite pragma_table_info). A missing CHECK, or one you have changed
+// yourself, is left alone. What the upgrade does:
 //
 //   - PostgreSQL, MySQL and MariaDB: one ALTER TABLE per table, atomic (on
 //     PostgreSQL migration 3 then creates its index). PostgreSQL holds an
@@ -243,18 +259,30 @@
 //     transaction that alters the table in place (its triggers stay; the
 //     copy needs SQLite 3.38's -> operator). Stop the processes of the
 //     older version first: they write the column that the upgrade drops.
+//   - Migration 6, on every dialect, as migration 5 (one connection, other
+//     upgrading processes kept out, each statement committed by itself on
+//     MySQL and MariaDB): it adds agent and metadata to rowlease_request,
+//     occurrence to rowlease_tool_execution, and makes the call's unique
+//     key again with occurrence (PostgreSQL: DROP CONSTRAINT and ADD
+//     CONSTRAINT in one ALTER TABLE; MySQL and MariaDB: DROP INDEX and ADD
+//     UNIQUE KEY in one ALTER TABLE; SQLite: DROP INDEX and CREATE UNIQUE
+//     INDEX, in place). Building the new key reads the whole
+//     tool-execution table: on a large one that takes a while.
 //
 // Several processes may upgrade at once: on PostgreSQL and MySQL the table
 // lock orders their ALTER TABLE statements, and a second one finds the
 // table upgraded (on MySQL its ALTER fails, and Apply, reading the CHECK
-// again, lets that pass); for migration 5, and on SQLite, the second one
-// checks again under the lock and does nothing. If an upgrade fails, its
-// table stays as it was (one ALTER TABLE, or the transaction of SQLite and
-// of PostgreSQL's migration 5, is all or nothing) and Apply returns an
-// error that names the failing statement; call it again after fixing the
-// cause. The exception is migration 5 on MySQL and MariaDB, whose
-// statements commit one by one: after a failure part way, run the rest of
-// its up file yourself.
+// again, lets that pass); for migrations 5 and 6, and on SQLite, the
+// second one checks again under the lock and does nothing. If an upgrade
+// fails, its table stays as it was (one ALTER TABLE, or the transaction of
+// SQLite and of PostgreSQL's migrations 5 and 6, is all or nothing) and
+// Apply returns an error that names the failing statement; call it again
+// after fixing the cause. The exception is migrations 5 and 6 on MySQL and
+// MariaDB, whose statements commit one by one: after a failure part way,
+// run the rest of its up file yourself. (Migration 6 is found by both of
+// its columns, so tables left with only one of them are not taken for
+// upgraded: Apply's next attempt fails on the column that is there,
+// changing nothing, until you have run the rest.)
 //
 // The upgrade needs to read the catalog: db must also have QueryContext
 // (*sql.DB, *sql.Tx, *sql.Conn and sqlx's forms of them do). Through an
@@ -265,7 +293,7 @@
 // violation of the status CHECK.
 //
 // If you manage the tables with golang-migrate or goose instead, copy
-// migrations 2 to 5 into your migration directory (or use Migrations,
+// migrations 2 to 6 into your migration directory (or use Migrations,
 // which has them) and run them: Apply's upgrade does not write your tool's
 // version table.
 //
@@ -320,18 +348,32 @@
 //     that already have it it fails, changing nothing (MySQL and MariaDB
 //     error 1060, SQLite "duplicate column name", PostgreSQL column "steps"
 //     does not exist): record version 5 as applied instead.
+//   - 6, agent_metadata_occurrence: adds agent and metadata to the request
+//     table and occurrence to the tool-execution table, and makes the
+//     call's unique key (request_id, tool_name, arguments_hash,
+//     occurrence) (the upgrade above). Down drops the three columns,
+//     losing their values, and makes the key of migration 5 again; that
+//     key has room for one row per call, so down first deletes the rows of
+//     the second and later identical calls of a run (occurrence > 0),
+//     keeping the first one's (occurrence 0), which the version before
+//     migration 6 takes an identical call for. On MySQL and MariaDB the
+//     statements of both directions commit one by one. Up runs once: on
+//     tables that already have the columns it fails on MySQL, MariaDB
+//     (error 1060) and SQLite ("duplicate column name"), changing nothing
+//     (record version 6 as applied instead), and on PostgreSQL it makes
+//     the same key again and changes nothing else.
 //
 // The golang-migrate files are the source of every statement: the goose
 // file of a migration holds its up and down files as they are, and the DDL
 // is the up files folded into one CREATE … IF NOT EXISTS per table and
-// index, both generated (go generate) and committed. Migrations 1 to 5
+// index, both generated (go generate) and committed. Migrations 1 to 6
 // together build exactly what the DDL builds: a test applies them to real
 // databases of each dialect and compares tables, columns, constraints and
 // indexes. A database set up by any version of
 // Apply can adopt the migrations: migration 1 creates nothing that exists,
 // and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once
-// more); for migrations 3 to 5, see above.
+// more); for migrations 3 to 6, see above.
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
@@ -356,6 +398,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 to 000005 and the goose files 00001 to 00005; add your own
+// 000001 to 000006 and the goose files 00001 to 00006; add your own
 // migrations after them, or copy the files into your own migration directory.
 package schema

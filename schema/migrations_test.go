@@ -274,6 +274,12 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 			regexp.MustCompile(`(?m)^\s*deaths\s.*\n`).ReplaceAllString(m.ddl, ""))))
 		mustDrift("DDL with the steps column of migration 4", oldStepsColumn, freshDump(t, d, ddlWith(
 			edit(m.ddl, "    deaths ", "    steps TEXT NULL,\n    deaths "))))
+		mustDrift("DDL with the call key of migration 5", ToolExecutionCallUnique, freshDump(t, d, ddlWith(
+			edit(m.ddl, "arguments_hash, occurrence)", "arguments_hash)"))))
+		mustDrift("DDL without the agent column", ColAgent, freshDump(t, d, ddlWith(
+			regexp.MustCompile(`(?m)^\s*agent\s.*\n`).ReplaceAllString(m.ddl, ""))))
+		mustDrift("migration 6 that keeps the call key of migration 5", ToolExecutionCallUnique, freshDump(t, d, migrationsWith(6,
+			edit(m.up[6], "arguments_hash, occurrence)", "arguments_hash)"))))
 		noStepSeq := strings.ReplaceAll(m.up[5], ColStepSeq, "step_sequence")
 		require.NotEqual(t, m.up[5], noStepSeq)
 		mustDrift("migration 5 that names step_seq otherwise", ColStepSeq, freshDump(t, d, migrationsWith(5, noStepSeq)))

@@ -393,6 +393,14 @@ func (h *harness) checkConstraints(t *testing.T) {
 		strings.Repeat("r", 100000), `{"ok":true}`, "none", "worker-1", uuid6, uuid1)
 	assert.Equal(t, []string{"0"}, h.strings(t, "SELECT "+ColDeaths+" FROM "+RequestTable+" WHERE id = ?", uuid1), "deaths defaults to 0")
 	require.Error(t, h.exec(t, "UPDATE "+RequestTable+" SET "+ColDeaths+" = NULL WHERE id = ?", uuid1), "deaths is NOT NULL")
+	assert.Equal(t, []string{"1"}, h.strings(t, "SELECT COUNT(*) FROM "+RequestTable+" WHERE id = ? AND "+ColAgent+" IS NULL AND "+
+		ColMetadata+" IS NULL", uuid1), "agent and metadata default to NULL")
+	h.mustExec(t, "UPDATE "+RequestTable+" SET "+ColAgent+" = ?, "+ColMetadata+" = ? WHERE id = ?",
+		strings.Repeat("a", MaxAgentNameLen), `{"m":"`+strings.Repeat("m", 100000)+`"}`, uuid1)
+	if h.dialect != lease.SQLite {
+		require.Error(t, h.exec(t, "UPDATE "+RequestTable+" SET "+ColAgent+" = ? WHERE id = ?",
+			strings.Repeat("a", MaxAgentNameLen+1), uuid1), "agent holds at most MaxAgentNameLen")
+	}
 
 	// Steps: (request_id, seq) is the primary key; the output is large text.
 	insStep := "INSERT INTO " + StepTable + " (request_id, seq, name, output, generation) VALUES (?, ?, ?, ?, ?)"
@@ -407,7 +415,16 @@ func (h *harness) checkConstraints(t *testing.T) {
 	h.wantUnique(t, h.exec(t, insTool, uuid2, "s1", uuid2, "fetch", hashB, "idem-1", StoredProcessing),
 		ToolExecutionIdemUnique, ToolExecutionTable, ColSessionKey, ColIdempotencyKey)
 	h.wantUnique(t, h.exec(t, insTool, uuid2, "s1", uuid1, "search", hashA, "idem-2", StoredProcessing),
-		ToolExecutionCallUnique, ToolExecutionTable, ColRequestID, ColToolName, ColArgumentsHash)
+		ToolExecutionCallUnique, ToolExecutionTable, ColRequestID, ColToolName, ColArgumentsHash, ColOccurrence)
+	assert.Equal(t, []string{"0"}, h.strings(t, "SELECT "+ColOccurrence+" FROM "+ToolExecutionTable+" WHERE id = ?", uuid1), "occurrence defaults to 0")
+	// The second identical call is occurrence 1, a row of its own.
+	insToolOcc := "INSERT INTO " + ToolExecutionTable +
+		" (id, session_key, request_id, tool_name, arguments_hash, idempotency_key, status, occurrence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+	h.mustExec(t, insToolOcc, "occ-1", "s1", uuid1, "search", hashA, "idem-occ-1", StoredProcessing, 1)
+	h.wantUnique(t, h.exec(t, insToolOcc, "occ-1b", "s1", uuid1, "search", hashA, "idem-occ-1b", StoredProcessing, 1),
+		ToolExecutionCallUnique, ToolExecutionTable, ColRequestID, ColToolName, ColArgumentsHash, ColOccurrence)
+	require.Error(t, h.exec(t, insToolOcc, "occ-null", "s1", uuid1, "search", hashA, "idem-occ-null", StoredProcessing, nil),
+		"occurrence is NOT NULL")
 	h.mustExec(t, insTool, uuid2, "s2", uuid3, "search", hashA, "idem-1", StoredSucceeded)
 	h.mustExec(t, insTool, uuid3, "s1", uuid1, "search", hashB, "idem-2", StoredFailed)
 	h.mustExec(t, insTool, uuid4, "s1", uuid1, "Search", hashA, "idem-3", StoredSucceeded)

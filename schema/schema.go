@@ -147,6 +147,8 @@ const (
 	// (session_key, idempotency_key).
 	ToolExecutionIdemUnique = "rowlease_tool_execution_idem_uq"
 	// ToolExecutionCallUnique is the unique key on ToolExecutionTable
+	// (request_id, tool_name, arguments_hash, occurrence): one row per
+	// occurrence of an identical call. Before migration 6 it was
 	// (request_id, tool_name, arguments_hash).
 	ToolExecutionCallUnique = "rowlease_tool_execution_call_uq"
 	// ToolExecutionSessionRequestIndex is the plain (non-unique) index on
@@ -312,13 +314,16 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 // StoredStarted), Apply runs the statements of migration 2; if the request
 // table does (without StoredQueued), those of migration 3; if the request
 // table has the CHECK of migration 3 (without StoredCancelled), those of
-// migration 4; and if the request table still has the steps column
+// migration 4; if the request table still has the steps column
 // (ColSteps), those of migration 5, which move its steps into StepTable
-// and drop it (see the package documentation, "Upgrading"). For that it
-// reads the catalog through db's QueryContext method, which *sql.DB,
-// *sql.Tx, *sql.Conn and their sqlx forms have; a db with ExecContext
-// alone gets no upgrade. On SQLite, and for migration 5 on every dialect,
-// the upgrade runs on one connection, so db must then be a pool, a
+// and drop it; and if the request table lacks ColAgent or the
+// tool-execution table ColOccurrence, those of migration 6, which add
+// ColAgent, ColMetadata and ColOccurrence and make ToolExecutionCallUnique
+// with ColOccurrence (see the package documentation, "Upgrading"). For
+// that it reads the catalog through db's QueryContext method, which
+// *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have; a db with
+// ExecContext alone gets no upgrade. On SQLite, and for migrations 5 and 6
+// on every dialect, the upgrade runs on one connection, so db must then be a pool, a
 // connection or a transaction of database/sql (or sqlx's forms). Apply
 // does not check or alter tables that differ from the DDL in any other
 // way.
@@ -407,11 +412,14 @@ func isCreateRace(err error) bool {
 //     000001_create_lock_tables.down.sql, 000002_tool_execution_started.up.sql,
 //     000002_tool_execution_started.down.sql, 000003_request_queue.up.sql,
 //     000003_request_queue.down.sql, 000004_request_steps.up.sql,
-//     000004_request_steps.down.sql, 000005_step_journal.up.sql and
-//     000005_step_journal.down.sql, for source/iofs with path ".".
+//     000004_request_steps.down.sql, 000005_step_journal.up.sql,
+//     000005_step_journal.down.sql, 000006_agent_metadata_occurrence.up.sql
+//     and 000006_agent_metadata_occurrence.down.sql, for source/iofs with
+//     path ".".
 //   - tool "goose": 00001_create_lock_tables.sql,
 //     00002_tool_execution_started.sql, 00003_request_queue.sql,
-//     00004_request_steps.sql and 00005_step_journal.sql, each
+//     00004_request_steps.sql, 00005_step_journal.sql and
+//     00006_agent_metadata_occurrence.sql, each
 //     with -- +goose Up and -- +goose Down sections, for goose.SetBaseFS or
 //     goose.NewProvider with directory ".".
 //

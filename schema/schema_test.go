@@ -100,13 +100,15 @@ func TestStatementsShape(t *testing.T) {
 			ColID, ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt,
 			ColClientRequestID, ColFingerprint, ColStatus, ColReply, ColResult, ColError, ColRequestID,
 			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy,
-			ColSeq, ColName, ColOutput, ColDeaths, ColStepSeq,
+			ColSeq, ColName, ColOutput, ColDeaths, ColStepSeq, ColAgent, ColMetadata, ColOccurrence,
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
 		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StoredQueued+"', '"+
 			StoredProcessing+"', '"+StoredSucceeded+"', '"+StoredFailed+"', '"+StoredInterrupted+"', '"+StoredCancelled+"', '"+StoredExpired+"'))", d)
 		assert.NotRegexp(t, `\b`+oldStepsColumn+`\b`, ddl, "%s DDL still has the steps column of migration 4", d)
+		assert.Regexp(t, ToolExecutionCallUnique+`\b[^(]*\(request_id, tool_name, arguments_hash, occurrence\)`, ddl,
+			"%s DDL: the call's unique key takes in the occurrence", d)
 		assert.Contains(t, ddl, toolStatusCheck+" CHECK (status IN ('"+
 			StoredProcessing+"', '"+StoredStarted+"', '"+StoredSucceeded+"', '"+StoredFailed+"'))", d)
 	}
