@@ -45,7 +45,8 @@
 //	14  toolexec.ErrKeyTaken (also inside           409    effect-key-taken          –              use a new id: a resend answers the same
 //	    request.ErrAgentFailed)
 //	15  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	16  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	16  lease.ErrInvalid (*lease.ValidationError,   400    invalid-request           –              fix the input
+//	    request.ErrUnknownAgent),
 //	    toolexec.ErrInvalidArguments
 //	17  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
 //	18  lease.ErrLost                               409    lease-lost                1 s            retry

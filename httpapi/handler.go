@@ -68,7 +68,10 @@ func (ps Problems) write(w http.ResponseWriter, r *http.Request, err error, requ
 type MessageConfig struct {
 	// Runner handles the messages. Required.
 	Runner *request.Runner
-	// Agent answers a message; nil means the Runner's Config.Agent.
+	// Agent answers a message; nil means the agent the message names
+	// (request.Message.Agent, which Message may set: one of the Runner's
+	// Config.Agents), or the Runner's Config.Agent when it names none. A
+	// name the Runner does not have is a 400.
 	Agent request.Agent
 	// Message reads the message from the request: its session key and
 	// client request id (from the path, a header or the body: the

@@ -78,6 +78,7 @@ func TestProblemFor(t *testing.T) {
 		{"the agent's own validation error", wrap(request.ErrAgentFailed, &lease.ValidationError{Field: "ttl", Reason: "0"}), 500, httpapi.TypeAgentFailed, 0},
 		{"validation", &lease.ValidationError{Field: "client request id", Reason: "empty"}, 400, httpapi.TypeInvalidRequest, 0},
 		{"invalid tool arguments", wrap(toolexec.ErrInvalidArguments, errors.New("not JSON")), 400, httpapi.TypeInvalidRequest, 0},
+		{"unknown agent", &request.UnknownAgentError{Name: "chat"}, 400, httpapi.TypeInvalidRequest, 0},
 		{"lease held", busy, 409, httpapi.TypeLeaseHeld, 2100 * time.Millisecond},
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, 409, httpapi.TypeLeaseLost, time.Second},
 		{"lease not found", lease.ErrNotFound, 404, httpapi.TypeNotFound, 0},

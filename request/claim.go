@@ -356,6 +356,11 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		if c.from == schema.StoredFailed {
 			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
 		}
+		if c.kind == resend {
+			// A resend's agent runs the request now: its name is the one
+			// a later resume looks for.
+			opts.Set = append(opts.Set, lease.Set(schema.ColAgent, agentValue(c.msg.Agent)))
+		}
 		g, err = r.req.AcquireWith(ctx, ltx, c.id, c.holder, r.cfg.TTL, opts)
 		if errors.Is(err, lease.ErrHeld) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
@@ -402,6 +407,9 @@ func newRow(msg Message) lease.CreateOptions {
 		// The content, so that the service can resume the run if it
 		// dies and its client never resends (see resume.go).
 		lease.Set(schema.ColContent, msg.Content),
+		// The agent's name (NULL: the default), so that only a Runner
+		// that has it resumes the run.
+		lease.Set(schema.ColAgent, agentValue(msg.Agent)),
 	}}
 }
 

@@ -68,24 +68,33 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 type queuedHead struct {
 	id, clientRequestID, fingerprint, content, status string
 	generation                                        int64
-	deaths                                            int64 // see deaths in resume.go
+	deaths                                            int64  // see deaths in resume.go
+	agent                                             string // its agent's name, "" for the default
 }
 
 // claimHead takes the session for the head of its queue and starts it:
 // the session, then the request (queued → processing, or a dead run's
 // request taken over), in one transaction, which also marks interrupted
 // the dead runs that were asked to stop. It returns nil when there is
-// nothing to start or the session is busy.
+// nothing to start or the session is busy, and when the head's agent is
+// not one this Runner has: the head is left alone (and reported once, see
+// skipForAgent), and nothing behind it overtakes it; a Runner that has
+// its agent starts it.
 func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint, &h.content, &h.status, &h.generation, &h.deaths)
+		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint,
+			&h.content, &h.status, &h.generation, &h.deaths, &h.agent)
 		if errors.Is(err, sql.ErrNoRows) {
 			r.unhint(sessionKey)
 			return nil, nil
 		}
 		if err != nil {
 			return nil, err
+		}
+		if r.agentOf(h.agent) == nil {
+			r.skipForAgent(ctx, h.id, h.agent)
+			return nil, nil
 		}
 		var slot *sync.Once
 		if h.status == schema.StoredProcessing {
@@ -104,7 +113,8 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 			slot = new(sync.Once)
 		}
 		run, err := r.claim(ctx, claim{kind: queueHead, id: h.id, holder: r.holder(), from: h.status, fromQueue: true,
-			msg: Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint}})
+			msg: Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint,
+				Agent: h.agent}})
 		if slot != nil {
 			if err != nil {
 				r.giveResumeSlot()
@@ -137,7 +147,8 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 }
 
 // deliver hands a claimed run to the Handle of this process that waits to
-// run it (an interrupting message), or starts it with Config.Agent in a
+// run it (an interrupting message), or starts it with its agent (the one
+// its Message.Agent names: Config.Agent or one of Config.Agents) in a
 // goroutine of the Runner. After Close it gives the leases back instead:
 // the request stays processing and free, and a dispatcher resumes it.
 func (r *Runner) deliver(run *Run) {
@@ -154,7 +165,8 @@ func (r *Runner) deliver(run *Run) {
 		}
 		return
 	}
-	if r.q.stopped || r.cfg.Agent == nil {
+	agent := r.agentOf(run.msg.Agent)
+	if r.q.stopped || agent == nil {
 		r.q.mu.Unlock()
 		run.endResume()
 		r.releaseAll(r.q.life, run)
@@ -165,7 +177,7 @@ func (r *Runner) deliver(run *Run) {
 	r.q.mu.Unlock()
 	go func() {
 		defer r.q.runs.Done()
-		_, _ = r.runAndContinue(r.q.life, run, r.cfg.Agent)
+		_, _ = r.runAndContinue(r.q.life, run, agent)
 	}()
 }
 
@@ -178,8 +190,9 @@ var afterOwnerFound atomic.Pointer[func(run *Run)]
 // queued messages of sessions that no process of this service is running
 // (the process that held the session crashed, or freed it without knowing
 // of the queue) and resumes the runs whose process died, those of messages
-// accepted at once included (see ResumeConfig), if Config.Agent is set;
-// and the retention sweeper, if
+// accepted at once included (see ResumeConfig), if Config.Agent or
+// Config.Agents is set — only the requests whose agent it has (see
+// Agents); and the retention sweeper, if
 // Config.Retention.After is set. They stop when ctx is done or Close is
 // called. A second Start returns an error; so does a Start after Close.
 //
@@ -199,7 +212,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	lctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(r.q.life, cancel)
 	r.q.stopLoop = func() { stop(); cancel() }
-	if r.cfg.Agent != nil {
+	if r.dispatches() {
 		r.q.loops.Add(1)
 		go func() {
 			defer r.q.loops.Done()
@@ -228,19 +241,24 @@ func (r *Runner) loop(ctx context.Context, interval time.Duration, fn func(conte
 }
 
 // dispatchOnce reads up to DispatchBatch sessions that have a message to
-// start, or a run to settle, and no live run (one statement), going on
-// from the last session of the previous poll; it settles the runs asked
-// to stop whose process died (Cancel, an interrupt: they end cancelled or
-// interrupted, one statement for each such session), and starts the head
-// of each session whose lock is free or expired (one read for each that
-// is held). A poll that reads fewer than DispatchBatch sessions has
-// reached the last one: the next starts again from the first. It returns
-// how many it started.
+// start whose agent the Runner has, or a run to settle, and no live run
+// (one statement), going on from the last session of the previous poll;
+// it settles the runs asked to stop whose process died (Cancel, an
+// interrupt: they end cancelled or interrupted, one statement for each
+// such session), and starts the head of each session whose lock is free
+// or expired (one read for each that is held). A poll that reads fewer
+// than DispatchBatch sessions has reached the last one: the next starts
+// again from the first. On its first poll and every foreignEvery polls
+// it also reads the requests that wait for an agent it does not have,
+// and reports them (reportForeign: one statement). It returns how many
+// it started.
 func (r *Runner) dispatchOnce(ctx context.Context) int {
 	r.q.mu.Lock()
 	from := r.q.cursor
 	r.q.mu.Unlock()
-	rows, err := r.db.QueryContext(ctx, r.sql.candidates, from, r.cfg.Queue.DispatchBatch)
+	r.reportForeign(ctx)
+	own, args := r.ownAgents()
+	rows, err := r.db.QueryContext(ctx, r.sql.candidates(own), append(append([]any{from}, args...), r.cfg.Queue.DispatchBatch)...)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("rowlease: reading the queue failed; retrying at the next interval", "err", err)

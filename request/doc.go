@@ -265,6 +265,33 @@
 // accepted at once to its client's resend, as before, without holding up
 // the queue behind it.
 //
+// # Agents: a resumed run runs with the agent that accepted it
+//
+// A Runner's agents are Config.Agent (the default) and the named ones of
+// Config.Agents (NewAgents, Register; a name is text of at most
+// schema.MaxAgentNameLen bytes). A message names its agent
+// (Message.Agent; empty: the default), and the name is stored with its
+// request (schema.ColAgent; NULL for the default, so rows written before
+// agents had names, and single-agent services, read as the default's).
+// Handle with a nil agent runs the named one; with an agent of its own it
+// runs that, and stores the message's name all the same: name the agent
+// registered for the same work. A name that is not registered is an
+// *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid), before any SQL.
+//
+// A Runner starts from the queue, and resumes, only the requests whose
+// agent it has, on every path: its dispatcher's sessions are those with a
+// request of one of its agents (the names bound in the statement); the
+// head of a session's queue (read by a continuation, the dispatcher, a
+// waiting interrupter) whose agent it does not have is left alone, and
+// nothing behind it overtakes it; a Runner that has its agent starts it.
+// Each request so left is logged once per Runner (Info, with the request
+// and the agent's name), reported to the Observer (EventAgentSkipped) and
+// counted (Runner.SkippedForAgent); the dispatcher also looks for them
+// among the requests ready to run on its first poll and every 30 polls
+// after it (one statement), so that a request whose agent no Runner of
+// the service has is seen. Two programs with different agents, or one
+// service with a chat agent and a summarizer, share the tables so.
+//
 // # Cancel
 //
 // Runner.Cancel(ctx, session, client request id) cancels a queued message
@@ -297,9 +324,10 @@
 //     is ErrQueueFull and nothing is written, and the message gets the
 //     next arrival number, unique per session) and Handle returns at once
 //     with Outcome.Queued and Outcome.Position (how many run before it).
-//     Config.Agent runs it later, exactly once, in arrival order. A Queue
-//     message that finds the session free but messages queued before it
-//     is queued behind them.
+//     Its agent (Config.Agent, or the one of Config.Agents that
+//     Message.Agent names) runs it later, exactly once, in arrival
+//     order. A Queue message that finds the session free but messages
+//     queued before it is queued behind them.
 //   - Interrupt: in the same transaction as its insert, every processing
 //     request of the session is asked to stop (its interrupted_by column
 //     is set; nothing else of its row is touched). The running run reads
@@ -360,10 +388,10 @@
 //     and whatever sessions it cannot start (a deleted session's
 //     leftovers, runs waiting for a resume slot) sort first.
 //
-// A claimed message runs with Config.Agent in a goroutine of the Runner
-// (owned: Close lets it finish, then cancels it and waits for it), or,
-// when an interrupting Handle of the same process is waiting for it, in
-// that call with its agent.
+// A claimed message runs with its agent (see "Agents") in a goroutine of
+// the Runner (owned: Close lets it finish, then cancels it and waits for
+// it), or, when an interrupting Handle of the same process is waiting for
+// it, in that call with the agent of that call.
 //
 // Races, and how they end:
 //
@@ -420,7 +448,8 @@
 // Waits are polled too (no LISTEN/NOTIFY). Without a Started Runner with
 // an Agent, a dead run accepted at once waits for its client's resend.
 // Requests stored before their content was (an older version) are not
-// resumed by the service.
+// resumed by the service. A request whose agent no Runner of the service
+// has waits (each Runner that meets it logs and counts it once).
 //
 // # Failure handling
 //
@@ -434,6 +463,9 @@
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
+//   - *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid): the message
+//     names an agent that Config.Agents does not have; nothing was
+//     written (400).
 //   - session.ErrNotFound: the session has no lock row, and none is
 //     created: Config.RequireSession on the shipped session table, or a
 //     table of your own (Session.Table) without Session.AutoCreate; for a

@@ -26,12 +26,15 @@ const (
 	// Queue stores the message as queued for its session and returns at
 	// once (Outcome.Queued, with its position). Queued messages run in
 	// arrival order, each once, started by the process that frees the
-	// session or by any Runner's dispatcher (Start). Needs Config.Agent.
+	// session or by any Runner's dispatcher (Start), with the agent the
+	// message names. Needs that agent: Config.Agent, or for a named one
+	// Config.Agents.
 	Queue
 	// Interrupt asks the running request of the session to stop (its
 	// context is cancelled with a cause matching ErrInterrupted), queues
 	// the message ahead of the plain queued ones, and waits until it has
-	// run: Handle returns its outcome. Needs Config.Agent.
+	// run: Handle returns its outcome. Needs the message's agent, as
+	// Queue does.
 	Interrupt
 )
 
@@ -258,7 +261,7 @@ func (r *Runner) hinted(sessionKey string) bool {
 
 // busy handles a new message whose session is busy, under its policy.
 func (r *Runner) busy(ctx context.Context, msg Message, busyErr error) (*Run, Outcome, error) {
-	if r.cfg.Agent == nil {
+	if r.agentOf(msg.Agent) == nil {
 		return nil, Outcome{}, busyErr
 	}
 	id := uuid.NewString()
@@ -329,7 +332,7 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 		return 0, &QueueFullError{Max: r.cfg.Queue.Max}
 	}
 	if _, err := tx.ExecContext(ctx, r.sql.insert, id, msg.SessionKey, msg.ClientRequestID, msg.Fingerprint,
-		msg.Content, last+1, msg.OnBusy.String()); err != nil {
+		msg.Content, last+1, msg.OnBusy.String(), agentValue(msg.Agent)); err != nil {
 		return 0, err
 	}
 	position = queued

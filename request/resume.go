@@ -17,7 +17,8 @@ const (
 )
 
 // ResumeConfig bounds how a Started Runner with an Agent resumes, on its
-// own, the runs whose process died: a message accepted at once (Reject, or
+// own, the runs whose process died (those whose agent it has: see
+// Agents): a message accepted at once (Reject, or
 // Interrupt/Queue started at once) whose run died is resumed after its
 // lease expired plus Grace, ahead of the session's queue, as a dead run of
 // a queued message always was. The zero value means the defaults.

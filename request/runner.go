@@ -114,13 +114,22 @@ type Config struct {
 	// lease operations (it overrides Lease.Observer). Nil costs nothing.
 	// See package contrib/otel for OpenTelemetry.
 	Observer lease.Observer
-	// Agent runs the messages that this Runner starts from the queue (a
-	// continuation or the dispatcher: see Start), and the messages of
-	// Handle calls whose agent is nil. The Queue and Interrupt policies
-	// need it: a queued message may be started by any process of the
-	// service, so every Runner of the service must be given the same
-	// work here.
+	// Agent is the default agent: it runs the messages that name no agent
+	// (Message.Agent empty) when this Runner starts them from the queue (a
+	// continuation or the dispatcher: see Start) or resumes them, and the
+	// messages of Handle calls whose agent is nil. The Queue and Interrupt
+	// policies need the message's agent: a queued message may be started
+	// by any process of the service, so every Runner that has a default
+	// agent must be given the same work here. A Runner without it leaves
+	// the unnamed messages to Runners that have one.
 	Agent Agent
+	// Agents are the named agents (see Agents): a message names its agent
+	// (Message.Agent), the name is stored with its request, and this
+	// Runner starts from the queue, and resumes, only the requests whose
+	// agent it has — one registered here, or Config.Agent for an unnamed
+	// one. The others are left to the Runners that have them
+	// (SkippedForAgent counts them). nil means none.
+	Agents *Agents
 	// Queue configures the queue, the dispatcher and the waits.
 	Queue QueueConfig
 	// Retention configures the sweeper that Start runs.
@@ -156,6 +165,7 @@ type Runner struct {
 	watch    watching           // runs whose interrupts the batcher's rounds read
 	local    localRuns          // runs executing here, for Cancel
 	resumes  resumeSlots        // resumed runs at once, for ResumeConfig.MaxConcurrent
+	skips    agentSkips         // requests left alone for their agent (agents.go)
 }
 
 // New validates cfg and returns a Runner.
@@ -300,6 +310,14 @@ type Message struct {
 	// OnBusy says what to do when the session is busy with another
 	// message: Reject (the default), Queue or Interrupt.
 	OnBusy Policy
+	// Agent names the agent that runs the message: one registered in
+	// Config.Agents, or "" for the default agent (Config.Agent; stored as
+	// NULL, as the rows of versions before agents had names). The name is
+	// stored with the request: a run that is resumed, or started from the
+	// queue, runs with the agent of this name, in a Runner that has it. A
+	// name that is not registered is an *UnknownAgentError, before any
+	// SQL. A resend stores its own name.
+	Agent string
 }
 
 // Answer is what an agent returns.
@@ -357,7 +375,12 @@ type Agent func(ctx context.Context, run *Run) (Answer, error)
 //  7. release the session, with a bounded timeout even if ctx is done,
 //     and start the session's next queued message if there may be one.
 //
-// A nil agent means Config.Agent. Steps 1 to 4 are claim.go's (begin),
+// A nil agent means the agent that msg.Agent names: Config.Agent when it
+// is empty, else the one registered in Config.Agents under that name. A
+// non-nil agent runs this call's run, and msg.Agent is still what is
+// stored: name the agent registered for the same work, so that a resume
+// of the request (its run died) or a start from the queue finds it.
+// Steps 1 to 4 are claim.go's (begin),
 // 5 run.go's (runAndContinue), 6 and the release finish.go's, and the
 // next queued message dispatch.go's.
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
@@ -366,8 +389,11 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 		ctx, end = obs.Start(ctx, lease.Span{Name: SpanHandle, Attrs: []lease.Attr{{Key: AttrSession, Value: msg.SessionKey}}})
 		defer func() { end(err, handleEnd(out, err)...) }()
 	}
+	if err := r.checkAgent(msg.Agent); err != nil {
+		return Outcome{}, err
+	}
 	if agent == nil {
-		agent = r.cfg.Agent
+		agent = r.agentOf(msg.Agent)
 	}
 	if agent == nil {
 		return Outcome{}, invalid("agent", "nil, and Config.Agent is nil")
@@ -375,8 +401,8 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 	if err := validate(&msg); err != nil {
 		return Outcome{}, err
 	}
-	if msg.OnBusy != Reject && r.cfg.Agent == nil {
-		return Outcome{}, invalid("on busy", msg.OnBusy.String()+" needs Config.Agent")
+	if msg.OnBusy != Reject && r.agentOf(msg.Agent) == nil {
+		return Outcome{}, invalid("on busy", msg.OnBusy.String()+" needs the message's agent: Config.Agent")
 	}
 	run, out, err := r.begin(ctx, msg)
 	if err != nil || run == nil {

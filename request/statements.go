@@ -30,7 +30,12 @@ type statements struct {
 	sweepSteps func(n int) string
 
 	// The queue (queue.go, dispatch.go).
-	head, ahead, aheadInterrupt, stats, insert, flag, settle, settleOne, candidates string
+	head, ahead, aheadInterrupt, stats, insert, flag, settle, settleOne string
+	// candidates reads the dispatcher's sessions, and foreign the requests
+	// ready to run whose agent the Runner does not have (agents.go): own is
+	// the condition of the Runner's agents (ownAgents), whose names are
+	// bound where it stands among the statement's arguments.
+	candidates, foreign func(own string) string
 	// Interrupts (interrupt.go): one run's flag, every flag.
 	flagRead, flagsRead string
 	// Resume (resume.go): the mark of a run that died too often.
@@ -102,7 +107,8 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	// request lease: the claim marks it interrupted only once that lease
 	// is free or expired, and no later claim would.
 	s.head = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColClientRequestID + ", " + schema.ColFingerprint +
-		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + ", " + deaths("") + " FROM " + tq +
+		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + ", " + deaths("") +
+		", COALESCE(" + schema.ColAgent + ", '') FROM " + tq +
 		" WHERE " + schema.ColSessionKey + " = ? AND " + runnable +
 		" AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = ? AND ((" + pResumable +
 		" AND NOT " + pDue + ")" + " OR (p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND p." +
@@ -124,8 +130,8 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColQueueSeq + " IS NOT NULL")
 	s.insert = d.Rebind("INSERT INTO " + tq + " (" + strings.Join([]string{schema.ColID, schema.ColSessionKey,
 		schema.ColClientRequestID, schema.ColFingerprint, schema.ColStatus, schema.ColGeneration, schema.ColContent,
-		schema.ColQueueSeq, schema.ColOnBusy, schema.ColUpdatedAt}, ", ") + ") VALUES (?, ?, ?, ?, " +
-		lit(schema.StoredQueued) + ", 0, ?, ?, ?, " + now + ")")
+		schema.ColQueueSeq, schema.ColOnBusy, schema.ColAgent, schema.ColUpdatedAt}, ", ") + ") VALUES (?, ?, ?, ?, " +
+		lit(schema.StoredQueued) + ", 0, ?, ?, ?, ?, " + now + ")")
 	s.flag = d.Rebind("UPDATE " + tq + " SET " + schema.ColInterruptedBy + " = ? WHERE " + schema.ColSessionKey +
 		" = ? AND " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NULL")
 	// A run asked to stop by its own client (Cancel: interrupted_by is
@@ -149,11 +155,23 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	// has a run to settle. (Unqualified columns are the outer c's.)
 	stopped := schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy +
 		" IS NOT NULL AND " + free(now)
-	s.candidates = d.Rebind("SELECT " + schema.ColSessionKey + ", MAX(CASE WHEN " + stopped + " THEN 1 ELSE 0 END) FROM " +
-		tq + " c WHERE " + schema.ColSessionKey + " > ? AND (" + runnable + " OR (" + stopped + ")) AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = c." +
-		schema.ColSessionKey + " AND p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND ((p." +
-		schema.ColToken + " IS NOT NULL AND p." + schema.ColExpiresAt + " > " + now + ") OR (" + pResumable + " AND NOT " +
-		pDue + "))) GROUP BY " + schema.ColSessionKey + " ORDER BY " + schema.ColSessionKey + " LIMIT ?")
+	// A runnable request counts only if the Runner has its agent (own):
+	// a session whose requests are all another agent's does not fill the
+	// batch (its head is read, and left alone, only in a session that has
+	// one of the Runner's requests too: see claimHead).
+	s.candidates = func(own string) string {
+		return d.Rebind("SELECT " + schema.ColSessionKey + ", MAX(CASE WHEN " + stopped + " THEN 1 ELSE 0 END) FROM " +
+			tq + " c WHERE " + schema.ColSessionKey + " > ? AND ((" + runnable + " AND " + own + ") OR (" + stopped + ")) AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = c." +
+			schema.ColSessionKey + " AND p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND ((p." +
+			schema.ColToken + " IS NOT NULL AND p." + schema.ColExpiresAt + " > " + now + ") OR (" + pResumable + " AND NOT " +
+			pDue + "))) GROUP BY " + schema.ColSessionKey + " ORDER BY " + schema.ColSessionKey + " LIMIT ?")
+	}
+	// The runnable requests of the agents the Runner does not have (CASE:
+	// a NULL agent not in own is another's too).
+	s.foreign = func(own string) string {
+		return d.Rebind("SELECT " + schema.ColID + ", COALESCE(" + schema.ColAgent + ", '') FROM " + tq + " WHERE " + runnable +
+			" AND CASE WHEN " + own + " THEN 0 ELSE 1 END = 1 LIMIT ?")
+	}
 
 	s.flagRead = d.Rebind("SELECT COALESCE(" + schema.ColInterruptedBy + ", '') FROM " + tq + " WHERE " + schema.ColID + " = ?")
 	// Every run asked to stop and not stopped yet, in one read (the status
@@ -196,8 +214,8 @@ func free(now string) string {
 }
 
 // statusStatement is Status's read: the request, whether its lease is
-// live, and, when it is queued, the queued messages of its session that
-// run before it.
+// live, when it is queued the queued messages of its session that run
+// before it, and its agent.
 func (r *Runner) statusStatement(tq string) string {
 	d := r.cfg.Dialect
 	c := func(alias, col string) string { return alias + "." + col }
@@ -210,7 +228,7 @@ func (r *Runner) statusStatement(tq string) string {
 		" q WHERE " + c("q", schema.ColSessionKey) + " = " + c("r", schema.ColSessionKey) + " " +
 		"AND " + c("q", schema.ColStatus) + " = " + lit(schema.StoredQueued) + " AND " + c("q", schema.ColQueueSeq) +
 		" IS NOT NULL AND (" + lane("q.") + " < " + lane("r.") + " OR (" + lane("q.") + " = " + lane("r.") + " AND " +
-		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END " +
+		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END, COALESCE(" + c("r", schema.ColAgent) + ", '') " +
 		"FROM " + tq + " r WHERE " + c("r", schema.ColSessionKey) + " = ? AND " + c("r", schema.ColClientRequestID) + " = ?")
 }
 

@@ -92,6 +92,9 @@ type Status struct {
 	// Attempt is the request's generation: 0 for a queued message that
 	// never ran, 1 for the first run.
 	Attempt int64
+	// Agent is the name of the request's agent (Message.Agent): "" for
+	// the default agent.
+	Agent string
 }
 
 // Outcome returns what Handle returns for a finished request: the stored
@@ -130,7 +133,7 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 	var status, result string
 	var live int
 	err := r.db.QueryRowContext(ctx, r.sql.status, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
-		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position)
+		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position, &st.Agent)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, ErrNotFound
 	}
