@@ -308,8 +308,9 @@ func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall)
 		if errors.As(failed.Err, &te) {
 			return errorJSON(te.msg), nil
 		}
-		a.log.Warn("agent: tool failed", "request", run.RequestID(), "tool", tc.Function.Name, "err", failed.Err)
-		return errorJSON("the ledger could not complete this call; it may be retried"), nil
+		a.log.Warn("agent: tool failed", "request", run.RequestID(), "client_request_id", run.ClientRequestID(),
+			"tool", tc.Function.Name, "err", failed.Err)
+		return retryableErrorJSON("the ledger could not complete this call; it may be retried"), nil
 	case errors.Is(err, toolexec.ErrUnknownTool):
 		return errorJSON(fmt.Sprintf("unknown tool %q; the tools are %s", truncate(tc.Function.Name, 64),
 			strings.Join(a.modelTools(), ", "))), nil
@@ -380,6 +381,13 @@ func systemPrompt(now time.Time) string {
 
 func errorJSON(msg string) string {
 	b, _ := json.Marshal(map[string]string{"error": msg})
+	return string(b)
+}
+
+// retryableErrorJSON is a failure the model may retry: the call made
+// again may go through ({"error":…,"retryable":true}).
+func retryableErrorJSON(msg string) string {
+	b, _ := json.Marshal(map[string]any{"error": msg, llm.RetryableField: true})
 	return string(b)
 }
 

@@ -30,7 +30,9 @@
 //     fences and the tool's success mark, and a repeated call returns the
 //     stored result instead of running again. A tool's own failure
 //     (*toolexec.FailedError), an unknown tool or invalid arguments go back
-//     to the model as a tool result {"error": "..."}; only lease loss,
+//     to the model as a tool result {"error": "..."} — with
+//     "retryable": true when the failure is not a refusal of the
+//     arguments, so the model may make the call again; only lease loss,
 //     cancellation and database failures end the run;
 //  5. when a webhook is configured and the request booked a transaction,
 //     notifies it (ToolNotify, below);

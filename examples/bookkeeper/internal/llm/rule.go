@@ -65,6 +65,12 @@ type RuleOptions struct {
 // out. Tool call IDs are "call_N", N counting the tool calls in the
 // conversation, so replies are reproducible.
 //
+// A tool result that is a failure marked retryable ({"error": …,
+// "retryable": true}, RetryableField) is answered by making the call again,
+// decided afresh (worded anew with Vary), at most twice per tool and
+// message; the final summary leaves out the failures a later call of the
+// same tool was made for. Other failures are summarized as such.
+//
 // With RuleOptions.Vary the model is no longer deterministic: each
 // create_transaction call is worded anew (see Vary).
 //
@@ -140,10 +146,19 @@ func (m *RuleModel) next(msgs []Message) Message {
 		}
 	}
 	if len(results) > 0 {
+		if again, ok := m.retry(msgs, results, calls, userText, now); ok {
+			return again
+		}
 		s := summarizer{zh: zh, today: day(now)}
-		return finalMessage(s.summarize(results, calls))
+		return finalMessage(s.summarize(dropRetried(results, calls), calls))
 	}
+	return m.decide(msgs, userText, now)
+}
 
+// decide answers the latest user message afresh: one tool call, or a
+// final reply when it cannot read the message.
+func (m *RuleModel) decide(msgs []Message, userText string, now time.Time) Message {
+	zh := hasHan(userText)
 	in := parseUtterance(userText, now, m.opts.CategoryLanguage)
 	var name string
 	var args any
@@ -172,6 +187,82 @@ func (m *RuleModel) next(msgs []Message) Message {
 			Function: FunctionCall{Name: name, Arguments: string(b)},
 		}},
 	}
+}
+
+// RetryableField marks a tool's failure that the same call made again
+// may get past: {"error": "…", "retryable": true}.
+const RetryableField = "retryable"
+
+// maxRetries bounds how often RuleModel makes a call again after a
+// failure it may retry, per user message.
+const maxRetries = 2
+
+// retry makes the call again when the latest result is a failure that may
+// be retried (RetryableField), at most maxRetries times per tool and
+// message: the call is decided afresh, so a varying model words it anew.
+func (m *RuleModel) retry(msgs, results []Message, calls map[string]FunctionCall, userText string, now time.Time) (Message, bool) {
+	last := results[len(results)-1]
+	name := toolOf(last, calls)
+	if name == "" || !retryable(last.Content) {
+		return Message{}, false
+	}
+	made := 0
+	for _, c := range calls {
+		if c.Name == name {
+			made++
+		}
+	}
+	if made > maxRetries {
+		return Message{}, false
+	}
+	again := m.decide(msgs, userText, now)
+	if len(again.ToolCalls) != 1 || again.ToolCalls[0].Function.Name != name {
+		return Message{}, false
+	}
+	return again, true
+}
+
+// dropRetried leaves out the failures that a later call of the same tool
+// was made for: the summary is about how the calls ended.
+func dropRetried(results []Message, calls map[string]FunctionCall) []Message {
+	out := make([]Message, 0, len(results))
+	for i, r := range results {
+		superseded := false
+		if retryable(r.Content) {
+			for _, later := range results[i+1:] {
+				if toolOf(later, calls) == toolOf(r, calls) {
+					superseded = true
+					break
+				}
+			}
+		}
+		if !superseded {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// toolOf is the tool that produced a result.
+func toolOf(r Message, calls map[string]FunctionCall) string {
+	if c, ok := calls[r.ToolCallID]; ok && c.Name != "" {
+		return c.Name
+	}
+	return r.Name
+}
+
+// retryable reports whether a tool result is a failure marked
+// RetryableField.
+func retryable(content string) bool {
+	v, ok := decodeJSON(content)
+	if !ok {
+		return false
+	}
+	if _, failed := errorOf(v); !failed {
+		return false
+	}
+	r, _ := v.(map[string]any)[RetryableField].(bool)
+	return r
 }
 
 // noteWordings are the ways a varying model words a note; %s is the

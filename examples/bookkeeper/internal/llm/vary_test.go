@@ -141,3 +141,46 @@ func decodeArgsJSON(t *testing.T, s string, v any) {
 		t.Fatalf("decode %s: %v", s, err)
 	}
 }
+
+// A failure marked retryable is answered with the call made again —
+// worded anew when varying, the same call when not — at most twice; the
+// summary after a call that went through leaves the failure out. A failure
+// without the mark is summarized, as before.
+func TestRuleModelRetriesRetryableFailure(t *testing.T) {
+	const (
+		failed  = `{"error":"the ledger could not complete this call; it may be retried","retryable":true}`
+		refused = `{"error":"the ledger could not complete this call"}`
+		booked  = `{"transaction_id":"t1","type":"expense","amount":"35.00","category":"Food","occur_date":"2025-03-14"}`
+	)
+	for _, vary := range []bool{false, true} {
+		m := NewRuleModel(RuleOptions{Now: fixedNow, Vary: vary})
+		conv := []Message{user("lunch 35")}
+		first := complete(t, m, conv...)
+		call := onlyCall(t, first)
+		conv = append(conv, first, toolResult(call, failed))
+		again := complete(t, m, conv...)
+		retried := onlyCall(t, again)
+		equal(t, retried.Function.Name, ToolCreateTransaction, "retried tool")
+		equal(t, retried.ID, "call_2", "retried call id")
+		equal(t, retried.Function.Arguments == call.Function.Arguments, !vary, "the same arguments unless varying")
+
+		final := complete(t, m, append(conv, again, toolResult(retried, booked))...)
+		if len(final.ToolCalls) != 0 || !strings.HasPrefix(final.Content, "Recorded expense 35.00") || strings.Contains(final.Content, "Sorry") {
+			t.Errorf("vary=%v: after the retry went through, got %+v; want the booking alone", vary, final)
+		}
+
+		// Failing every time: two retries, then the failure is told.
+		for i := 0; i < maxRetries; i++ {
+			next := complete(t, m, conv...)
+			c := onlyCall(t, next)
+			conv = append(conv, next, toolResult(c, failed))
+		}
+		if last := complete(t, m, conv...); len(last.ToolCalls) != 0 || !strings.HasPrefix(last.Content, "Sorry, I couldn't record that") {
+			t.Errorf("vary=%v: after %d retries, got %+v; want the failure told", vary, maxRetries, last)
+		}
+
+		if msg := complete(t, m, user("lunch 35"), first, toolResult(call, refused)); len(msg.ToolCalls) != 0 {
+			t.Errorf("vary=%v: a failure not marked retryable was retried: %+v", vary, msg)
+		}
+	}
+}
