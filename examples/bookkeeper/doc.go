@@ -57,6 +57,16 @@
 //	-resume-grace    after a dead run's lease expired, how long the service
 //	                 waits for the client's resend before resuming the
 //	                 message itself (default the lease TTL)
+//	-intx-beside-step while each model round is asked and recorded as a
+//	                 step, run a fenced transaction of the run beside it
+//	                 (it journals the round in model_round) that fails
+//	                 every other time: it rolls back, is logged, and the
+//	                 message goes on (for tests; default off)
+//	-tool-fail-every N  create_transaction fails as a tool for one message
+//	                 in N (by its client request id): the call that model
+//	                 round 1 decided, each time it is made; the model is
+//	                 told it may retry and books in round 2 (for tests;
+//	                 default 0, never)
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),

@@ -156,6 +156,8 @@ func serveFlags() (*flag.FlagSet, *serveOptions) {
 	fs.DurationVar(&o.cfg.WebhookTimeout, "webhook-timeout", webhook.DefaultTimeout, "bound of one webhook post; past it the outcome is unknown and the message fails until a retry settles it")
 	fs.DurationVar(&o.cfg.ShutdownGrace, "shutdown-grace", service.DefaultShutdownGrace, "how long in-flight requests may finish after SIGINT/SIGTERM before they are abandoned")
 	fs.BoolVar(&o.steps, "steps", true, "record every model round as a step, so a resumed message replays the model's decisions instead of asking it again; -steps=false asks again (for comparison)")
+	fs.BoolVar(&o.cfg.InTxBesideStep, "intx-beside-step", false, "while every model round is asked and recorded as a step, run a fenced transaction of the run beside it that journals the round and fails every other time (rolled back, logged, the message goes on); for tests")
+	fs.IntVar(&o.cfg.ToolFailEvery, "tool-fail-every", 0, "create_transaction fails as a tool, for the call model round 1 decided, in one message in N (by its client request id); the model is told it may retry; 0 never; for tests")
 	fs.DurationVar(&o.cfg.Resume.Grace, "resume-grace", 0, "how long after a dead run's lease expired the service resumes the message by itself if its client has not resent it (default the -lease-ttl)")
 	fs.DurationVar(&o.cfg.Retention, "retention", service.DefaultRetention, "how long finished messages are kept and replayed; a resend of an older one gets 410 Gone (negative: keep forever)")
 	return fs, o

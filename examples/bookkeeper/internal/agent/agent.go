@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -54,6 +55,26 @@ type Config struct {
 	// again then makes other tool calls. For comparison; the default
 	// records every round.
 	NoSteps bool
+	// InTxBesideStep makes every model round that is a step (not with
+	// NoSteps) run a fenced transaction of the run (Run.InTx) on another
+	// goroutine while the step is asked and recorded: it journals the
+	// round (store.AppendModelRound) and stays open until the step is
+	// recorded — on SQLite, where it holds the database's only write lock
+	// and the step's write waits for it, until the model answered — and
+	// then fails, every other time (ErrBesideStep), so that it rolls back.
+	// The failure is logged and the message goes on: a journal row is not
+	// worth the user's message. It shows, and the kill test checks, that a
+	// step recorded while another transaction of the run is open survives
+	// that transaction's rollback.
+	InTxBesideStep bool
+	// ToolFailEvery, when positive, makes create_transaction fail as a
+	// tool (a *toolexec.FailedError, shown to the model as a failure it
+	// may retry) for one message in ToolFailEvery (ToolFailurePicked): the
+	// call that model round 1 decided fails, every time it is made, so a
+	// resumed run that replays the round sees the failure again; the call
+	// of a later round goes through. The rule model retries a failure it
+	// may retry. For tests of a tool that sometimes fails; 0 means never.
+	ToolFailEvery int
 	// Now gives "today" for transactions without a date; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -66,6 +87,8 @@ type Agent struct {
 	st    *store.Store
 	tools *toolexec.Registry
 	log   *slog.Logger
+
+	besides atomic.Int64 // transactions run beside a step (InTxBesideStep)
 }
 
 // New validates cfg and returns an Agent with its tools registered.
@@ -239,10 +262,11 @@ func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Messa
 			m.ToolCalls[i].Type = llm.ToolCallTypeFunction
 		}
 		msgs = append(msgs, m)
+		tctx := context.WithValue(ctx, roundKey{}, round)
 		for i, tc := range m.ToolCalls {
 			content := errorJSON(fmt.Sprintf("at most %d tool calls per round; call it again in the next round", maxCallsPerRound))
 			if i < maxCallsPerRound {
-				if content, err = a.callTool(ctx, run, tc); err != nil {
+				if content, err = a.callTool(tctx, run, tc); err != nil {
 					return "", err
 				}
 			}
@@ -267,9 +291,11 @@ func StepName(round int) string { return fmt.Sprintf("model-round-%d", round) }
 // the ids given to calls without one depend only on the round and the
 // position.
 func (a *Agent) modelRound(ctx context.Context, run *request.Run, n int, req llm.Request) (llm.Message, error) {
+	var b *beside
 	ask := func(ctx context.Context) (llm.Message, error) {
 		a.log.Debug("agent: model asked", "request", run.RequestID(), "client_request_id", run.ClientRequestID(), "round", n)
 		resp, err := a.cfg.Model.Complete(ctx, req)
+		b.answered()
 		if err != nil {
 			if ctx.Err() != nil {
 				return llm.Message{}, context.Cause(ctx)
@@ -280,6 +306,10 @@ func (a *Agent) modelRound(ctx context.Context, run *request.Run, n int, req llm
 	}
 	if a.cfg.NoSteps {
 		return ask(ctx)
+	}
+	if a.cfg.InTxBesideStep {
+		b = a.startBeside(ctx, run, n)
+		defer b.end()
 	}
 	return request.Step(ctx, run, StepName(n), ask)
 }

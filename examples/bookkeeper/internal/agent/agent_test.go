@@ -401,3 +401,47 @@ func TestResumeWithAVaryingModel(t *testing.T) {
 		}
 	})
 }
+
+// With ToolFailEvery and InTxBesideStep: the create_transaction call of
+// round 1 fails as a tool, the model is told it may retry and books in
+// round 2, and the reply says so without the failure; every round's step
+// is recorded while a transaction of the run journals the round beside
+// it, and the one of round 2 (every other one) rolls back, which fails
+// neither its step nor the message.
+func TestToolFailureRetriedBesideFailingTx(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		model := llm.NewRuleModel(llm.RuleOptions{Vary: true})
+		e := newEnv(t, db, model, 10*time.Second)
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		var err error
+		e.ag, err = agent.New(agent.Config{Store: e.st, Model: model, Logger: log,
+			InTxBesideStep: true, ToolFailEvery: 1})
+		require.NoError(t, err)
+		e.runner, err = request.New(request.Config{DB: e.st.DB, TTL: 10 * time.Second, Tools: e.ag.Tools(), Logger: log})
+		require.NoError(t, err)
+		require.True(t, agent.ToolFailurePicked("c1", 1))
+
+		out, res := e.handle(t, "lunch 35", "c1")
+		require.NotNil(t, res.TransactionID)
+		assert.True(t, strings.HasPrefix(out.Reply, "Recorded expense 35.00"), out.Reply)
+		assert.NotContains(t, out.Reply, "Sorry")
+		assert.Equal(t, 1, e.count(t))
+
+		id := mustRequestID(t, e, "c1")
+		num := func(q string, args ...any) (n int) {
+			require.NoError(t, db.Get(&n, db.Rebind(q), args...))
+			return n
+		}
+		byStatus := "SELECT COUNT(*) FROM " + schema.ToolExecutionTable + " WHERE request_id = ? AND tool_name = ? AND status = ?"
+		assert.Equal(t, 1, num(byStatus, id, llm.ToolCreateTransaction, schema.StoredFailed), "round 1's call failed")
+		assert.Equal(t, 1, num(byStatus, id, llm.ToolCreateTransaction, schema.StoredSucceeded), "round 2's went through")
+		var failure string
+		require.NoError(t, db.Get(&failure, db.Rebind("SELECT "+schema.ColError+" FROM "+schema.ToolExecutionTable+
+			" WHERE request_id = ? AND status = ?"), id, schema.StoredFailed))
+		assert.Contains(t, failure, "-tool-fail-every")
+		assert.Equal(t, 3, num("SELECT COUNT(*) FROM "+schema.StepTable+" WHERE request_id = ?", id), "three rounds recorded")
+		var rounds []int
+		require.NoError(t, db.Select(&rounds, db.Rebind("SELECT round_no FROM model_round WHERE request_id = ? ORDER BY round_no"), id))
+		assert.Equal(t, []int{1, 3}, rounds, "round 2's journal rolled back")
+	})
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -41,6 +43,27 @@ type langKey struct{}
 
 func isZH(ctx context.Context) bool { zh, _ := ctx.Value(langKey{}).(bool); return zh }
 
+// roundKey carries, in a tool's context, the model round that decided the
+// call (from 1).
+type roundKey struct{}
+
+// ErrToolFailure is create_transaction's own failure with
+// Config.ToolFailEvery: nothing is written, and the model is told that it
+// may make the call again.
+var ErrToolFailure = errors.New("the ledger refused the write for now (-tool-fail-every)")
+
+// ToolFailurePicked reports whether, with Config.ToolFailEvery = every,
+// create_transaction fails for the message of clientRequestID: one message
+// in every, by a hash of the id, the same in every process.
+func ToolFailurePicked(clientRequestID string, every int) bool {
+	if every <= 0 {
+		return false
+	}
+	h := fnv.New32a()
+	h.Write([]byte(clientRequestID))
+	return h.Sum32()%uint32(every) == 0
+}
+
 func decodeArgs(canonical []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(canonical))
 	dec.DisallowUnknownFields()
@@ -71,6 +94,13 @@ func categoryLabel(zh bool, name, nameEN string) string {
 // createTransaction is the create_transaction tool. It writes in x.Tx,
 // which commits with the fences and the tool's success mark.
 func (a *Agent) createTransaction(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+	if round, _ := ctx.Value(roundKey{}).(int); round == 1 && ToolFailurePicked(x.Call.ClientRequestID, a.cfg.ToolFailEvery) {
+		// The call round 1 decided fails whenever it is made, before
+		// anything else is looked at: a run that replays the round after
+		// a later call booked the message gets the same failure, not
+		// "already recorded".
+		return nil, ErrToolFailure
+	}
 	var in struct {
 		Type         string      `json:"type"`
 		Amount       json.Number `json:"amount"`

@@ -78,6 +78,14 @@ type Config struct {
 	// resumed run asks the model again instead of replaying its recorded
 	// rounds. For comparison only.
 	NoSteps bool
+	// InTxBesideStep runs a fenced transaction beside every model round's
+	// step that fails every other time (agent.Config.InTxBesideStep); for
+	// tests.
+	InTxBesideStep bool
+	// ToolFailEvery makes create_transaction fail as a tool, in round 1,
+	// for one message in ToolFailEvery (agent.Config.ToolFailEvery); 0
+	// means never. For tests.
+	ToolFailEvery int
 	// Resume bounds how the service resumes, on its own, messages whose
 	// run died and that nobody resends (request.Config.Resume); the zero
 	// value means rowlease's defaults (a grace of one lease TTL).
@@ -168,7 +176,8 @@ func build(ctx context.Context, st *store.Store, model llm.Model, maxRetryAfter 
 	if err := st.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, NoSteps: cfg.NoSteps, Now: cfg.Now, Logger: cfg.Logger})
+	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, NoSteps: cfg.NoSteps,
+		InTxBesideStep: cfg.InTxBesideStep, ToolFailEvery: cfg.ToolFailEvery, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,10 @@
 //     client_request_id, role): a replay, a retry or a takeover never stores
 //     a message twice. seq orders a session's messages; it is assigned while
 //     the session's lease is held, so it never races.
+//   - model_round: a journal of the model rounds the agent's runs went
+//     through, one row per round and run, written only with
+//     -intx-beside-step (agent.Config.InTxBesideStep), in a transaction
+//     that may fail and roll back.
 //
 // # Amounts, dates and times
 //

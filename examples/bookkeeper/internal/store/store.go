@@ -291,6 +291,19 @@ func (s *Store) AppendMessage(ctx context.Context, tx Querier, m Message) (bool,
 	return true, nil
 }
 
+// AppendModelRound journals that a run of a request went through model
+// round n (from 1), in tx: the agent's -intx-beside-step writes it in a
+// fenced transaction beside the round's step. A transaction that rolls
+// back leaves no row.
+func (s *Store) AppendModelRound(ctx context.Context, tx Querier, sessionKey, requestID string, n int) error {
+	_, err := tx.ExecContext(ctx, s.q("INSERT INTO model_round (id, session_key, request_id, round_no) VALUES (?, ?, ?, ?)"),
+		uuid.NewString(), sessionKey, requestID, n)
+	if err != nil {
+		return fmt.Errorf("store: journal model round %d: %w", n, err)
+	}
+	return nil
+}
+
 const messageColumns = "seq, session_key, client_request_id, request_id, role, content, created_at FROM chat_message "
 
 func scanMessages(rows *sql.Rows) ([]Message, error) {

@@ -70,3 +70,15 @@ CREATE TABLE IF NOT EXISTS chat_message (
     UNIQUE KEY chat_message_seq_uq (session_key, seq),
     CONSTRAINT chat_message_role_ck CHECK (role IN ('user', 'assistant'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- A journal of the model rounds the agent's runs went through, written
+-- beside each round's step with -intx-beside-step (see agent.Config).
+CREATE TABLE IF NOT EXISTS model_round (
+    id          VARCHAR(36)  NOT NULL,
+    session_key VARCHAR(191) NOT NULL,
+    request_id  VARCHAR(36)  NOT NULL,
+    round_no    INT          NOT NULL,
+    created_at  DATETIME(6)  NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+    PRIMARY KEY (id),
+    KEY model_round_request_idx (request_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -73,3 +73,17 @@ CREATE TABLE IF NOT EXISTS chat_message (
     CONSTRAINT chat_message_seq_uq UNIQUE (session_key, seq),
     CONSTRAINT chat_message_role_ck CHECK (role IN ('user', 'assistant'))
 );
+
+-- A journal of the model rounds the agent's runs went through, written
+-- beside each round's step with -intx-beside-step (see agent.Config).
+CREATE TABLE IF NOT EXISTS model_round (
+    id          VARCHAR(36)  NOT NULL,
+    session_key VARCHAR(191) NOT NULL,
+    request_id  VARCHAR(36)  NOT NULL,
+    round_no    INTEGER      NOT NULL,
+    created_at  TIMESTAMPTZ  NOT NULL DEFAULT now(),
+    CONSTRAINT model_round_pk PRIMARY KEY (id)
+);
+
+CREATE INDEX IF NOT EXISTS model_round_request_idx
+    ON model_round (request_id);

@@ -76,3 +76,17 @@ CREATE TABLE IF NOT EXISTS chat_message (
     CONSTRAINT chat_message_seq_uq UNIQUE (session_key, seq),
     CONSTRAINT chat_message_role_ck CHECK (role IN ('user', 'assistant'))
 );
+
+-- A journal of the model rounds the agent's runs went through, written
+-- beside each round's step with -intx-beside-step (see agent.Config).
+CREATE TABLE IF NOT EXISTS model_round (
+    id          TEXT    NOT NULL,
+    session_key TEXT    NOT NULL,
+    request_id  TEXT    NOT NULL,
+    round_no    INTEGER NOT NULL,
+    created_at  TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    CONSTRAINT model_round_pk PRIMARY KEY (id)
+);
+
+CREATE INDEX IF NOT EXISTS model_round_request_idx
+    ON model_round (request_id);
