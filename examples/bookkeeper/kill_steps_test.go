@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/api"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
@@ -72,6 +73,15 @@ func stepKills(t *testing.T) (int, bool) {
 // with other arguments would be a second write) and one webhook effect,
 // and the model was asked at most once per recorded step plus once per
 // kill that landed in its message.
+//
+// The processes run with -intx-beside-step and -tool-fail-every: while
+// each model round is asked and recorded as a step, a transaction of the
+// run journals the round beside it and rolls back every other time; and
+// for one message in toolFailEvery the create_transaction call that round
+// 1 decided fails as a tool, each time it is made, and the model books
+// in round 2 instead. The checks are the same: the failed call is not a
+// second call (it wrote nothing), the rolled-back transactions take no
+// step with them.
 //
 // Then, at one fixed point (create_transaction committed, the webhook
 // being notified, the reply not stored) the same model with the steps
@@ -125,12 +135,14 @@ type stepKillTest struct {
 	host    string
 	rng     *rand.Rand
 	noSteps bool
+	flaky   bool // -intx-beside-step and -tool-fail-every
 
 	cur  atomic.Pointer[killChild]
 	plan atomic.Pointer[armed]
 
 	msgs     []*stepMsg
 	asks     map[string]int // model rounds asked, per client request id, from every process's log
+	besides  besideTally    // transactions beside a step, from every process's log
 	landings map[string]int
 	statuses map[string]int
 	mu       sync.Mutex // guards statuses
@@ -160,6 +172,9 @@ func (k *stepKillTest) start() *killChild {
 	if k.noSteps {
 		args = append(args, "-steps=false")
 	}
+	if k.flaky {
+		args = append(args, "-intx-beside-step", "-tool-fail-every", strconv.Itoa(toolFailEvery))
+	}
 	c := &killChild{child: startChild(k.t, args...)}
 	k.cur.Store(c)
 	return c
@@ -177,13 +192,43 @@ func asksIn(c *killChild) map[string]int {
 	return out
 }
 
+// toolFailEvery is the steps subtest's -tool-fail-every: the messages
+// step-002, step-004, step-006, step-008, step-011… have their tool fail.
+const toolFailEvery = 2
+
+// besideTally counts the agent's log lines of the transactions run
+// beside a step (-intx-beside-step), by how they ended.
+type besideTally struct{ committed, rolledBack, failed int }
+
+var besideRE = regexp.MustCompile(`msg="agent: transaction beside the step (committed|rolled back|failed)"`)
+
+func besidesIn(c *killChild) besideTally {
+	var b besideTally
+	for _, m := range besideRE.FindAllStringSubmatch(c.stderr.String(), -1) {
+		switch m[1] {
+		case "committed":
+			b.committed++
+		case "rolled back":
+			b.rolledBack++
+		default:
+			b.failed++
+		}
+	}
+	return b
+}
+
+func (b besideTally) add(o besideTally) besideTally {
+	return besideTally{b.committed + o.committed, b.rolledBack + o.rolledBack, b.failed + o.failed}
+}
+
 // finish ends a life: the process is dead (killed, or stopped at the
-// end); its model rounds are added up.
+// end); its model rounds and transactions beside steps are added up.
 func (k *stepKillTest) finish(c *killChild) {
 	c.kill()
 	for id, n := range asksIn(c) {
 		k.asks[id] += n
 	}
+	k.besides = k.besides.add(besidesIn(c))
 }
 
 func (k *stepKillTest) hook(stage webhook.Stage, key string) error {
@@ -385,6 +430,7 @@ func (k *stepKillTest) runningHere(c *killChild, m *stepMsg) bool {
 func runStepKills(t *testing.T, d lease.Dialect, kills int) {
 	start := time.Now()
 	k := newStepKillTest(t, d, false)
+	k.flaky = true
 	for life := 1; life <= kills; life++ {
 		c := k.start()
 		if k.sid == "" {
@@ -436,7 +482,7 @@ func (k *stepKillTest) check(c *killChild, kills int, took time.Duration) {
 	for _, e := range effects {
 		perTx[e.Notification.TransactionID]++
 	}
-	var duplicates, ledgerDup, effectDup, resumedAlone, unfinished int
+	var duplicates, ledgerDup, effectDup, resumedAlone, unfinished, toolFailed int
 	var totalAsks, totalSteps, extraAsks, killsIn int
 	asksHist := map[int]int{}
 	for _, m := range k.msgs {
@@ -446,14 +492,20 @@ func (k *stepKillTest) check(c *killChild, kills int, took time.Duration) {
 			continue
 		}
 		rows := k.db.ledgerRows(k.sid, m.id)
-		calls := k.db.createCalls(k.sid, m.id)
+		calls, failed := k.db.createCalls(k.sid, m.id), k.db.failedCreateCalls(k.sid, m.id)
 		ledgerDup += max(rows-1, 0)
 		duplicates += max(calls-1, 0)
 		if assert.Equal(t, 1, rows, "%s: one ledger row", m.id) && assert.NotNil(t, st.TransactionID) {
 			assert.Equal(t, 1, perTx[*st.TransactionID], "%s: one webhook effect for its transaction", m.id)
 			effectDup += max(perTx[*st.TransactionID]-1, 0)
 		}
-		assert.Equal(t, 1, calls, "%s: one create_transaction call (a second would be the model's second decision, under another key)", m.id)
+		assert.Equal(t, 1, calls, "%s: one create_transaction call that did not fail (a second would be the model's second decision, under another key)", m.id)
+		if k.flaky && agent.ToolFailurePicked(m.id, toolFailEvery) {
+			assert.Equal(t, 1, failed, "%s: its round-1 call failed as a tool (however often it was made), and the model made another", m.id)
+		} else {
+			assert.Zero(t, failed, "%s: no create_transaction call failed", m.id)
+		}
+		toolFailed += failed
 		steps := k.db.steps(k.sid, m.id)
 		asked := k.asks[m.id]
 		assert.LessOrEqual(t, asked, steps+m.kills, "%s: model asked %d times, %d steps recorded, %d kills", m.id, asked, steps, m.kills)
@@ -482,13 +534,18 @@ func (k *stepKillTest) check(c *killChild, kills int, took time.Duration) {
 	for _, a := range asks {
 		hist = append(hist, fmt.Sprintf("%d asked %d×", asksHist[a], a))
 	}
+	besides := k.besides.add(besidesIn(c))
+	if k.flaky {
+		assert.Positive(t, besides.rolledBack, "transactions beside a step rolled back")
+	}
 	t.Logf("where the kills landed:\n%s", strings.Join(landings, "\n"))
 	t.Logf("answers the clients got: %s", strings.Join(statuses, ", "))
 	t.Logf("chaos summary steps %s: %d kills (SIGKILL) in %s; %d messages, %d of them finished by the service without a resend after their last kill; "+
 		"duplicates: %d create_transaction calls, %d ledger rows, %d webhook effects; unfinished %d; "+
-		"model calls per message (messages: times asked): %s; %d calls for %d recorded steps, %d beyond them for the %d kills that landed in a message",
+		"model calls per message (messages: times asked): %s; %d calls for %d recorded steps, %d beyond them for the %d kills that landed in a message; "+
+		"%d messages whose create_transaction failed as a tool and was made again; transactions beside a step: %d committed, %d rolled back, %d failed otherwise",
 		k.d, kills, took.Round(100*time.Millisecond), len(k.msgs), resumedAlone, duplicates, ledgerDup, effectDup, unfinished,
-		strings.Join(hist, ", "), totalAsks, totalSteps, extraAsks, killsIn)
+		strings.Join(hist, ", "), totalAsks, totalSteps, extraAsks, killsIn, toolFailed, besides.committed, besides.rolledBack, besides.failed)
 }
 
 // runWithoutSteps kills at one fixed point — create_transaction
@@ -602,11 +659,28 @@ func (r *dbReader) ledgerRows(sid, id string) int {
 }
 
 // createCalls is how many create_transaction calls (distinct idempotency
-// keys) the message's runs made.
+// keys) the message's runs made, but for those that failed as the tool
+// fails on purpose with -tool-fail-every (they committed nothing): a
+// second call the tool refused as the message's second transaction
+// counts.
 func (r *dbReader) createCalls(sid, id string) int {
 	return r.num("SELECT COUNT(*) FROM "+schema.ToolExecutionTable+" e JOIN "+schema.RequestTable+
-		" r ON r.id = e.request_id"+byMessage+" AND e.tool_name = 'create_transaction'", sid, id)
+		" r ON r.id = e.request_id"+byMessage+" AND e.tool_name = 'create_transaction' AND NOT "+injectedFailure, sid, id, toolFailureText)
 }
+
+// failedCreateCalls is how many create_transaction calls of the message
+// failed as the tool fails on purpose with -tool-fail-every.
+func (r *dbReader) failedCreateCalls(sid, id string) int {
+	return r.num("SELECT COUNT(*) FROM "+schema.ToolExecutionTable+" e JOIN "+schema.RequestTable+
+		" r ON r.id = e.request_id"+byMessage+" AND e.tool_name = 'create_transaction' AND "+injectedFailure, sid, id, toolFailureText)
+}
+
+// injectedFailure is true of a tool execution marked failed with the
+// error of -tool-fail-every.
+var (
+	injectedFailure = "(e." + schema.ColStatus + " = '" + schema.StoredFailed + "' AND COALESCE(e." + schema.ColError + ", '') LIKE ?)"
+	toolFailureText = "%" + agent.ErrToolFailure.Error() + "%"
+)
 
 func (r *dbReader) replyStored(sid, id string) bool {
 	return r.num("SELECT COUNT(*) FROM chat_message m WHERE m.session_key = ? AND m.client_request_id = ? AND m.role = 'assistant'", sid, id) > 0
