@@ -46,7 +46,8 @@
 //	    request.ErrAgentFailed)
 //	15  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
 //	16  lease.ErrInvalid (*lease.ValidationError,   400    invalid-request           –              fix the input
-//	    request.ErrUnknownAgent),
+//	    request.ErrUnknownAgent,
+//	    request.ErrMetadataTooLarge),
 //	    toolexec.ErrInvalidArguments
 //	17  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
 //	18  lease.ErrLost                               409    lease-lost                1 s            retry

@@ -277,12 +277,15 @@ type StatusBody struct {
 	Attempt         int64           `json:"attempt"`
 	InterruptedBy   string          `json:"interrupted_by,omitempty"`
 	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	// Metadata is the JSON object the message was sent with, if any.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
 // NewStatusBody returns the StatusBody of st.
 func NewStatusBody(st request.Status) StatusBody {
 	b := StatusBody{RequestID: st.RequestID, SessionKey: st.SessionKey, ClientRequestID: st.ClientRequestID,
-		State: st.State, Live: st.Live, Attempt: st.Attempt, InterruptedBy: st.InterruptedBy, CancelRequested: st.CancelRequested}
+		State: st.State, Live: st.Live, Attempt: st.Attempt, InterruptedBy: st.InterruptedBy, CancelRequested: st.CancelRequested,
+		Metadata: st.Metadata}
 	switch st.State {
 	case request.StateQueued:
 		pos := st.Position
@@ -378,6 +381,12 @@ type MessageBody struct {
 	// OnBusy is "reject" (or empty), "queue" or "interrupt"
 	// (request.ParsePolicy).
 	OnBusy string `json:"on_busy,omitempty"`
+	// Metadata is an optional JSON object stored with the message
+	// (request.Message.Metadata): the user, attachments' references,
+	// model settings. null means none. The Runner checks it (one object,
+	// at most its Config.MaxMetadata bytes: 400 otherwise); the body's
+	// limit (JSONMessage's maxBytes) bounds it too.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
 // JSONMessage returns a MessageConfig.Message that reads a MessageBody
@@ -414,7 +423,11 @@ func JSONMessage(session string, maxBytes int64) func(w http.ResponseWriter, r *
 		if err != nil {
 			return request.Message{}, invalid("on_busy", `want "reject", "queue" or "interrupt"`)
 		}
-		return request.Message{SessionKey: key, ClientRequestID: in.ClientRequestID, Content: in.Content, OnBusy: policy}, nil
+		if string(in.Metadata) == "null" {
+			in.Metadata = nil
+		}
+		return request.Message{SessionKey: key, ClientRequestID: in.ClientRequestID, Content: in.Content, OnBusy: policy,
+			Metadata: in.Metadata}, nil
 	}
 }
 

@@ -309,3 +309,39 @@ func TestProblemExtensions(t *testing.T) {
 	httpapi.Write(rec, nil, p)
 	assert.JSONEq(t, string(b), rec.Body.String())
 }
+
+// TestMessageMetadataOverHTTP: JSONMessage reads an optional "metadata"
+// object and the status shows it; the same client request id with other
+// metadata is 422, metadata that is not an object 400, and null none.
+func TestMessageMetadataOverHTTP(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newHandlerEnv(t, db, 1)
+		post := func(id, metadata string) resp {
+			return e.do(t, http.MethodPost, "/s/m/messages",
+				`{"client_request_id":"`+id+`","content":"hi","metadata":`+metadata+`}`)
+		}
+		r := post("c1", `{"user":"u-1","model":{"temperature":0.2}}`)
+		require.Equal(t, http.StatusOK, r.code, r.raw)
+		assert.Equal(t, "re: hi", r.body["reply"])
+		st := e.do(t, http.MethodGet, "/s/m/messages/c1", "")
+		require.Equal(t, http.StatusOK, st.code, st.raw)
+		assert.Equal(t, map[string]any{"user": "u-1", "model": map[string]any{"temperature": 0.2}}, st.body["metadata"])
+
+		r = post("c1", `{"model":{"temperature":0.2},"user":"u-1"}`)
+		require.Equal(t, http.StatusOK, r.code, r.raw)
+		assert.Equal(t, true, r.body["replayed"], "the same object: a replay")
+		r = post("c1", `{"user":"u-2"}`)
+		assert.Equal(t, http.StatusUnprocessableEntity, r.code, r.raw)
+		assert.Equal(t, testBase+httpapi.TypeClientRequestIDReused, problemType(r))
+		r = post("c2", `["not", "an", "object"]`)
+		assert.Equal(t, http.StatusBadRequest, r.code, r.raw)
+		assert.Equal(t, testBase+httpapi.TypeInvalidRequest, problemType(r))
+
+		r = post("c3", `null`)
+		require.Equal(t, http.StatusOK, r.code, r.raw)
+		st = e.do(t, http.MethodGet, "/s/m/messages/c3", "")
+		require.Equal(t, http.StatusOK, st.code, st.raw)
+		_, has := st.body["metadata"]
+		assert.False(t, has, "no metadata: none shown")
+	})
+}

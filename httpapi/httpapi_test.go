@@ -79,6 +79,7 @@ func TestProblemFor(t *testing.T) {
 		{"validation", &lease.ValidationError{Field: "client request id", Reason: "empty"}, 400, httpapi.TypeInvalidRequest, 0},
 		{"invalid tool arguments", wrap(toolexec.ErrInvalidArguments, errors.New("not JSON")), 400, httpapi.TypeInvalidRequest, 0},
 		{"unknown agent", &request.UnknownAgentError{Name: "chat"}, 400, httpapi.TypeInvalidRequest, 0},
+		{"metadata too large", &request.MetadataTooLargeError{Size: 70000, Limit: 65536}, 400, httpapi.TypeInvalidRequest, 0},
 		{"lease held", busy, 409, httpapi.TypeLeaseHeld, 2100 * time.Millisecond},
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, 409, httpapi.TypeLeaseLost, time.Second},
 		{"lease not found", lease.ErrNotFound, 404, httpapi.TypeNotFound, 0},

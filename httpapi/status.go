@@ -84,6 +84,9 @@ func ProblemFor(err error) Problem {
 	case errors.Is(err, request.ErrAgentFailed):
 		return Problem{Type: ProblemBase + TypeAgentFailed, Title: "Agent failed", Status: http.StatusInternalServerError,
 			Detail: "the agent failed; retry with the same client request id"}
+	case errors.Is(err, request.ErrMetadataTooLarge):
+		return Problem{Type: ProblemBase + TypeInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest,
+			Detail: "the message's metadata is larger than the service takes"}
 	case errors.Is(err, request.ErrUnknownAgent):
 		return Problem{Type: ProblemBase + TypeInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest,
 			Detail: "the message names an agent that this service does not have"}

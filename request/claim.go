@@ -410,6 +410,8 @@ func newRow(msg Message) lease.CreateOptions {
 		// The agent's name (NULL: the default), so that only a Runner
 		// that has it resumes the run.
 		lease.Set(schema.ColAgent, agentValue(msg.Agent)),
+		// The metadata (NULL: none), for the agent of every run.
+		lease.Set(schema.ColMetadata, metadataValue(msg.Metadata)),
 	}}
 }
 

@@ -70,6 +70,7 @@ type queuedHead struct {
 	generation                                        int64
 	deaths                                            int64  // see deaths in resume.go
 	agent                                             string // its agent's name, "" for the default
+	metadata                                          string // its metadata, "" for none
 }
 
 // claimHead takes the session for the head of its queue and starts it:
@@ -84,7 +85,7 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 	for attempt := 0; attempt < 5; attempt++ {
 		var h queuedHead
 		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint,
-			&h.content, &h.status, &h.generation, &h.deaths, &h.agent)
+			&h.content, &h.status, &h.generation, &h.deaths, &h.agent, &h.metadata)
 		if errors.Is(err, sql.ErrNoRows) {
 			r.unhint(sessionKey)
 			return nil, nil
@@ -114,7 +115,7 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 		}
 		run, err := r.claim(ctx, claim{kind: queueHead, id: h.id, holder: r.holder(), from: h.status, fromQueue: true,
 			msg: Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint,
-				Agent: h.agent}})
+				Agent: h.agent, Metadata: rawOrNil(h.metadata)}})
 		if slot != nil {
 			if err != nil {
 				r.giveResumeSlot()

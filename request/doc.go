@@ -292,6 +292,25 @@
 // the service has is seen. Two programs with different agents, or one
 // service with a chat agent and a summarizer, share the tables so.
 //
+// # Metadata: more than text
+//
+// A message may carry a JSON object besides its content
+// (Message.Metadata: the user, attachments' references, model settings).
+// It is stored with the request by the statement that creates it (the
+// INSERT of the flow, or of the queue), handed to every run's agent
+// (Run.Metadata: a resumed run and a run started from the queue read it
+// from the request's row), and shown by Status (Status.Metadata). It is
+// part of the default fingerprint: the SHA-256 of the content, a NUL byte
+// and the metadata's canonical form (RFC 8785), so the same object written
+// otherwise (members in another order, other white space) is the same
+// message, and other metadata under the same client request id is
+// ErrFingerprintMismatch; a message without metadata keeps the fingerprint
+// of the content alone, as stored rows have it. Metadata larger than
+// Config.MaxMetadata (default 64 KiB) is a *MetadataTooLargeError
+// (ErrMetadataTooLarge), and anything but one JSON object a
+// *lease.ValidationError: both before any SQL. The sweeper empties it
+// with the content.
+//
 // # Cancel
 //
 // Runner.Cancel(ctx, session, client request id) cancels a queued message
@@ -426,7 +445,7 @@
 // Sweep (and the sweeper Start runs when Retention.After is set) turns
 // finished requests (success, error, interrupted, cancelled) older than
 // the retention into tombstones (status expired, reply, result, error,
-// content emptied) and deletes their recorded steps and tool executions (but not an external effect
+// content, metadata emptied) and deletes their recorded steps and tool executions (but not an external effect
 // left started, whose outcome is unknown), in batches of
 // Retention.Batch, one short transaction each; it never touches a queued
 // or processing request. A resend of a swept id gets ErrExpired (410) and
@@ -466,6 +485,9 @@
 //   - *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid): the message
 //     names an agent that Config.Agents does not have; nothing was
 //     written (400).
+//   - *MetadataTooLargeError (ErrMetadataTooLarge, lease.ErrInvalid): the
+//     message's metadata is over Config.MaxMetadata; nothing was written
+//     (400).
 //   - session.ErrNotFound: the session has no lock row, and none is
 //     created: Config.RequireSession on the shipped session table, or a
 //     table of your own (Session.Table) without Session.AutoCreate; for a

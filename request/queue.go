@@ -332,7 +332,7 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 		return 0, &QueueFullError{Max: r.cfg.Queue.Max}
 	}
 	if _, err := tx.ExecContext(ctx, r.sql.insert, id, msg.SessionKey, msg.ClientRequestID, msg.Fingerprint,
-		msg.Content, last+1, msg.OnBusy.String(), agentValue(msg.Agent)); err != nil {
+		msg.Content, last+1, msg.OnBusy.String(), agentValue(msg.Agent), metadataValue(msg.Metadata)); err != nil {
 		return 0, err
 	}
 	position = queued

@@ -2,8 +2,6 @@ package request
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,6 +95,10 @@ type Config struct {
 	// refused with a *StepTooLargeError and nothing is recorded. On MySQL
 	// keep it below the server's max_allowed_packet.
 	MaxStepOutput int
+	// MaxMetadata bounds a message's Metadata, in bytes; 0 means
+	// DefaultMaxMetadata (64 KiB), at most 16 MiB. Larger metadata is
+	// refused with a *MetadataTooLargeError before any SQL.
+	MaxMetadata int
 	// Tools are the tools a run may call; nil means none.
 	Tools *toolexec.Registry
 	// Lease options (safety margin, clock) for every level. The heartbeat
@@ -246,6 +248,12 @@ func New(cfg Config) (*Runner, error) {
 	case cfg.MaxStepOutput < 0 || cfg.MaxStepOutput > 64<<20:
 		return nil, invalid("max step output", "negative or more than 64 MiB")
 	}
+	switch {
+	case cfg.MaxMetadata == 0:
+		cfg.MaxMetadata = DefaultMaxMetadata
+	case cfg.MaxMetadata < 0 || cfg.MaxMetadata > 16<<20:
+		return nil, invalid("max metadata", "negative or more than 16 MiB")
+	}
 	reqTable, err := lease.NewTable(cfg.RequestTable, Columns())
 	if err != nil {
 		return nil, err
@@ -303,9 +311,21 @@ type Message struct {
 	SessionKey      string
 	ClientRequestID string // the client's idempotency key for this message
 	Content         string
-	// Fingerprint identifies the content; empty means the hex SHA-256 of
-	// Content. The same ClientRequestID with another fingerprint is
-	// ErrFingerprintMismatch.
+	// Metadata is an optional JSON object sent with the message: the
+	// user, attachments' references, model settings. It is stored with
+	// the request (by the statement that creates it, for a queued message
+	// too), handed to the agent (Run.Metadata, also in a resumed run) and
+	// shown by Status. It must be one JSON object of at most
+	// Config.MaxMetadata bytes: larger is a *MetadataTooLargeError, not an
+	// object a *lease.ValidationError, both before any SQL.
+	Metadata json.RawMessage
+	// Fingerprint identifies the message; empty means the hex SHA-256 of
+	// Content, and with Metadata of Content, a NUL byte and the
+	// metadata's canonical form (RFC 8785: its members in any order, any
+	// white space): a message without metadata keeps the fingerprint it
+	// always had. The same ClientRequestID with another fingerprint — other
+	// content, or other metadata — is ErrFingerprintMismatch. A fingerprint
+	// of the caller's own is used as it is: it should cover the metadata.
 	Fingerprint string
 	// OnBusy says what to do when the session is busy with another
 	// message: Reject (the default), Queue or Interrupt.
@@ -392,6 +412,9 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 	if err := r.checkAgent(msg.Agent); err != nil {
 		return Outcome{}, err
 	}
+	if err := r.checkMetadataSize(msg.Metadata); err != nil {
+		return Outcome{}, err
+	}
 	if agent == nil {
 		agent = r.agentOf(msg.Agent)
 	}
@@ -433,9 +456,12 @@ func validate(m *Message) error {
 	case m.OnBusy < Reject || m.OnBusy > Interrupt:
 		return invalid("on busy", "not Reject, Queue or Interrupt")
 	}
+	fp, err := fingerprint(m.Content, m.Metadata) // also checks the metadata
+	if err != nil {
+		return err
+	}
 	if m.Fingerprint == "" {
-		sum := sha256.Sum256([]byte(m.Content))
-		m.Fingerprint = hex.EncodeToString(sum[:])
+		m.Fingerprint = fp
 	} else if len(m.Fingerprint) > 64 {
 		return invalid("fingerprint", "longer than 64 bytes")
 	}

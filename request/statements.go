@@ -108,7 +108,7 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	// is free or expired, and no later claim would.
 	s.head = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColClientRequestID + ", " + schema.ColFingerprint +
 		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + ", " + deaths("") +
-		", COALESCE(" + schema.ColAgent + ", '') FROM " + tq +
+		", COALESCE(" + schema.ColAgent + ", ''), COALESCE(" + schema.ColMetadata + ", '') FROM " + tq +
 		" WHERE " + schema.ColSessionKey + " = ? AND " + runnable +
 		" AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = ? AND ((" + pResumable +
 		" AND NOT " + pDue + ")" + " OR (p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND p." +
@@ -130,8 +130,8 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColQueueSeq + " IS NOT NULL")
 	s.insert = d.Rebind("INSERT INTO " + tq + " (" + strings.Join([]string{schema.ColID, schema.ColSessionKey,
 		schema.ColClientRequestID, schema.ColFingerprint, schema.ColStatus, schema.ColGeneration, schema.ColContent,
-		schema.ColQueueSeq, schema.ColOnBusy, schema.ColAgent, schema.ColUpdatedAt}, ", ") + ") VALUES (?, ?, ?, ?, " +
-		lit(schema.StoredQueued) + ", 0, ?, ?, ?, ?, " + now + ")")
+		schema.ColQueueSeq, schema.ColOnBusy, schema.ColAgent, schema.ColMetadata, schema.ColUpdatedAt}, ", ") + ") VALUES (?, ?, ?, ?, " +
+		lit(schema.StoredQueued) + ", 0, ?, ?, ?, ?, ?, " + now + ")")
 	s.flag = d.Rebind("UPDATE " + tq + " SET " + schema.ColInterruptedBy + " = ? WHERE " + schema.ColSessionKey +
 		" = ? AND " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NULL")
 	// A run asked to stop by its own client (Cancel: interrupted_by is
@@ -215,7 +215,7 @@ func free(now string) string {
 
 // statusStatement is Status's read: the request, whether its lease is
 // live, when it is queued the queued messages of its session that run
-// before it, and its agent.
+// before it, its agent and its metadata.
 func (r *Runner) statusStatement(tq string) string {
 	d := r.cfg.Dialect
 	c := func(alias, col string) string { return alias + "." + col }
@@ -228,7 +228,7 @@ func (r *Runner) statusStatement(tq string) string {
 		" q WHERE " + c("q", schema.ColSessionKey) + " = " + c("r", schema.ColSessionKey) + " " +
 		"AND " + c("q", schema.ColStatus) + " = " + lit(schema.StoredQueued) + " AND " + c("q", schema.ColQueueSeq) +
 		" IS NOT NULL AND (" + lane("q.") + " < " + lane("r.") + " OR (" + lane("q.") + " = " + lane("r.") + " AND " +
-		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END, COALESCE(" + c("r", schema.ColAgent) + ", '') " +
+		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END, COALESCE(" + c("r", schema.ColAgent) + ", ''), COALESCE(" + c("r", schema.ColMetadata) + ", '') " +
 		"FROM " + tq + " r WHERE " + c("r", schema.ColSessionKey) + " = ? AND " + c("r", schema.ColClientRequestID) + " = ?")
 }
 
@@ -237,8 +237,8 @@ func (r *Runner) statusStatement(tq string) string {
 func (r *Runner) sweepStatement(t lease.Table, n int) string {
 	d := r.cfg.Dialect
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
-	emptied := []string{schema.ColReply, schema.ColResult, schema.ColError, schema.ColContent, schema.ColQueueSeq,
-		schema.ColOnBusy, schema.ColInterruptedBy}
+	emptied := []string{schema.ColReply, schema.ColResult, schema.ColError, schema.ColContent, schema.ColMetadata,
+		schema.ColQueueSeq, schema.ColOnBusy, schema.ColInterruptedBy}
 	return d.Rebind("UPDATE " + t.Quoted(d) + " SET " + schema.ColStatus + " = " + lit(schema.StoredExpired) + ", " +
 		strings.Join(emptied, " = NULL, ") + " = NULL, " + schema.ColUpdatedAt + " = " + d.Now() +
 		" WHERE " + schema.ColID + " IN " + in + " AND " + schema.ColStatus + " IN " + finished + " AND " +

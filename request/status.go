@@ -95,6 +95,10 @@ type Status struct {
 	// Agent is the name of the request's agent (Message.Agent): "" for
 	// the default agent.
 	Agent string
+	// Metadata is the JSON object stored with the message
+	// (Message.Metadata); nil when it had none, and once the request
+	// expired (the sweeper empties it with the content).
+	Metadata json.RawMessage
 }
 
 // Outcome returns what Handle returns for a finished request: the stored
@@ -130,17 +134,17 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 		return Status{}, err
 	}
 	st := Status{SessionKey: sessionKey, ClientRequestID: clientRequestID}
-	var status, result string
+	var status, result, metadata string
 	var live int
 	err := r.db.QueryRowContext(ctx, r.sql.status, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
-		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position, &st.Agent)
+		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position, &st.Agent, &metadata)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, ErrNotFound
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("request: reading the request's status: %w", err)
 	}
-	st.State, st.Live, st.Result = stateOf(status), live == 1, rawOrNil(result)
+	st.State, st.Live, st.Result, st.Metadata = stateOf(status), live == 1, rawOrNil(result), rawOrNil(metadata)
 	if st.InterruptedBy == clientRequestID {
 		st.InterruptedBy, st.CancelRequested = "", true
 	}
