@@ -179,12 +179,15 @@
 //
 // # Steps: a resumed run does not decide twice
 //
-// A tool call is exactly-once per (request, tool, canonical arguments):
-// that holds for the conversation only if a resumed run asks for the same
-// calls, and a model asked again does not promise it (other words, another
-// note, a category chosen otherwise: another call, and the money written
-// twice). Run.Step(ctx, name, fn) — and the typed Step[T] — records what a
-// run decided:
+// A tool call is exactly-once per (request, tool, canonical arguments,
+// occurrence), where the occurrence counts the identical calls of a run in
+// the order it makes them (Run.CallTool: the model that books 5 twice for
+// two coffees books twice, and a resumed run's second identical call meets
+// the second effect): that holds for the conversation only if a resumed
+// run asks for the same calls, in the same order, and a model asked again
+// does not promise it (other words, another note, a category chosen
+// otherwise: another call, and the money written twice). Run.Step(ctx,
+// name, fn) — and the typed Step[T] — records what a run decided:
 //
 //   - fn runs once per position of the request's run, and its output
 //     (JSON, at most Config.MaxStepOutput bytes) is appended as one row of
@@ -207,8 +210,9 @@
 //     failure, a dispatcher's resume) reads the recorded steps in the
 //     takeover's transaction and gets their outputs back, in order,
 //     without calling fn: 0 statements per replayed step. The tool calls
-//     it makes from them are the same calls, so CallTool returns their
-//     stored results.
+//     it makes from them are the same calls in the same order, so CallTool
+//     returns their stored results (the n-th identical call the n-th
+//     one's).
 //   - Steps are at-least-once, effects exactly-once: a step whose output
 //     was not recorded before its run died (the model answered, the
 //     process died before the UPDATE) runs again. The model is asked at
@@ -459,7 +463,11 @@
 // refused). A model call outside a step may run again after a takeover,
 // and one inside a step whose output was not recorded before the crash;
 // only tool calls are exactly-once. It cannot make an agent deterministic
-// between steps: a divergence is detected, not repaired. The queue is per
+// between steps: a divergence is detected, not repaired. Identical tool
+// calls made in parallel are numbered in the order they enter CallTool,
+// which a resumed run may not repeat: as many effects, but which call gets
+// which stored result may change (make them one after the other, or tell
+// them apart in their arguments, when it matters). The queue is per
 // session; a message of a Reject client may run before queued ones. The
 // dispatcher is polled, not pushed: a queue that only it can start waits
 // up to DispatchInterval (and, after a crash, the TTL plus the grace), or

@@ -206,7 +206,7 @@ func claimTool(t *testing.T, e *env, sessionKey, requestID, holder, tool, args s
 		State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColRequestID, requestID),
 			lease.Set(schema.ColToolName, tool), lease.Set(schema.ColArgumentsHash, hash),
-			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, tool, hash)),
+			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, tool, hash, 0)),
 		}})
 	require.NoError(t, err)
 	return g

@@ -122,6 +122,8 @@ type Run struct {
 	diverged *StepDivergedError
 	// slot: the run holds one of the Runner's resume slots (resume.go).
 	slot *sync.Once
+	// calls numbers the run's identical tool calls (occurrence.go).
+	calls occurrences
 }
 
 // RequestID is the request's id (the session lock's holder).
@@ -140,12 +142,15 @@ func (run *Run) Content() string { return run.msg.Content }
 func (run *Run) Resumed() bool { return run.resumed }
 
 // ToolRecord is a tool call of this request that already succeeded (in an
-// earlier run that crashed or failed).
+// earlier run that crashed or failed). Occurrence numbers identical calls
+// (the same tool and arguments hash) from 0, in the order the run made
+// them (see CallTool).
 type ToolRecord struct {
 	ExecutionID   string
 	Tool          string
 	ArgumentsHash string
 	Result        json.RawMessage
+	Occurrence    int
 }
 
 // Prior lists tool calls of this request that committed in earlier runs.
@@ -199,9 +204,27 @@ func (run *Run) flowDB() *lease.FlowDB {
 	return run.flow
 }
 
-// CallTool runs a registered tool through toolexec: a previous success of
-// the same call (same request, tool and canonical arguments) is returned
-// without running it again. A tool registered with Register writes its
+// CallTool runs a registered tool through toolexec. Identical calls of
+// the run — the same tool and canonical arguments — are counted: the n-th
+// of them to succeed is occurrence n−1 (toolexec.Call.Occurrence), an
+// effect of its own, so a model that asks book({"amount":5}) twice for two
+// coffees books twice. A run that resumes the request and makes the same
+// calls in the same order (recorded steps make it so; without steps it is
+// what the model asks again) meets the same occurrences: each one that
+// committed returns its stored result without running again (Reused),
+// and the rest run. A call that did not succeed gives its number back, so
+// the same call made again — a retry after a tool's failure, a transient
+// error, a conflict or an unknown outcome — is the same occurrence, and
+// retries, takes over or reconciles it: never an effect beside it.
+//
+// Identical calls made in parallel are numbered in the order CallTool was
+// entered, which a resumed run may not repeat: the effects are still
+// counted right (each occurrence is one effect at most), but which
+// goroutine gets which stored result may change. When that matters, make
+// them one after the other, or tell them apart in their arguments (an item
+// number).
+//
+// A tool registered with Register writes its
 // side effect in one transaction with the fences of the session, the
 // request and the tool; one registered with RegisterExternal records its
 // intent, acts outside the database with a stable effect key, and records
@@ -224,6 +247,8 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 	if err := run.stopped(); err != nil {
 		return toolexec.Result{}, err
 	}
+	occurrence, settle := run.calls.take(tool, args)
+	defer func() { settle(err == nil) }()
 	flow := run.flowDB()
 	// One renewer per call: a run of the side effect after a transient
 	// error is watched again from the tool lease's last renewal.
@@ -232,6 +257,7 @@ func (run *Run) CallTool(ctx context.Context, tool string, args json.RawMessage)
 		SessionKey: run.msg.SessionKey, RequestID: run.id, Tool: tool, Arguments: args,
 		ClientRequestID: run.msg.ClientRequestID, // the effect key derives from it, so a resend keeps it
 		StepSeq:         run.stepsSoFar(),        // a failed request keeps the steps that decided it (finish)
+		Occurrence:      occurrence,              // the n-th identical call of the run is its own effect
 	}, toolexec.ExecOptions{
 		Holder: run.holder, TTL: run.r.cfg.TTL, Fences: run.Fences(), ReleaseTimeout: run.r.cfg.ReleaseTimeout, Flow: flow,
 		Watch: func(g toolexec.Grant) func() {

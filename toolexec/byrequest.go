@@ -18,16 +18,19 @@ import (
 // lease.NewTable.
 
 // Record is a tool call of a request that succeeded: its row, the tool,
-// the hash of its canonical arguments and the stored result.
+// the hash of its canonical arguments, the stored result and its
+// occurrence among identical calls (Call.Occurrence).
 type Record struct {
 	ExecutionID   string
 	Tool          string
 	ArgumentsHash string
 	Result        json.RawMessage // nil when none was stored
+	Occurrence    int
 }
 
 // Succeeded reads the request's tool executions that succeeded, in the
-// order they were created: one statement. It is for the flow that has
+// order they were created (identical calls created at one instant by
+// occurrence): one statement. It is for the flow that has
 // just taken the request over, in the transaction that took it (package
 // request calls it there, to hand the calls to the agent as Run.Prior).
 // No success gives nil. Bad input gives a *lease.ValidationError before
@@ -45,7 +48,7 @@ func (s *Store) Succeeded(ctx context.Context, db lease.DB, sessionKey, requestI
 	for rows.Next() {
 		var rec Record
 		var res string
-		if err := rows.Scan(&rec.ExecutionID, &rec.Tool, &rec.ArgumentsHash, &res); err != nil {
+		if err := rows.Scan(&rec.ExecutionID, &rec.Tool, &rec.ArgumentsHash, &res, &rec.Occurrence); err != nil {
 			return nil, err
 		}
 		if res != "" {
@@ -60,9 +63,9 @@ func (s *Store) Succeeded(ctx context.Context, db lease.DB, sessionKey, requestI
 func (s *Store) succeededQuery() string {
 	d := s.l.Dialect()
 	return d.Rebind("SELECT " + schema.ColID + ", " + schema.ColToolName + ", " + schema.ColArgumentsHash + ", COALESCE(" +
-		schema.ColResult + ", '') FROM " + s.l.Table().Quoted(d) + " WHERE " + schema.ColSessionKey + " = ? AND " +
+		schema.ColResult + ", ''), " + schema.ColOccurrence + " FROM " + s.l.Table().Quoted(d) + " WHERE " + schema.ColSessionKey + " = ? AND " +
 		schema.ColRequestID + " = ? AND " + schema.ColStatus + " = '" + schema.StoredSucceeded + "' ORDER BY " +
-		schema.ColCreatedAt + ", " + schema.ColID)
+		schema.ColCreatedAt + ", " + schema.ColOccurrence + ", " + schema.ColID)
 }
 
 // StepsBefore reads, in one statement, the most steps that a tool call of

@@ -2,11 +2,16 @@
 // side effect commits at most once, however often the call is retried,
 // replayed, or taken over after a crash.
 //
-// A tool execution is keyed by the request, the tool name and the SHA-256
+// A tool execution is keyed by the request, the tool name, the SHA-256
 // (hex) of its arguments in RFC 8785 canonical JSON (Canonicalize): nested
 // keys sorted, numbers in canonical form, so {"amount":35} and
-// {"amount":3.5e1} are one call. The row carries a lease (package lease) and
-// a status.
+// {"amount":3.5e1} are one call — and its occurrence (Call.Occurrence),
+// which numbers identical calls of a request from 0: a model that books 5
+// twice for two coffees makes occurrences 0 and 1, two effects, and a
+// retry or a resumed run that makes occurrence n again finds occurrence
+// n's row. request.Run.CallTool counts them; a direct caller that leaves
+// it 0 gets one call per (request, tool, arguments), as before
+// occurrences. The row carries a lease (package lease) and a status.
 //
 // Numbers are IEEE-754 doubles in RFC 8785, so a number the double rounds
 // would make two different calls one. The rule (CanonicalArguments): a
@@ -91,14 +96,17 @@
 //     only; a recorded result is never overwritten; an intent without a
 //     result is reported, never silently repeated.
 //   - With Call.ClientRequestID set, the effect key is a function of the
-//     session key, the client request id, the tool name and the canonical
-//     arguments only (ExecutionID): a call whose row was lost — deleted, or
-//     acknowledged by a primary that died before its standby had it — and
-//     made again by the resent message gets the same key, whatever request
-//     id the resend was given. A remote side that honours the key then
-//     acts once. The same call made twice in one request is still one call
-//     (the second gets the first's result), as it always was: the unique
-//     key on request, tool and arguments finds the first.
+//     session key, the client request id, the tool name, the canonical
+//     arguments and the occurrence only (ExecutionID; occurrence 0 leaves
+//     it out, so its keys are those of calls made before occurrences): a
+//     call whose row was lost — deleted, or acknowledged by a primary that
+//     died before its standby had it — and made again by the resent
+//     message gets the same key, whatever request id the resend was
+//     given. A remote side that honours the key then acts once. The same
+//     call made twice in one request with the same occurrence is one call
+//     (the second gets the first's result): the unique key on request,
+//     tool, arguments and occurrence finds the first. Another occurrence
+//     is another call, with another key.
 //   - Exec.Generation and External.Generation are the tool execution's
 //     fencing generation, for systems outside the database that fence.
 //   - A transient database error inside a side effect's transaction

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/google/uuid"
 
@@ -23,15 +24,21 @@ var effectKeyNamespace = uuid.MustParse("653b54d5-2b68-4712-a5d3-4755e83ab626")
 //
 //	sessionKey NUL clientRequestID NUL tool NUL argsHash
 //
-// where argsHash is the hex SHA-256 of the canonical arguments (see
-// CanonicalArguments). None of the four can hold a NUL (keys, ids and tool
-// names are refused with one, and the hash is hex), so two different
-// calls never give one text. It is made from what the client sends again
-// and the call itself, nothing random and nothing the database issued, so
-// a call made again after its row and its request's row were lost gets
-// the same id. It fits the 36-character id column.
-func ExecutionID(sessionKey, clientRequestID, tool, argsHash string) string {
-	name := make([]byte, 0, len(sessionKey)+len(clientRequestID)+len(tool)+len(argsHash)+3)
+// for occurrence 0 (Call.Occurrence: the first of identical calls, and
+// every call made before occurrences, whose ids stay what they were), and
+//
+//	sessionKey NUL clientRequestID NUL tool NUL argsHash NUL occurrence
+//
+// for an occurrence above 0, in decimal, where argsHash is the hex SHA-256
+// of the canonical arguments (see CanonicalArguments). None of the parts
+// can hold a NUL (keys, ids and tool names are refused with one, the hash
+// is hex and the occurrence digits), so two different calls never give
+// one text. It is made from what the client sends again and the call
+// itself, nothing random and nothing the database issued, so a call made
+// again after its row and its request's row were lost gets the same id.
+// It fits the 36-character id column.
+func ExecutionID(sessionKey, clientRequestID, tool, argsHash string, occurrence int) string {
+	name := make([]byte, 0, len(sessionKey)+len(clientRequestID)+len(tool)+len(argsHash)+4+20)
 	name = append(name, sessionKey...)
 	name = append(name, 0)
 	name = append(name, clientRequestID...)
@@ -39,17 +46,21 @@ func ExecutionID(sessionKey, clientRequestID, tool, argsHash string) string {
 	name = append(name, tool...)
 	name = append(name, 0)
 	name = append(name, argsHash...)
+	if occurrence > 0 {
+		name = append(name, 0)
+		name = strconv.AppendInt(name, int64(occurrence), 10)
+	}
 	return uuid.NewSHA1(effectKeyNamespace, name).String()
 }
 
 // ErrKeyTaken means the id a call derives from its client request id
 // (ExecutionID) is already the id of a call of another request: the same
-// session, client request id, tool and arguments, under a request id that
-// is not this call's. The library makes one request per (session key,
-// client request id), so this happens only when a client request id is
-// used again after its request row was deleted (by hand: the sweeper keeps
-// a tombstone), or when a request's tool calls were written with another
-// idempotency key. Nothing is written and nothing acts: acting under that
+// session, client request id, tool, arguments and occurrence, under a
+// request id that is not this call's. The library makes one request per
+// (session key, client request id), so this happens only when a client
+// request id is used again after its request row was deleted (by hand:
+// the sweeper keeps a tombstone), or when a request's tool calls were
+// written with another idempotency key. Nothing is written and nothing acts: acting under that
 // key would be answered, by a remote side that honours it, with the other
 // request's outcome. It also matches lease.ErrExists, as a call whose
 // request id belongs to another session does. The concrete error is a
@@ -96,7 +107,7 @@ func (s *Store) notThisCall(ctx context.Context, db Beginner, call Call, key str
 			return fmt.Errorf("toolexec: reading the call under the effect key: %w", err)
 		}
 	}
-	// The insert hit the (request, tool, arguments) key, but not under
-	// this session: the request id belongs to another session.
+	// The insert hit the (request, tool, arguments, occurrence) key, but
+	// not under this session: the request id belongs to another session.
 	return fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
 }

@@ -164,9 +164,11 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 }
 
 // TestEffectKeySameCallTwiceInOneRequest: the same call made twice by one
-// request, on purpose, is one call: the second returns the first's
-// result, as without a client request id (the unique key on request, tool
-// and arguments decides, and the derived id names the same row).
+// request with the same occurrence (a retry, a resumed run) is one call:
+// the second returns the first's result, as without a client request id
+// (the unique key on request, tool, arguments and occurrence decides, and
+// the derived id names the same row). Another occurrence is another call
+// (TestOccurrencesAreEffectsOfTheirOwn).
 func TestEffectKeySameCallTwiceInOneRequest(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db)

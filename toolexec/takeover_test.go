@@ -27,7 +27,7 @@ func (e *env) claimed(t *testing.T, sessionKey, requestID, holder, args string) 
 		State: schema.StoredProcessing, Set: []lease.Assignment{
 			lease.Set(schema.ColSessionKey, sessionKey), lease.Set(schema.ColRequestID, requestID),
 			lease.Set(schema.ColToolName, "create_transaction"), lease.Set(schema.ColArgumentsHash, hash),
-			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, "create_transaction", hash)),
+			lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(requestID, "create_transaction", hash, 0)),
 		}})
 	require.NoError(t, err)
 	return g

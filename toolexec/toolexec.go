@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -109,6 +111,16 @@ type Call struct {
 	// (request.Run.CallTool sets it). StepsBefore reads it back. It must
 	// not be negative.
 	StepSeq int
+	// Occurrence numbers identical calls of one request (the same tool
+	// and canonical arguments), from 0: occurrence n is an effect of its
+	// own, with its own row (schema.ColOccurrence), idempotency key and
+	// execution id, and the same call made again with the same occurrence
+	// — a retry, a resumed run — finds that row. request.Run.CallTool
+	// counts a run's identical calls (see its doc). 0, the
+	// default, is the call as it was before occurrences: its keys and ids
+	// leave the occurrence out (IdempotencyKey, ExecutionID). It must not
+	// be negative or above math.MaxInt32 (the column is an INT).
+	Occurrence int
 }
 
 // Exec is what a side effect receives.
@@ -175,8 +187,11 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The idempotency key holds the occurrence (above 0); the column is
+	// matched as well, so that a row whose key was written otherwise is
+	// never taken for another occurrence's.
 	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + t.Quoted(cfg.Dialect) +
-		" WHERE session_key = ? AND idempotency_key = ?"
+		" WHERE session_key = ? AND idempotency_key = ? AND " + schema.ColOccurrence + " = ?"
 	byID := "SELECT request_id FROM " + t.Quoted(cfg.Dialect) + " WHERE id = ?"
 	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), byIDQ: cfg.Dialect.Rebind(byID), obs: cfg.Lease.Observer}, nil
 }
@@ -224,9 +239,18 @@ func (o ExecOptions) db(db Beginner) lease.DB {
 const defaultReleaseTimeout = 5 * time.Second
 
 // IdempotencyKey is the key of one call: request id, tool name and the
-// hex SHA-256 of the canonical arguments.
-func IdempotencyKey(requestID, tool, argsHash string) string {
-	return requestID + ":" + tool + ":" + argsHash
+// hex SHA-256 of the canonical arguments, separated by colons, and then,
+// for an occurrence above 0 (Call.Occurrence), a colon and its decimal
+// number. Occurrence 0 gives the key calls had before occurrences, so
+// their rows are still found. A key ends in the 64 hex digits of the hash
+// or in a colon and digits, so a key with an occurrence is never one
+// without; it fits the 255-character column.
+func IdempotencyKey(requestID, tool, argsHash string, occurrence int) string {
+	key := requestID + ":" + tool + ":" + argsHash
+	if occurrence > 0 {
+		key += ":" + strconv.Itoa(occurrence)
+	}
+	return key
 }
 
 func validateCall(c Call) error {
@@ -243,6 +267,9 @@ func validateCall(c Call) error {
 	}
 	if c.StepSeq < 0 {
 		return &lease.ValidationError{Package: "toolexec", Field: "step seq", Reason: "negative"}
+	}
+	if c.Occurrence < 0 || c.Occurrence > math.MaxInt32 {
+		return &lease.ValidationError{Package: "toolexec", Field: "occurrence", Reason: "negative or above math.MaxInt32"}
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
 	return valid.Text("toolexec", "tool name", c.Tool, schema.MaxToolNameLen)
@@ -414,15 +441,16 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, g Grant, o ExecOp
 // claim inserts the call held, or deals with the existing row. It returns
 // either a grant to run under, or a stored result.
 func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, o ExecOptions) (g Grant, started bool, res *Result, err error) {
-	idem := IdempotencyKey(call.RequestID, call.Tool, hash)
+	idem := IdempotencyKey(call.RequestID, call.Tool, hash, call.Occurrence)
 	key := uuid.NewString()
 	if call.ClientRequestID != "" {
-		key = ExecutionID(call.SessionKey, call.ClientRequestID, call.Tool, hash)
+		key = ExecutionID(call.SessionKey, call.ClientRequestID, call.Tool, hash, call.Occurrence)
 	}
 	g, err = s.l.Create(ctx, db, key, o.Holder, o.TTL, lease.CreateOptions{State: schema.StoredProcessing, Set: []lease.Assignment{
 		lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 		lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
 		lease.Set(schema.ColIdempotencyKey, idem), lease.Set(schema.ColStepSeq, call.StepSeq),
+		lease.Set(schema.ColOccurrence, call.Occurrence),
 	}})
 	if err == nil || !errors.Is(err, lease.ErrExists) {
 		return g, false, nil, err
@@ -431,7 +459,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 	for attempt := 0; attempt < 3; attempt++ {
 		var id, status, result string
 		var generation int64
-		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem).Scan(&id, &status, &result, &generation)
+		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem, call.Occurrence).Scan(&id, &status, &result, &generation)
 		if errors.Is(err, sql.ErrNoRows) {
 			return Grant{}, false, nil, s.notThisCall(ctx, db, call, key, dup)
 		}

@@ -223,7 +223,7 @@ func TestExpiredTakenOver(t *testing.T) {
 			State: schema.StoredProcessing, Set: []lease.Assignment{
 				lease.Set(schema.ColSessionKey, call.SessionKey), lease.Set(schema.ColRequestID, call.RequestID),
 				lease.Set(schema.ColToolName, call.Tool), lease.Set(schema.ColArgumentsHash, hash),
-				lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(call.RequestID, call.Tool, hash)),
+				lease.Set(schema.ColIdempotencyKey, toolexec.IdempotencyKey(call.RequestID, call.Tool, hash, call.Occurrence)),
 			}})
 		require.NoError(t, err)
 		waitFor(t, "the crashed lease expires", func() bool {
