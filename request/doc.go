@@ -410,6 +410,12 @@
 //     refusing is not mistaken for a busy request.
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
+//   - lease.ErrPoolExhausted (also lease.ErrLost, lease.IsUnavailable, not
+//     ErrTakenOver): the heartbeat found no free connection of the pool
+//     until the leases' trust deadline; the work was cancelled as for a
+//     loss, the leases given back, the request left processing and free.
+//     Nobody took it over: the pool is too small (README, "Sizing the
+//     pool"; Config.SeparateHeartbeats). A retry resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
 //   - session.ErrNotFound: the session has no lock row, and none is
 //     created: Config.RequireSession on the shipped session table, or a
