@@ -34,8 +34,27 @@ type BatchConfig struct {
 	// lease), with a context that ends after one Interval: for work that
 	// belongs with the renewals and should cost one statement per round, not
 	// one per lease (package request reads there which of its runs were
-	// asked to stop). It must return promptly.
-	AfterRound func(ctx context.Context)
+	// asked to stop). It must return promptly. db is where to send that
+	// work: the Batcher's kept connection of Pool (see Pool), so that it
+	// does not wait for one behind the work either; Pool itself while no
+	// connection is kept; nil without Pool. db is valid only until
+	// AfterRound returns.
+	AfterRound func(ctx context.Context, db lease.DB)
+	// Pool, when set, is the pool whose leases the Batcher renews on one
+	// connection of its own: taken from Pool by Reserve (or by the first
+	// round that renews a lease on Pool) and kept while it has leases to
+	// renew (and until Close), so that a
+	// renewal never waits for a free connection behind the work that the
+	// leases protect — the fenced transactions of tools that each hold one
+	// of Pool's connections. A kept connection that breaks is given back
+	// and another taken at the next round. Pool then needs one connection
+	// for the Batcher besides those of the work (README, "Sizing the
+	// pool"); a Pool that opens one connection at most
+	// (sql.DB.SetMaxOpenConns(1)) cannot spare one, and the Batcher takes
+	// a connection for each statement instead, as it does for leases on
+	// other pools. Leases are on Pool when the DB given to ForLease is Pool,
+	// or a lease.FlowDB made on it.
+	Pool ConnPool
 }
 
 // Batcher renews the leases of many Supervisors together: every Interval,
@@ -51,7 +70,8 @@ type BatchConfig struct {
 // lost, still watches every trust deadline on its own, and Stop still
 // joins it. A Batcher is safe for concurrent use. It runs one goroutine
 // while it has leases to renew, and none when it has none: there is
-// nothing to start or stop.
+// nothing to start or stop (with BatchConfig.Pool, Close gives back the
+// connection it keeps while it has leases).
 //
 // # Guarantees
 //
@@ -83,6 +103,18 @@ type BatchConfig struct {
 //     then waits until that transaction ends or the busy timeout passes,
 //     and the Batcher with it, whatever the statement's deadline.
 //
+// # Connections
+//
+// A round's statement runs on a connection the Batcher takes from the
+// leases' pool explicitly (their DB must be a ConnPool for that, such as
+// a *sql.DB), and with BatchConfig.Pool on one it keeps. If no connection
+// is free before the statement's deadline — the earliest trust deadline
+// of its leases — every lease of the statement is lost, and the
+// *LostError (ReasonPoolExhausted) matches lease.ErrPoolExhausted: the
+// pool was too small for the work and its heartbeat, and nobody took
+// anything over. With BatchConfig.Pool that happens only when the kept
+// connection cannot be taken (again) in time.
+//
 // # SQLite
 //
 // On SQLite a fenced transaction holds the database's only write lock, and
@@ -112,6 +144,10 @@ type Batcher struct {
 	wake     chan struct{} // capacity 1
 	done     chan struct{} // closed when the current goroutine returns
 	lastHook time.Time     // when AfterRound last ran (the goroutine's own)
+	kept     keptConn      // the connection of cfg.Pool that rounds renew on
+	// reserved: Reserve took the kept connection for leases not added
+	// yet; a goroutine that returns keeps it for them.
+	reserved bool
 }
 
 // NewBatcher validates cfg and returns a Batcher. Bad input gives a
@@ -128,7 +164,10 @@ func NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Batcher{cfg: cfg, clock: clock, log: log, wake: make(chan struct{}, 1)}, nil
+	if isNilDB(cfg.Pool) {
+		cfg.Pool = nil
+	}
+	return &Batcher{cfg: cfg, clock: clock, log: log, wake: make(chan struct{}, 1), kept: keptConn{sem: make(chan struct{}, 1)}}, nil
 }
 
 // Interval returns the batch interval.
@@ -171,9 +210,11 @@ type batchable interface {
 	routed() (bool, any)
 	// dialect is the lease's dialect.
 	dialect() lease.Dialect
-	// renewGroup renews rs (all of r's group) and returns, for each, the new
-	// deadline or the error.
-	renewGroup(ctx context.Context, rs []batchable) ([]time.Time, []error)
+	// pool is the pool a batch renewal of its group goes to.
+	pool() lease.DB
+	// renewGroup renews rs (all of r's group) on db, pool() or one of its
+	// connections, and returns, for each, the new deadline or the error.
+	renewGroup(ctx context.Context, db lease.DB, rs []batchable) ([]time.Time, []error)
 }
 
 // member is one lease of one Supervisor, kept by a Batcher.
@@ -212,6 +253,7 @@ func (b *Batcher) add(m *member) {
 	}
 	b.members = append(b.members, m)
 	m.kept = true
+	b.reserved = false
 	if !b.sleeping.IsZero() && m.due.Before(b.sleeping) {
 		b.signal() // due before the goroutine wakes
 	}
@@ -264,6 +306,7 @@ func (b *Batcher) run(done chan struct{}) {
 		if len(b.members) == 0 {
 			b.running = false
 			b.mu.Unlock()
+			b.idle()
 			return
 		}
 		if !now.Before(b.nextTick) { // a round: everyone
@@ -313,7 +356,9 @@ func (b *Batcher) afterRound() {
 	b.lastHook = now
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
 	defer cancel()
-	b.cfg.AfterRound(ctx)
+	db, done := b.hookDB(ctx)
+	defer done()
+	b.cfg.AfterRound(ctx, db)
 }
 
 // renew renews due: first, alone, the leases of flows with a transaction
@@ -390,7 +435,17 @@ func (b *Batcher) renewGroup(ms []*member) {
 		rs[i] = m.r
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), b.limit(ms, rs[0].dialect() == lease.SQLite))
-	dls, errs := rs[0].renewGroup(ctx, rs)
+	var dls []time.Time
+	var errs []error
+	if db, done, err := b.on(ctx, rs[0].pool()); err != nil {
+		dls, errs = make([]time.Time, len(rs)), make([]error, len(rs))
+		for i, r := range rs {
+			dls[i], errs[i] = r.Deadline(), err
+		}
+	} else {
+		dls, errs = rs[0].renewGroup(ctx, db, rs)
+		done(firstErr(errs))
+	}
 	cancel()
 	now := b.clock.Now()
 	failed := 0
@@ -465,6 +520,15 @@ func poolOf(db lease.DB) any {
 	return db
 }
 
+// isNilDB reports a nil DB, or a typed nil pointer in one.
+func isNilDB(db lease.DB) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 func (r *LeaseRenewer[K]) group() any {
 	p := poolOf(r.db)
 	if p == nil {
@@ -488,9 +552,16 @@ func (r *LeaseRenewer[K]) routed() (bool, any) {
 	return f.InTx(), poolOf(f)
 }
 
+func (r *LeaseRenewer[K]) pool() lease.DB {
+	if f, ok := r.db.(*lease.FlowDB); ok && f != nil {
+		return f.Pool()
+	}
+	return r.db
+}
+
 // renewGroup renews rs, all *LeaseRenewer[K] of r's group, with
-// lease.Lease.RenewMany on their pool.
-func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]time.Time, []error) {
+// lease.Lease.RenewMany on db: their pool, or one of its connections.
+func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, db lease.DB, rs []batchable) ([]time.Time, []error) {
 	dls := make([]time.Time, len(rs))
 	errs := make([]error, len(rs))
 	gs := make([]lease.Grant[K], 0, len(rs))
@@ -508,10 +579,6 @@ func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, rs []batchable) ([]tim
 	}
 	if len(send) == 0 {
 		return dls, errs
-	}
-	db := r.db
-	if f, ok := db.(*lease.FlowDB); ok && f != nil {
-		db = f.Pool()
 	}
 	out, rerrs := r.l.RenewMany(ctx, db, gs, r.Grant().TTL) // one TTL per group (groupKey)
 	for j, i := range send {

@@ -48,7 +48,7 @@ func benchmarkBatcherRound(b *testing.B, d lease.Dialect, n int) {
 	// exactly.
 	type mark struct{ st countdb.Stats }
 	marks := make(chan mark, 64)
-	bat, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval, AfterRound: func(context.Context) {
+	bat, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval, AfterRound: func(context.Context, lease.DB) {
 		select {
 		case marks <- mark{c.Stats()}:
 		default:

@@ -136,6 +136,11 @@
 //     Interval, at least a few milliseconds, until the trust deadline. If
 //     that passes first → lost, reason ReasonDeadline, LostError.Err the
 //     last renewal's error.
+//   - A renewal that waits for a free connection of its pool until the
+//     trust deadline (every connection held by the work, say) → lost,
+//     reason ReasonPoolExhausted; the cause matches lease.ErrPoolExhausted
+//     as well as lease.ErrLost. A Batcher with BatchConfig.Pool renews on
+//     a connection it keeps, and waits only to take it (again).
 //   - A renewal blocked past the trust deadline (row locks of a long
 //     transaction, a hung connection) is cancelled by its context → lost,
 //     reason ReasonDeadline. A blocked renewal that is released in time (the

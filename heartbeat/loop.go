@@ -168,7 +168,7 @@ func (s *Supervisor) settle(ctx context.Context, e *entry, prev, now, nd time.Ti
 		// work ran untrusted in between.
 		err = e.lastErr
 		s.mu.Unlock()
-		s.lose(ctx, e, ReasonDeadline, err)
+		s.lose(ctx, e, deadlineReason(err), err)
 		return false
 	case errors.Is(err, lease.ErrLost):
 		s.mu.Unlock()

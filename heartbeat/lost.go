@@ -22,6 +22,13 @@ const (
 	// ReasonDeadline: the lease's local trust deadline passed before a
 	// renewal succeeded (renewals kept failing, or one blocked).
 	ReasonDeadline = "trust deadline passed with no successful renewal"
+	// ReasonPoolExhausted: the lease's trust deadline passed while its
+	// renewal waited for a free connection of the pool (every one was in
+	// use, by the work say): the renewal never reached the database, and
+	// nobody needs to have taken the lease over. LostError.Err matches
+	// lease.ErrPoolExhausted. Give the pool a connection more for the
+	// heartbeat (README, "Sizing the pool"; BatchConfig.Pool).
+	ReasonPoolExhausted = "trust deadline passed while the renewal waited for a free connection of the pool"
 	// ReasonInvalid: a renewal was rejected as invalid input
 	// (lease.ErrInvalid), or Add refused the lease (a LeaseRenewer whose
 	// TTL disagrees). Retrying cannot help, so the lease cannot be kept.
@@ -33,10 +40,11 @@ const (
 // error.
 type LostError struct {
 	Lease  string // the Renewer's name
-	Reason string // ReasonGone, ReasonDeadline or ReasonInvalid
+	Reason string // ReasonGone, ReasonDeadline, ReasonPoolExhausted or ReasonInvalid
 	// Err is the renewal's error: the *lease.LostError for ReasonGone, the
 	// *lease.ValidationError for ReasonInvalid, the last failed renewal's
-	// error (nil if none was tried) for ReasonDeadline.
+	// error (nil if none was tried) for ReasonDeadline, an error matching
+	// lease.ErrPoolExhausted for ReasonPoolExhausted.
 	Err error
 }
 
@@ -49,7 +57,19 @@ func (e *LostError) Error() string {
 	return s
 }
 
-// Is makes errors.Is(err, lease.ErrLost) true.
+// deadlineReason is the reason of a loss at the trust deadline whose
+// last renewal failed with err.
+func deadlineReason(err error) string {
+	if errors.Is(err, lease.ErrPoolExhausted) {
+		return ReasonPoolExhausted
+	}
+	return ReasonDeadline
+}
+
+// Is makes errors.Is(err, lease.ErrLost) true: whatever the reason, the
+// work can no longer trust the lease and must stop writing. A loss whose
+// renewals found no free connection (ReasonPoolExhausted) also matches
+// lease.ErrPoolExhausted, through Err.
 func (e *LostError) Is(target error) bool { return target == lease.ErrLost }
 
 // Unwrap returns the renewal's error.

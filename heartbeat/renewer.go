@@ -102,7 +102,10 @@ func (r *LeaseRenewer[K]) Grant() lease.Grant[K] {
 
 // Renew renews the grant once with lease.Lease.Renew and keeps the renewed
 // grant. It returns the new trust deadline, or the lease's error
-// (*lease.LostError, matching lease.ErrLost, when the token is gone).
+// (*lease.LostError, matching lease.ErrLost, when the token is gone). On
+// a ConnPool (a *sql.DB) it takes a connection for the statement
+// explicitly: when none is free before ctx's deadline, the error matches
+// lease.ErrPoolExhausted.
 func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 	g := r.Grant()
 	if err := r.check(); err != nil {
@@ -114,6 +117,16 @@ func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 		rt = f.Route()
 		defer rt.Done() // after renewed: the transaction cannot end unheard
 		db = rt.DB()
+	}
+	if p, ok := db.(ConnPool); ok && !isNilDB(db) {
+		// On the pool: take the connection explicitly, so that a wait for
+		// one that outlasts the trust deadline says so.
+		c, err := takeConn(ctx, p)
+		if err != nil {
+			return g.Deadline, err
+		}
+		defer c.Close()
+		db = lease.OnConn(p, c)
 	}
 	ng, err := r.l.Renew(ctx, db, g, g.TTL)
 	if err != nil {

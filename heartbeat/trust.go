@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/rowlease/rowlease/lease"
@@ -65,8 +66,13 @@ func (s *Supervisor) expired(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	s.mu.Lock()
-	err := e.lastErr
+	err, batched := e.lastErr, e.member != nil
 	s.mu.Unlock()
-	s.lose(ctx, e, ReasonDeadline, err)
+	if batched && !errors.Is(err, lease.ErrPoolExhausted) && s.cfg.Batcher.waitingForConn() {
+		// The Batcher's round is still waiting for a connection: its
+		// statement's deadline is this one, and its result would say so.
+		err = errStillWaiting
+	}
+	s.lose(ctx, e, deadlineReason(err), err)
 	return true
 }

@@ -26,7 +26,8 @@
 // in this order and the first that matches decides:
 //
 //	 #  error (errors.Is / errors.As)              status  type                      Retry-After    the client's move
-//	 1  IsUnavailable(err)                          503    unavailable               1 s            resend later, same client request id
+//	 1  IsUnavailable(err): lease.ErrPoolExhausted  503    pool-exhausted            1 s            resend later, same id: nothing was taken over
+//	    IsUnavailable(err): the rest                503    unavailable               1 s            resend later, same client request id
 //	 2  lease.IsTransient(err),                     503    database-busy             1 s            resend later, same id: nothing committed
 //	    toolexec.ErrTransient
 //	 3  request.ErrFingerprintMismatch              422    client-request-id-reused  –              use a new id for new content
@@ -56,6 +57,12 @@
 //	20  lease.ErrExists                             409    already-exists            –
 //	21  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
+//
+// Row 1's lease.ErrPoolExhausted is a run stopped because its heartbeat
+// found no free connection of the pool until the leases' trust deadline
+// (it matches lease.ErrLost too, so it comes before row 11 and row 18):
+// nobody took the run over, and the server's pool is too small for its
+// load (README, "Sizing the pool"). A resend resumes the request.
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
 // as the database clock measured it; 1 s (DefaultRetryAfter) when the

@@ -49,6 +49,8 @@ func TestProblemFor(t *testing.T) {
 	busy := &lease.ConflictError{Key: "s", Holder: "r-1", Generation: 3, Remaining: 2100 * time.Millisecond}
 	toolBusy := &lease.ConflictError{Key: "t", Holder: "h", Generation: 1, Remaining: 7 * time.Second}
 	heartbeatDeadline := &heartbeat.LostError{Lease: "request", Reason: heartbeat.ReasonDeadline, Err: refused()}
+	poolExhausted := &heartbeat.LostError{Lease: "session", Reason: heartbeat.ReasonPoolExhausted,
+		Err: fmt.Errorf("%w: waited for one to renew until the trust deadline: %w", lease.ErrPoolExhausted, context.DeadlineExceeded)}
 	for _, tc := range []struct {
 		name       string
 		err        error
@@ -102,6 +104,9 @@ func TestProblemFor(t *testing.T) {
 		{"database down", wrap(errors.New("store: get session"), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down while the agent ran", errors.Join(wrap(request.ErrAgentFailed, refused()), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down: the heartbeat gave up", wrap(request.ErrTakenOver, heartbeatDeadline), 503, httpapi.TypeUnavailable, time.Second},
+		{"the heartbeat found no free connection", fmt.Errorf("request: run stopped, its heartbeat had no connection: %w", poolExhausted),
+			503, httpapi.TypePoolExhausted, time.Second},
+		{"no free connection, whatever wraps it", wrap(request.ErrTakenOver, poolExhausted), 503, httpapi.TypePoolExhausted, time.Second},
 		{"the model's API down is not the database", wrap(request.ErrAgentFailed, &url.Error{Op: "Post", URL: "https://api.example", Err: refused()}),
 			500, httpapi.TypeAgentFailed, 0},
 	} {

@@ -43,6 +43,7 @@ const (
 	TypeAgentFailed           = "agent-failed"             // 500
 	TypeInternal              = "internal"                 // 500
 	TypeUnavailable           = "unavailable"              // 503, Retry-After
+	TypePoolExhausted         = "pool-exhausted"           // 503, Retry-After
 )
 
 // Problem is an RFC 9457 problem details object. Type, Title, Status,

@@ -35,6 +35,10 @@ func ProblemFor(err error) Problem {
 	switch {
 	case err == nil:
 		// No problem to report: a caller that writes one has a bug.
+	case errors.Is(err, lease.ErrPoolExhausted):
+		return Problem{Type: ProblemBase + TypePoolExhausted, Title: "Pool exhausted", Status: http.StatusServiceUnavailable,
+			Detail:     "the server had no free database connection to keep this message's locks alive, and stopped it; nobody else took it over: resend with the same client request id after Retry-After seconds",
+			RetryAfter: DefaultRetryAfter}
 	case IsUnavailable(err):
 		return Problem{Type: ProblemBase + TypeUnavailable, Title: "Unavailable", Status: http.StatusServiceUnavailable,
 			Detail:     "the database cannot be reached; retry after Retry-After seconds (a message resent with the same client request id is never run twice)",

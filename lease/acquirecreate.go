@@ -226,6 +226,12 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 		u.addVals(all)
 	}
 	q := acquireCreateStmt(a, c, u)
+	on, done, perr := a.l.pin(ctx, db)
+	if perr != nil {
+		return Grant[A]{}, Grant[C]{}, false, perr
+	}
+	defer done()
+	db = on
 	sent := a.l.clock.Now()
 	// What was sent, with the acquire's generation unknown (0): returned
 	// with a driver error, for the caller to give back (see AcquireCreate).

@@ -128,11 +128,18 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 		}()
 	}
 	q, args := l.b.renewMany(grantList[K](out), idx, ttl)
+	db, done, err := l.pin(ctx, db)
+	if err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return
+	}
+	defer done()
 	// The send time of the first statement: no later than that of any
 	// statement that renewed a grant of the chunk.
 	sent := l.clock.Now()
 	var renewed map[int]bool
-	var err error
 	if l.dialect == MySQL {
 		renewed = make(map[int]bool, len(idx))
 		err = l.renewChunkMySQL(ctx, db, q, args, out, idx, ttl, renewed)
@@ -187,7 +194,9 @@ func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []
 	synced := !l.multiPrimary || !autocommit(db)
 	for n != int64(len(pending)) {
 		if !synced && on == db {
-			if cp, ok := resolve(db).(connPool); ok {
+			if pc, ok := resolve(db).(pooledConn); ok {
+				on = pc.conn // one connection already (OnConn, pin): it catches up there
+			} else if cp, ok := resolve(db).(connPool); ok {
 				c, err := cp.Conn(ctx)
 				if err != nil {
 					return err

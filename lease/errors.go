@@ -48,6 +48,19 @@ var (
 	// does not wait). Nothing was committed; run the transaction again.
 	// IsTransient reports it.
 	ErrNodeBehind = errors.New("lease: the transaction's node had not applied the holder's own writes; nothing committed, run it again")
+
+	// ErrPoolExhausted means that no connection could be had from a pool
+	// before a deadline: every connection was in use (by the work that a
+	// lease protects, say) and none was given back in time. Nothing was
+	// sent to the database; the lease may still be held there, untaken.
+	// The heartbeat reports it (a *heartbeat.LostError whose renewals
+	// waited for a connection until the trust deadline passed); it is
+	// also what a pool that cannot open a connection before the deadline
+	// (a dial that hangs) looks like, which the wait alone cannot tell
+	// apart. IsUnavailable reports it: the database cannot serve this
+	// process for now, and a retry later may succeed. Size the pool as
+	// README's "Sizing the pool" says.
+	ErrPoolExhausted = errors.New("lease: no free connection in the pool")
 )
 
 // ConflictError reports a lease held by someone else. It matches ErrHeld.

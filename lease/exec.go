@@ -110,10 +110,14 @@ func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]
 }
 
 // autocommit reports whether statements on db run in autocommit: db is a
-// pool (*sql.DB, *sqlx.DB), or a FlowDB with no transaction open.
+// pool (*sql.DB, *sqlx.DB), a pool's connection handed over with OnConn,
+// or a FlowDB with no transaction open.
 func autocommit(db DB) bool {
-	_, ok := resolve(db).(pool)
-	return ok
+	switch resolve(db).(type) {
+	case pool, pooledConn:
+		return true
+	}
+	return false
 }
 
 // retry runs fn, and again after a jittered pause (retry.Backoff) while

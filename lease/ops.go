@@ -48,6 +48,11 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 		})
 	}
 	m := heldVals(key, tok, holder, ttl, o.SetState, o.InStates, o.Set)
+	db, done, err := l.pin(ctx, db)
+	if err != nil {
+		return Grant[K]{}, l.translate(key, err)
+	}
+	defer done()
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, c, m, false)
 	if err != nil {
@@ -100,6 +105,11 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	if err := l.probe(ctx, db, false); err != nil {
 		return g, err
 	}
+	db, done, err := l.pin(ctx, db)
+	if err != nil {
+		return g, err
+	}
+	defer done()
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
 	if err != nil {
@@ -161,6 +171,14 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 	c := l.shapedStmt("change", len(o.From), o.To != "", o.Keep, o.Set, func() string {
 		return l.b.change(o.From, o.To != "", o.Set, o.Keep)
 	})
+	if o.Keep {
+		on, done, err := l.pin(ctx, db)
+		if err != nil {
+			return g, l.translate(g.Key, err)
+		}
+		defer done()
+		db = on
+	}
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, c, changeVals(g, o), true)
 	if err != nil {
@@ -277,6 +295,11 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 		})
 	}
 	m := heldVals(key, tok, holder, ttl, o.State, nil, o.Set)
+	db, done, err := l.pin(ctx, db)
+	if err != nil {
+		return Grant[K]{}, l.translate(key, err)
+	}
+	defer done()
 	sent := l.clock.Now()
 	if err := l.retry(ctx, db, func() error {
 		_, err := l.execQ(ctx, db, c.query, c.args(m))

@@ -61,11 +61,19 @@ type probeCache struct {
 }
 
 // probeTarget picks the handle a check is remembered by and run on: a
-// pool (*sql.DB, *sqlx.DB, a FlowDB's pool) for itself; anything else under
+// pool (*sql.DB, *sqlx.DB, a FlowDB's pool) for itself, and a pool's
+// connection (OnConn) as its pool, run on the connection; anything else under
 // the one unpooled slot, checked on the handle given.
 func probeTarget(db DB) (key any, on DB) {
 	if f, ok := db.(*FlowDB); ok && f != nil {
 		db = f.pool
+	}
+	if c, ok := db.(pooledConn); ok {
+		// A connection of a pool's (OnConn): the pool's check, run on it.
+		if t := reflect.TypeOf(c.pool); t.Kind() == reflect.Pointer {
+			return c.pool, db
+		}
+		return unpooled{}, db
 	}
 	if r, ok := db.(routedTx); ok && r.pool != nil {
 		// A renewal routed into a flow's SQLite transaction: its pool was

@@ -22,6 +22,8 @@ import (
 // COMMIT whose outcome is then unknown. It walks the whole error tree
 // (Unwrap() error and Unwrap() []error) and is true when it finds:
 //
+//   - ErrPoolExhausted: no connection of the pool was free before a
+//     deadline;
 //   - driver.ErrBadConn, or go-sql-driver/mysql's ErrInvalidConn (a
 //     connection that broke mid-statement; pgx's database/sql driver
 //     reports some of those as driver.ErrBadConn);
@@ -93,9 +95,10 @@ func IsUnavailable(err error) bool {
 // that sends mail, say), says that tx's database cannot be reached. It
 // decides by where the error came from, not by its kind alone:
 //
-//   - an error that only a database driver gives (driver.ErrBadConn,
-//     mysql.ErrInvalidConn, pgx's sentinels, the MySQL, PostgreSQL and
-//     SQLite codes IsUnavailable lists) is the database's: true;
+//   - an error that only a database driver or a pool gives
+//     (ErrPoolExhausted, driver.ErrBadConn, mysql.ErrInvalidConn, pgx's
+//     sentinels, the MySQL, PostgreSQL and SQLite codes IsUnavailable
+//     lists) is the database's: true;
 //   - a network error that any client gives (a *net.OpError, a
 //     *net.DNSError, an errno, io.ErrUnexpectedEOF) is the database's only
 //     if tx's own connection is broken too: it sends one statement,
@@ -227,7 +230,7 @@ func networkUnavailableNode(err error) bool {
 // driverUnavailableNode checks one error of the tree for what only a
 // database driver gives.
 func driverUnavailableNode(err error) bool {
-	if is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) {
+	if is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) || is(err, ErrPoolExhausted) {
 		return true
 	}
 	if _, wraps := err.(interface{ Unwrap() error }); !wraps {

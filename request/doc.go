@@ -489,6 +489,12 @@
 //     refusing is not mistaken for a busy request.
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
+//   - lease.ErrPoolExhausted (also lease.ErrLost, lease.IsUnavailable, not
+//     ErrTakenOver): the heartbeat found no free connection of the pool
+//     until the leases' trust deadline; the work was cancelled as for a
+//     loss, the leases given back, the request left processing and free.
+//     Nobody took it over: the pool is too small (README, "Sizing the
+//     pool"; Config.SeparateHeartbeats). A retry resumes.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
 //   - *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid): the message
 //     names an agent that Config.Agents does not have; nothing was

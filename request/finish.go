@@ -35,6 +35,12 @@ func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr er
 		// Give back whatever we may still hold; token-checked, so nothing
 		// changes where someone else holds it now.
 		r.releaseAll(ctx, run)
+		if errors.Is(lost, lease.ErrPoolExhausted) {
+			// The renewals found no free connection until the trust
+			// deadline: the work was stopped, but nobody took it over.
+			// The request stays processing and free, as after a takeover.
+			return base, fmt.Errorf("request: run stopped, its heartbeat had no connection: %w", lost)
+		}
 		return base, fmt.Errorf("%w: %w", ErrTakenOver, lost)
 	}
 	if aerr != nil && ctx.Err() == nil && errors.Is(context.Cause(ictx), ErrCancelled) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/lease"
 )
 
 // interruptWatch renews the request's lease, as the LeaseRenewer it
@@ -76,15 +77,20 @@ func (r *Runner) watchInterrupts(id string, cancel context.CancelCauseFunc) (sto
 // finds every run of this process that another message asked to stop, and
 // cancels its work context with an *InterruptedError — within one
 // heartbeat interval, at one statement per interval for all the runs (the
-// per-run check of interruptWatch would cost one per run).
-func (r *Runner) checkInterrupts(ctx context.Context) {
+// per-run check of interruptWatch would cost one per run). It reads on db,
+// the Batcher's kept connection, so that it does not wait for one behind
+// the runs' transactions (r.db when the Batcher has none).
+func (r *Runner) checkInterrupts(ctx context.Context, db lease.DB) {
 	r.watch.mu.Lock()
 	n := len(r.watch.runs)
 	r.watch.mu.Unlock()
 	if n == 0 {
 		return
 	}
-	rows, err := r.db.QueryContext(ctx, r.sql.flagsRead)
+	if db == nil {
+		db = r.db
+	}
+	rows, err := db.QueryContext(ctx, r.sql.flagsRead)
 	if err != nil {
 		r.log.Warn("rowlease: reading interrupt requests failed; retried next round", "err", err)
 		return

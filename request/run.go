@@ -55,6 +55,18 @@ func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, e
 	// An interrupt asked by the run's own client is a cancel (cancel.go).
 	interrupt := func(cause error) { stop(run.stopCause(cause)) }
 	defer r.addLocal(run.id, stop)()
+	if r.batcher != nil {
+		// The Batcher renews on a connection of its own, taken once before
+		// any run's work holds the pool's others (heartbeat.Batcher.Reserve):
+		// a pool that is short then makes the work wait, not the renewals.
+		// When none is free now, the rounds try again until the trust
+		// deadline.
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+		if err := r.batcher.Reserve(rctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("rowlease: no connection free for the heartbeat yet; its rounds will wait for one", "err", err)
+		}
+		cancel()
+	}
 	sup.Add(heartbeat.ForLease("session", r.sessions.Lease(), run.flowDB(), run.sess))
 	if r.batcher != nil {
 		// Batched: the request lease is renewed with every run's, and one

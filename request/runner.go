@@ -60,6 +60,19 @@ type Config struct {
 	// renews the leases of every run in flight (1,000 runs: a few
 	// statements instead of 2,000), each run still losing its work context
 	// on its own when one of its leases is lost.
+	//
+	// The Batcher renews on a connection of DB that it keeps
+	// (heartbeat.BatchConfig.Pool; DB must have a Conn method, as *sql.DB
+	// and *sqlx.DB have): taken before the first run's agent starts, given
+	// back by Close. A run's tool or InTx holds one connection for its
+	// whole transaction, and the renewals then never wait behind them. So
+	// DB needs, besides the heartbeat's one, a connection per run doing
+	// database work at once (README, "Sizing the pool"); a pool that is
+	// short makes the work wait for a connection, not the heartbeat. With
+	// SeparateHeartbeats, each renewal takes a connection of DB when it
+	// runs, and one that finds none free before its lease's trust deadline
+	// loses the run: Handle then returns an error matching
+	// lease.ErrPoolExhausted (503 in httpapi), not ErrTakenOver.
 	SeparateHeartbeats bool
 	// ReleaseTimeout bounds the final writes and releases, which run even
 	// when the caller's context is already cancelled; default 5s.
@@ -268,8 +281,14 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r := &Runner{cfg: cfg, db: cfg.DB, sessions: sessions, req: req, tools: tools, log: cfg.Logger}
 	if !cfg.SeparateHeartbeats {
-		if r.batcher, err = heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: cfg.HeartbeatInterval, Clock: cfg.Lease.Clock, Logger: cfg.Logger,
-			AfterRound: r.checkInterrupts}); err != nil {
+		bc := heartbeat.BatchConfig{Interval: cfg.HeartbeatInterval, Clock: cfg.Lease.Clock, Logger: cfg.Logger,
+			AfterRound: r.checkInterrupts}
+		if p, ok := cfg.DB.(heartbeat.ConnPool); ok {
+			// The heartbeat keeps a connection of its own: renewals never
+			// wait behind the runs' transactions for one.
+			bc.Pool = p
+		}
+		if r.batcher, err = heartbeat.NewBatcher(bc); err != nil {
 			return nil, err
 		}
 	}
@@ -290,7 +309,8 @@ func (r *Runner) Sessions() *session.Locker { return r.sessions }
 // process) and waits for them; then it closes the prepared statements of
 // its session, request and tool-execution leases (see lease.Lease.Close)
 // and its own (the read of a message's request, kept prepared where
-// lease.Options.Prepare prepares the leases' statements).
+// lease.Options.Prepare prepares the leases' statements), and gives back
+// the connection that the heartbeat kept (see Config.SeparateHeartbeats).
 // It returns an error matching ctx's error when it had to cancel runs.
 //
 // Close is safe to call while messages are being handled, without Start,
@@ -303,7 +323,11 @@ func (r *Runner) Close(ctx context.Context) error {
 	if stopErr != nil {
 		stopErr = fmt.Errorf("request: close: queued runs cancelled (they resume on the next start): %w", stopErr)
 	}
-	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close(), r.findStmt.close())
+	var batchErr error
+	if r.batcher != nil {
+		batchErr = r.batcher.Close()
+	}
+	return errors.Join(stopErr, r.sessions.Close(), r.req.Close(), r.tools.Close(), r.findStmt.close(), batchErr)
 }
 
 // Message is one user message.

@@ -1,0 +1,233 @@
+package heartbeat
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/rowlease/rowlease/lease"
+)
+
+// ConnPool is a pool that gives out connections of its own: *sql.DB,
+// *sqlx.DB. A renewal on one takes its connection explicitly, so that a
+// renewal that could not get one before its trust deadline says so
+// (lease.ErrPoolExhausted).
+type ConnPool interface {
+	lease.DB
+	Conn(ctx context.Context) (*sql.Conn, error)
+}
+
+// takeConn takes a connection of p for a renewal whose context is ctx.
+// When ctx's deadline passes while it waits, the error matches
+// lease.ErrPoolExhausted: every connection was in use until the trust
+// deadline (or the pool could not open one in time).
+func takeConn(ctx context.Context, p ConnPool) (*sql.Conn, error) {
+	c, err := p.Conn(ctx)
+	if err == nil {
+		return c, nil
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !lease.IsUnavailable(err) {
+		return nil, fmt.Errorf("%w: waited for one to renew until the trust deadline: %w", lease.ErrPoolExhausted, err)
+	}
+	return nil, err
+}
+
+// singleConn reports a pool that opens one connection at most
+// (sql.DB.SetMaxOpenConns(1)): a connection kept for the renewals would
+// leave none for the work.
+func singleConn(p ConnPool) bool {
+	s, ok := p.(interface{ Stats() sql.DBStats })
+	return ok && s.Stats().MaxOpenConnections == 1
+}
+
+// connBroken reports an error after which a kept connection is not to be
+// used again: it broke, or a statement on it was cut by its context.
+func connBroken(err error) bool {
+	return err != nil && (lease.IsUnavailable(err) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled))
+}
+
+// keptConn is the connection of BatchConfig.Pool that a Batcher renews
+// on. sem (capacity 1) is held by whoever uses or changes conn: the
+// Batcher's goroutine for a round, Reserve, Close.
+type keptConn struct {
+	sem     chan struct{}
+	conn    *sql.Conn // nil until taken, and after it broke
+	closed  bool
+	waiting atomic.Int32 // renewals waiting for a connection now
+}
+
+// lock takes k.sem, or returns ctx's error.
+func (k *keptConn) lock(ctx context.Context) error {
+	select {
+	case k.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (k *keptConn) unlock() { <-k.sem }
+
+// Reserve takes the connection of BatchConfig.Pool that the Batcher
+// renews on, now, unless it keeps one already (or has no Pool, was
+// closed, or Pool opens one connection at most). Without Reserve the
+// Batcher takes it for its first round on Pool. The Batcher keeps it
+// while it has leases to renew and gives it back when it has none left
+// (a connection reserved for leases not added yet is kept for them), or
+// at Close. Call it before the work
+// that will hold the pool's other connections starts (package request
+// does, before each run's agent): a round that finds every connection in
+// use waits for one, and the runs' leases are lost, with
+// lease.ErrPoolExhausted, if none is free before their trust deadline.
+// An error matching lease.ErrPoolExhausted means no connection was free
+// before ctx's deadline; the Batcher then tries again at its next round.
+func (b *Batcher) Reserve(ctx context.Context) error {
+	p := b.cfg.Pool
+	if p == nil {
+		return nil
+	}
+	k := &b.kept
+	if err := k.lock(ctx); err != nil {
+		// Another Reserve (or a round) is waiting for a connection.
+		return takeConnErr(ctx, err)
+	}
+	defer k.unlock()
+	if k.closed || k.conn != nil || singleConn(p) {
+		return nil
+	}
+	c, err := takeConn(ctx, p)
+	if err != nil {
+		return err
+	}
+	k.conn = c
+	b.mu.Lock()
+	b.reserved = true
+	b.mu.Unlock()
+	return nil
+}
+
+// idle gives the kept connection back when the Batcher's goroutine
+// returns, keeping no lease, unless Reserve took it for a run about to
+// start or another goroutine started meanwhile: a Batcher with nothing
+// to renew holds no connection of the pool.
+func (b *Batcher) idle() {
+	k := &b.kept
+	k.sem <- struct{}{}
+	defer k.unlock()
+	b.mu.Lock()
+	busy := b.running || b.reserved
+	b.mu.Unlock()
+	if busy || k.conn == nil {
+		return
+	}
+	_ = k.conn.Close()
+	k.conn = nil
+}
+
+// takeConnErr is the error of a wait for the kept connection's lock that
+// ctx ended: its holder was waiting for a connection of the pool.
+func takeConnErr(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: waited for one to renew until the trust deadline: %w", lease.ErrPoolExhausted, err)
+	}
+	return err
+}
+
+// Close gives the Batcher's kept connection back to BatchConfig.Pool. The
+// Batcher goes on renewing the leases it is given, from then on on Pool
+// as without Pool: one connection taken per statement. Close waits for a
+// round that is using the connection (it is bounded by the leases' trust
+// deadlines); it is safe to call more than once, and without Pool.
+func (b *Batcher) Close() error {
+	k := &b.kept
+	k.sem <- struct{}{}
+	defer k.unlock()
+	k.closed = true
+	if k.conn == nil {
+		return nil
+	}
+	err := k.conn.Close()
+	k.conn = nil
+	return err
+}
+
+// waitingForConn reports whether a round is waiting for a connection of
+// the pool now: a Supervisor whose trust deadline passes meanwhile
+// reports lease.ErrPoolExhausted.
+func (b *Batcher) waitingForConn() bool { return b.kept.waiting.Load() > 0 }
+
+// errStillWaiting is the error of a loss found while the Batcher's round
+// still waits for a connection.
+var errStillWaiting = fmt.Errorf("%w: the batched renewal was still waiting for one at the trust deadline", lease.ErrPoolExhausted)
+
+// on returns the DB to send a round's statement for the leases of pool
+// on, and the function to call with the statement's error when it is
+// done:
+//
+//   - pool is BatchConfig.Pool: the kept connection, taken now if the
+//     Batcher has none (it broke, or was never taken); a connection that
+//     a statement found broken is given back, and taken again next round;
+//   - another ConnPool (or Pool after Close, or a Pool of one connection):
+//     a connection taken for this statement alone;
+//   - anything else: pool itself.
+//
+// Waiting for a connection until ctx's deadline gives an error matching
+// lease.ErrPoolExhausted.
+func (b *Batcher) on(ctx context.Context, pool lease.DB) (lease.DB, func(error), error) {
+	p, ok := pool.(ConnPool)
+	if !ok || isNilDB(pool) {
+		return pool, func(error) {}, nil
+	}
+	k := &b.kept
+	k.waiting.Add(1)
+	defer k.waiting.Add(-1)
+	if b.cfg.Pool != nil && poolOf(pool) == poolOf(b.cfg.Pool) {
+		if err := k.lock(ctx); err != nil {
+			return nil, nil, takeConnErr(ctx, err)
+		}
+		if !k.closed && !singleConn(p) {
+			if k.conn == nil {
+				c, err := takeConn(ctx, p)
+				if err != nil {
+					k.unlock()
+					return nil, nil, err
+				}
+				k.conn = c
+			}
+			return lease.OnConn(p, k.conn), func(err error) {
+				if connBroken(err) {
+					_ = k.conn.Close()
+					k.conn = nil
+				}
+				k.unlock()
+			}, nil
+		}
+		k.unlock()
+	}
+	c, err := takeConn(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lease.OnConn(p, c), func(error) { _ = c.Close() }, nil
+}
+
+// hookDB is the DB AfterRound gets: the kept connection, with the
+// function that gives the lock back, or Pool when none is kept.
+func (b *Batcher) hookDB(ctx context.Context) (lease.DB, func()) {
+	p := b.cfg.Pool
+	if p == nil {
+		return nil, func() {}
+	}
+	k := &b.kept
+	if k.lock(ctx) != nil {
+		return p, func() {}
+	}
+	if k.conn == nil {
+		k.unlock()
+		return p, func() {}
+	}
+	return lease.OnConn(p, k.conn), k.unlock
+}
