@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -182,7 +184,18 @@ func openDying(t *testing.T, d lease.Dialect) (*sqlx.DB, *dyingServer) {
 		}
 		s = startDying(t, u.Host)
 		u.Host = s.ln.Addr().String()
-		return sql.Open(driver, u.String())
+		cfg, err := pgx.ParseConfig(u.String())
+		if err != nil {
+			return nil, err
+		}
+		// pgx pings a pooled connection before reusing it once it has
+		// been idle for a second (its default), so that a connection the
+		// server dropped meanwhile is discarded, not handed to a
+		// statement. Here the server dies a moment before the flow's next
+		// statement: ping every time, as the default does for any
+		// connection idle that long. (The heartbeat renews on a connection
+		// of its own, so no renewal finds the dead ones first.)
+		return stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return true })), nil
 	})
 	return db, s
 }
