@@ -42,15 +42,17 @@
 //	12  session.ErrNotFound                         404    session-not-found         –              create the session
 //	13  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
 //	    request.ErrAgentFailed)
-//	14  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	15  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
+//	14  toolexec.ErrWriteOutsideTx (also inside     500    tool-write-outside-tx     –              none: the service's tool must be fixed
+//	    request.ErrAgentFailed)
+//	15  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	16  lease.ErrInvalid (*lease.ValidationError),  400    invalid-request           –              fix the input
 //	    toolexec.ErrInvalidArguments
-//	16  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	17  lease.ErrLost                               409    lease-lost                1 s            retry
-//	18  lease.ErrNotFound (also                     404    not-found                 –
+//	17  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	18  lease.ErrLost                               409    lease-lost                1 s            retry
+//	19  lease.ErrNotFound (also                     404    not-found                 –
 //	    request.ErrNotFound)
-//	19  lease.ErrExists                             409    already-exists            –
-//	20  lease.ErrState                              409    wrong-state               –
+//	20  lease.ErrExists                             409    already-exists            –
+//	21  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
@@ -65,9 +67,18 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 14 comes before row 15. A transient
-// database error (row 2) or an unknown external outcome (row 13) inside
-// ErrAgentFailed says more than "the agent failed", so they come first.
+// not bad client input, so row 15 comes before row 16. A transient
+// database error (row 2), an unknown external outcome (row 13) or a tool
+// that wrote outside its transaction (row 14) inside ErrAgentFailed says
+// more than "the agent failed", so they come first.
+//
+// Row 14 is a 500 without Retry-After, not row 2's 503: on SQLite a side
+// effect that writes through the pool instead of its transaction
+// (toolexec.Exec.Tx) finds the write lock held by that very transaction,
+// and every run of it fails the same way. A 503 would have clients resend
+// it forever; the fix is the service's (the error, which the handler logs,
+// says "write through x.Tx"). Nothing of the tool committed and the
+// request is marked error, so a resend after the fix runs it again.
 //
 // A message that request.Runner.Handle queued (Message.OnBusy:
 // request.Queue) comes back with a nil error and Outcome.Queued: it is

@@ -78,6 +78,8 @@ func TestProblemFor(t *testing.T) {
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
 		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
+		{"a tool wrote outside its transaction", errors.Join(wrap(request.ErrAgentFailed, &toolexec.OutsideTxError{Tool: "t", Err: sqliteError(5)}), nil),
+			500, httpapi.TypeToolWriteOutsideTx, 0},
 		{"nil", nil, 500, httpapi.TypeInternal, 0},
 		{"database down", wrap(errors.New("store: get session"), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down while the agent ran", errors.Join(wrap(request.ErrAgentFailed, refused()), refused()), 503, httpapi.TypeUnavailable, time.Second},

@@ -78,6 +78,9 @@ func ProblemFor(err error) Problem {
 		return Problem{Type: ProblemBase + TypeOutcomeUnknown, Title: "Outcome unknown", Status: http.StatusBadGateway,
 			Detail:     "an effect outside the database may or may not have happened; resend with the same client request id to reconcile it (it is never performed under a new key)",
 			RetryAfter: DefaultRetryAfter}
+	case errors.Is(err, toolexec.ErrWriteOutsideTx):
+		return Problem{Type: ProblemBase + TypeToolWriteOutsideTx, Title: "Tool wrote outside its transaction", Status: http.StatusInternalServerError,
+			Detail: "a tool of this service wrote outside its transaction, which the database refused; nothing of it committed. It is the service's bug: a resend fails the same way until the tool is fixed"}
 	case errors.Is(err, request.ErrAgentFailed):
 		return Problem{Type: ProblemBase + TypeAgentFailed, Title: "Agent failed", Status: http.StatusInternalServerError,
 			Detail: "the agent failed; retry with the same client request id"}

@@ -120,7 +120,9 @@ type Exec struct {
 
 // SideEffect runs a tool. It returns the JSON result to store. Writes to
 // the database go through x.Tx; they commit if and only if the tool is
-// marked done in the same transaction.
+// marked done in the same transaction. A write through another connection
+// is outside the fence: SQLite refuses it (*OutsideTxError), PostgreSQL
+// and MySQL commit it on its own (see the package documentation).
 type SideEffect func(ctx context.Context, x Exec) (json.RawMessage, error)
 
 // Result is the outcome of a call.
@@ -469,6 +471,9 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		if ferr != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
+			}
+			if oerr := outsideTx(call.Tool, o, ferr); oerr != nil {
+				return oerr // not transient: a write through the pool, see OutsideTxError
 			}
 			if lease.IsTransient(ferr) {
 				return &TransientError{Tool: call.Tool, Err: ferr}
