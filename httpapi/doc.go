@@ -35,7 +35,7 @@
 //	 6  request.ErrInterrupted                      409    interrupted               –              nothing: final (a resend answers the same)
 //	 7  request.ErrCancelled                        409    cancelled                 –              nothing: final (a resend answers the same)
 //	 8  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
-//	 9  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
+//	 9  request.ErrInFlight                         409    request-in-flight         heartbeat      resend after Retry-After, or with Prefer: wait, same id: get its reply
 //	10  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
 //	    request.ErrAgentFailed)
 //	11  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
@@ -58,6 +58,16 @@
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
 // as the database clock measured it; 1 s (DefaultRetryAfter) when the
 // error carries none. Retry-After is whole seconds, rounded up, at least 1.
+//
+// "Heartbeat" (InFlightRetryAfter) is the interval at which the run in
+// flight renews its leases, no longer than the time left and at least
+// 1 s: DefaultInFlightRetryAfter (10 s, request's default) from
+// ProblemFor, the Runner's own (request.Runner.HeartbeatInterval) from
+// MessageHandler. The time left on a live run's lease is about its TTL
+// (30 s by default), whatever the run needs: a run that answers in 3 s
+// would keep its client waiting ten times as long. Better still, the
+// client resends with "Prefer: wait=N" and gets the reply as soon as it is
+// stored (MessageHandler honours it, and its 409's detail says so).
 //
 // Why this order. A run that failed because the database went away comes
 // back wrapped in request.ErrAgentFailed or request.ErrTakenOver; the
@@ -171,9 +181,10 @@
 //
 // # What it does not do
 //
-// It does not log, route, or cap Retry-After (a live holder usually
+// It does not log or route, and caps no Retry-After but a request in
+// flight's (at the heartbeat interval, above): a live holder usually
 // finishes long before its lease would expire; lower p.RetryAfter if you
-// know better). It knows only rowlease's errors and the drivers' ways of
+// know better. It knows only rowlease's errors and the drivers' ways of
 // saying "unreachable".
 //
 // # Failure handling
