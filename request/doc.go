@@ -387,6 +387,15 @@
 //     refusing is not mistaken for a busy request.
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.
+//   - *lease.TimeoutError (matching context.DeadlineExceeded): one of the
+//     Runner's own bounded waits ran out, whatever ctx's deadline — the
+//     final mark of the request (its outcome and the session's release,
+//     bounded by Config.ReleaseTimeout: the database, or on SQLite its one
+//     write lock, was busy past it), or a read of Wait. The error names
+//     the wait and the setting, and says what to do: after a final mark,
+//     resend with the same client request id (the stored outcome, or 409
+//     in flight until the run's lease expires, then a run that reuses the
+//     committed tool calls). A bare context.DeadlineExceeded is ctx's own.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
 //   - session.ErrNotFound: the session has no lock row, and none is
 //     created: Config.RequireSession on the shipped session table, or a

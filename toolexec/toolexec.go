@@ -388,10 +388,10 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, g Grant, o ExecOp
 			From: []string{schema.StoredProcessing, schema.StoredStarted}, To: schema.StoredFailed,
 			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
-		return errors.Join(err, merr)
+		return errors.Join(err, releaseTimeout(o).Of(cctx, merr))
 	}
 	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
-		return errors.Join(err, rerr)
+		return errors.Join(err, releaseTimeout(o).Of(cctx, rerr))
 	}
 	return err
 }
