@@ -98,7 +98,11 @@ func Hold[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, key 
 func release[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, g lease.Grant[K], o HoldOptions) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
-	err := l.Release(cctx, db, g)
+	err := lease.TimeoutError{
+		Wait:  "heartbeat: Hold's release of the lease",
+		Limit: o.ReleaseTimeout, Setting: "heartbeat.HoldOptions.ReleaseTimeout",
+		Advice: "fn's work is done; the lease stays held until its TTL runs out, and then anyone may take it",
+	}.Of(cctx, l.Release(cctx, db, g))
 	if err == nil || errors.Is(err, lease.ErrLost) {
 		return nil // gone already: nothing of ours to give back
 	}

@@ -36,7 +36,7 @@
 //	 6  request.ErrInterrupted                      409    interrupted               –              nothing: final (a resend answers the same)
 //	 7  request.ErrCancelled                        409    cancelled                 –              nothing: final (a resend answers the same)
 //	 8  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
-//	 9  request.ErrInFlight                         409    request-in-flight         time left      resend after Retry-After, same id: get its reply
+//	 9  request.ErrInFlight                         409    request-in-flight         heartbeat      resend after Retry-After, or with Prefer: wait, same id: get its reply
 //	10  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
 //	    request.ErrAgentFailed)
 //	11  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
@@ -45,28 +45,40 @@
 //	    request.ErrAgentFailed)
 //	14  toolexec.ErrKeyTaken (also inside           409    effect-key-taken          –              use a new id: a resend answers the same
 //	    request.ErrAgentFailed)
-//	15  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	16  lease.ErrInvalid (*lease.ValidationError,   400    invalid-request           –              fix the input
+//	15  toolexec.ErrWriteOutsideTx (also inside     500    tool-write-outside-tx     –              none: the service's tool must be fixed
+//	    request.ErrAgentFailed)
+//	16  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	17  lease.ErrInvalid (*lease.ValidationError,   400    invalid-request           –              fix the input
 //	    request.ErrUnknownAgent,
 //	    request.ErrMetadataTooLarge),
 //	    toolexec.ErrInvalidArguments
-//	17  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	18  lease.ErrLost                               409    lease-lost                1 s            retry
-//	19  lease.ErrNotFound (also                     404    not-found                 –
+//	18  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	19  lease.ErrLost                               409    lease-lost                1 s            retry
+//	20  lease.ErrNotFound (also                     404    not-found                 –
 //	    request.ErrNotFound)
-//	20  lease.ErrExists                             409    already-exists            –
-//	21  lease.ErrState                              409    wrong-state               –
+//	21  lease.ErrExists                             409    already-exists            –
+//	22  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // Row 1's lease.ErrPoolExhausted is a run stopped because its heartbeat
 // found no free connection of the pool until the leases' trust deadline
-// (it matches lease.ErrLost too, so it comes before row 11 and row 18):
+// (it matches lease.ErrLost too, so it comes before row 11 and row 19):
 // nobody took the run over, and the server's pool is too small for its
 // load (README, "Sizing the pool"). A resend resumes the request.
 //
 // "Time left" is *lease.ConflictError.Remaining of the lease in the way,
 // as the database clock measured it; 1 s (DefaultRetryAfter) when the
 // error carries none. Retry-After is whole seconds, rounded up, at least 1.
+//
+// "Heartbeat" (InFlightRetryAfter) is the interval at which the run in
+// flight renews its leases, no longer than the time left and at least
+// 1 s: DefaultInFlightRetryAfter (10 s, request's default) from
+// ProblemFor, the Runner's own (request.Runner.HeartbeatInterval) from
+// MessageHandler. The time left on a live run's lease is about its TTL
+// (30 s by default), whatever the run needs: a run that answers in 3 s
+// would keep its client waiting ten times as long. Better still, the
+// client resends with "Prefer: wait=N" and gets the reply as soon as it is
+// stored (MessageHandler honours it, and its 409's detail says so).
 //
 // Why this order. A run that failed because the database went away comes
 // back wrapped in request.ErrAgentFailed or request.ErrTakenOver; the
@@ -76,16 +88,25 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 15 comes before row 16. A transient
-// database error (row 2), an unknown external outcome (row 13) or a taken
-// effect key (row 14) inside ErrAgentFailed says more than "the agent
-// failed", so they come first. A taken effect key (*toolexec.KeyTakenError)
-// is a client request id used again after its request row was deleted (by
-// hand: the sweeper keeps a tombstone): the resent message makes a call
-// whose key, derived from the client request id, is the old request's
-// call. Nothing was performed, and a resend with the same id derives the
-// same key, so it is a 409 without Retry-After, before row 20 (it also
-// matches lease.ErrExists); the client's move is a new client request id.
+// not bad client input, so row 16 comes before row 17. A transient
+// database error (row 2), an unknown external outcome (row 13), a taken
+// effect key (row 14) or a tool that wrote outside its transaction (row
+// 15) inside ErrAgentFailed says more than "the agent failed", so they
+// come first. A taken effect key (*toolexec.KeyTakenError) is a client
+// request id used again after its request row was deleted (by hand: the
+// sweeper keeps a tombstone): the resent message makes a call whose key,
+// derived from the client request id, is the old request's call. Nothing
+// was performed, and a resend with the same id derives the same key, so it
+// is a 409 without Retry-After, before row 21 (it also matches
+// lease.ErrExists); the client's move is a new client request id.
+//
+// Row 15 is a 500 without Retry-After, not row 2's 503: on SQLite a side
+// effect that writes through the pool instead of its transaction
+// (toolexec.Exec.Tx) finds the write lock held by that very transaction,
+// and every run of it fails the same way. A 503 would have clients resend
+// it forever; the fix is the service's (the error, which the handler logs,
+// says "write through x.Tx"). Nothing of the tool committed and the
+// request is marked error, so a resend after the fix runs it again.
 //
 // A message that request.Runner.Handle queued (Message.OnBusy:
 // request.Queue) comes back with a nil error and Outcome.Queued: it is
@@ -191,9 +212,10 @@
 //
 // # What it does not do
 //
-// It does not log, route, or cap Retry-After (a live holder usually
+// It does not log or route, and caps no Retry-After but a request in
+// flight's (at the heartbeat interval, above): a live holder usually
 // finishes long before its lease would expire; lower p.RetryAfter if you
-// know better). It knows only rowlease's errors and the drivers' ways of
+// know better. It knows only rowlease's errors and the drivers' ways of
 // saying "unreachable".
 //
 // # Failure handling

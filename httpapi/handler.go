@@ -29,8 +29,27 @@ type Problems struct {
 
 // For is ProblemFor(err), its type under Base and its RetryAfter capped
 // by MaxRetryAfter.
-func (ps Problems) For(err error) Problem {
+func (ps Problems) For(err error) Problem { return ps.problem(err, inFlight{}) }
+
+// inFlight is how a handler answers a message in flight beyond
+// ProblemFor: a heartbeat interval for its Retry-After (when positive),
+// and whether it honours "Prefer: wait" (and says so in the detail).
+type inFlight struct {
+	interval time.Duration
+	wait     bool
+}
+
+// problem is For, with a 409 request-in-flight answered as f says.
+func (ps Problems) problem(err error, f inFlight) Problem {
 	p := ProblemFor(err)
+	if p.Type == ProblemBase+TypeRequestInFlight {
+		if f.interval > 0 {
+			p.RetryAfter = InFlightRetryAfter(err, f.interval)
+		}
+		if f.wait {
+			p.Detail += `, or resend it with "Prefer: wait=N" to get its reply as soon as it is there (waiting up to N seconds)`
+		}
+	}
 	if ps.Base != "" {
 		if name, ok := strings.CutPrefix(p.Type, ProblemBase); ok {
 			p.Type = ps.Base + name
@@ -42,10 +61,10 @@ func (ps Problems) For(err error) Problem {
 	return p
 }
 
-// write answers err: For(err), with the RFC 9457 extension members that
-// help a client act on it (see Problem.Extensions).
-func (ps Problems) write(w http.ResponseWriter, r *http.Request, err error, requestID string) {
-	p := ps.For(err)
+// write answers err: p (For(err) or as a handler made it), with the RFC
+// 9457 extension members that help a client act on it (see
+// Problem.Extensions).
+func (ps Problems) write(w http.ResponseWriter, r *http.Request, p Problem, err error, requestID string) {
 	ext := map[string]any{}
 	if requestID != "" {
 		ext["request_id"] = requestID
@@ -130,7 +149,11 @@ type QueuedBody struct {
 //     position (cfg.WriteQueued);
 //   - an error is a problem+json (cfg.Fail): 409 with Retry-After for a
 //     busy session or a message in flight, and the rest of the table in
-//     the package documentation.
+//     the package documentation. The default Fail gives a message in
+//     flight (409 request-in-flight) the Retry-After of
+//     InFlightRetryAfter with the Runner's heartbeat interval
+//     (request.Runner.HeartbeatInterval), and, unless cfg.MaxWait is
+//     negative, a detail that points the client at "Prefer: wait=N".
 //
 // "Prefer: wait=N" (capped by cfg.MaxWait): a message in flight (409
 // request-in-flight) or queued (202) is waited for up to N seconds with
@@ -154,7 +177,10 @@ func (h *messageHandler) fail(w http.ResponseWriter, r *http.Request, err error,
 		h.cfg.Fail(w, r, err)
 		return
 	}
-	h.cfg.Problems.write(w, r, err, requestID)
+	// A message in flight: ask again at the pace its run proves it is
+	// alive, not when its lease would expire, or wait for it.
+	f := inFlight{interval: h.cfg.Runner.HeartbeatInterval(), wait: h.cfg.MaxWait >= 0}
+	h.cfg.Problems.write(w, r, h.cfg.Problems.problem(err, f), err, requestID)
 }
 
 // ServeHTTP handles one message.
@@ -323,7 +349,7 @@ func (h *statusHandler) fail(w http.ResponseWriter, r *http.Request, err error, 
 		h.cfg.Fail(w, r, err)
 		return
 	}
-	h.cfg.Problems.write(w, r, err, requestID)
+	h.cfg.Problems.write(w, r, h.cfg.Problems.For(err), err, requestID)
 }
 
 // ServeHTTP answers one status.

@@ -63,6 +63,8 @@ func TestProblemFor(t *testing.T) {
 		{"session.ErrBusy alone", wrap(session.ErrBusy, busy), 409, httpapi.TypeSessionBusy, 2100 * time.Millisecond},
 		{"in flight", wrap(request.ErrInFlight, busy), 409, httpapi.TypeRequestInFlight, 2100 * time.Millisecond},
 		{"in flight, expired just now", wrap(request.ErrInFlight, &lease.ConflictError{Remaining: 0}), 409, httpapi.TypeRequestInFlight, time.Second},
+		{"in flight, a long lease left", wrap(request.ErrInFlight, &lease.ConflictError{Remaining: 25 * time.Second}), 409, httpapi.TypeRequestInFlight,
+			httpapi.DefaultInFlightRetryAfter},
 		{"tool conflict", wrap(toolexec.ErrConflict, toolBusy), 409, httpapi.TypeToolInFlight, 7 * time.Second},
 		{"tool conflict returned by the agent", errors.Join(wrap(request.ErrAgentFailed, wrap(toolexec.ErrConflict, toolBusy)), nil),
 			409, httpapi.TypeToolInFlight, 7 * time.Second},
@@ -100,6 +102,8 @@ func TestProblemFor(t *testing.T) {
 			500, httpapi.TypeAgentFailed, 0},
 		{"effect key taken, returned by the agent", wrap(request.ErrAgentFailed, keyTaken()), 409, httpapi.TypeEffectKeyTaken, 0},
 		{"effect key taken", keyTaken(), 409, httpapi.TypeEffectKeyTaken, 0},
+		{"a tool wrote outside its transaction", errors.Join(wrap(request.ErrAgentFailed, &toolexec.OutsideTxError{Tool: "t", Err: sqliteError(5)}), nil),
+			500, httpapi.TypeToolWriteOutsideTx, 0},
 		{"nil", nil, 500, httpapi.TypeInternal, 0},
 		{"database down", wrap(errors.New("store: get session"), refused()), 503, httpapi.TypeUnavailable, time.Second},
 		{"database down while the agent ran", errors.Join(wrap(request.ErrAgentFailed, refused()), refused()), 503, httpapi.TypeUnavailable, time.Second},
@@ -313,6 +317,16 @@ func TestSetPreferenceApplied(t *testing.T) {
 	h.Set("Preference-Applied", "return=minimal")
 	httpapi.SetPreferenceApplied(h, time.Second)
 	assert.Equal(t, []string{"return=minimal", "wait=1"}, h.Values("Preference-Applied"), "added, not replaced")
+}
+
+// InFlightRetryAfter: the heartbeat interval, no longer than the time
+// left on the lease in the way, at least 1 s.
+func TestInFlightRetryAfter(t *testing.T) {
+	left := func(d time.Duration) error { return wrap(request.ErrInFlight, &lease.ConflictError{Remaining: d}) }
+	assert.Equal(t, 2*time.Second, httpapi.InFlightRetryAfter(left(28*time.Second), 2*time.Second), "the interval")
+	assert.Equal(t, 1500*time.Millisecond, httpapi.InFlightRetryAfter(left(1500*time.Millisecond), 10*time.Second), "the time left")
+	assert.Equal(t, time.Second, httpapi.InFlightRetryAfter(left(28*time.Second), 100*time.Millisecond), "at least 1 s")
+	assert.Equal(t, time.Second, httpapi.InFlightRetryAfter(request.ErrInFlight, 10*time.Second), "no time left known")
 }
 
 // TestRetryAfterOfEvery409: WriteError sends Retry-After with every 409

@@ -41,6 +41,7 @@ const (
 	TypeOutcomeUnknown        = "outcome-unknown"          // 502, Retry-After
 	TypeDatabaseBusy          = "database-busy"            // 503, Retry-After
 	TypeAgentFailed           = "agent-failed"             // 500
+	TypeToolWriteOutsideTx    = "tool-write-outside-tx"    // 500
 	TypeInternal              = "internal"                 // 500
 	TypeUnavailable           = "unavailable"              // 503, Retry-After
 	TypePoolExhausted         = "pool-exhausted"           // 503, Retry-After

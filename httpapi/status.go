@@ -15,6 +15,15 @@ import (
 // how long the lease in the way has left, and of a 503.
 const DefaultRetryAfter = time.Second
 
+// DefaultInFlightRetryAfter bounds the Retry-After of a 409
+// request-in-flight from ProblemFor: request.Runner's default heartbeat
+// interval (TTL 30 s / 3). The run in flight answers when it is done,
+// usually long before its lease would expire, so the time left on that
+// lease (TTL, renewed every interval) is a worst case, not when an answer
+// is likely. MessageHandler uses its Runner's own interval
+// (request.Runner.HeartbeatInterval).
+const DefaultInFlightRetryAfter = 10 * time.Second
+
 // StatusCode is the HTTP status code for err: ProblemFor(err).Status.
 func StatusCode(err error) int { return ProblemFor(err).Status }
 
@@ -23,9 +32,10 @@ func StatusCode(err error) int { return ProblemFor(err).Status }
 // its status, stable type, title, a detail that is safe to show, and for
 // every 409 that a retry can resolve and every 503 a RetryAfter — the
 // time left on the lease in the way (*lease.ConflictError.Remaining),
-// else DefaultRetryAfter. It does not cap RetryAfter: a live holder
-// usually finishes long before its lease expires, so a caller may lower
-// it (p.RetryAfter = min(p.RetryAfter, limit)).
+// else DefaultRetryAfter; for a request in flight, that time left at most
+// DefaultInFlightRetryAfter (InFlightRetryAfter). It does not cap the
+// others: a live holder usually finishes long before its lease expires,
+// so a caller may lower it (p.RetryAfter = min(p.RetryAfter, limit)).
 //
 // The checks run in the order of the table in the package documentation;
 // the first that matches decides. Errors it does not know, and nil, are
@@ -67,8 +77,10 @@ func ProblemFor(err error) Problem {
 		return conflict(err, TypeSessionBusy, "Session busy",
 			"the session is answering another message; retry with the same client request id after Retry-After seconds")
 	case errors.Is(err, request.ErrInFlight):
-		return conflict(err, TypeRequestInFlight, "Request in flight",
+		p := conflict(err, TypeRequestInFlight, "Request in flight",
 			"this client request id is being answered right now (another device or an earlier try); retry after Retry-After seconds to get its reply")
+		p.RetryAfter = InFlightRetryAfter(err, DefaultInFlightRetryAfter)
+		return p
 	case errors.Is(err, toolexec.ErrConflict):
 		return conflict(err, TypeToolInFlight, "Tool call in flight",
 			"a tool call of this message is still running elsewhere; retry with the same client request id after Retry-After seconds")
@@ -85,6 +97,9 @@ func ProblemFor(err error) Problem {
 	case errors.Is(err, toolexec.ErrKeyTaken):
 		return Problem{Type: ProblemBase + TypeEffectKeyTaken, Title: "Effect key taken", Status: http.StatusConflict,
 			Detail: "a tool call of this message has the effect key of a call that an earlier message with this client request id made, whose record is gone; nothing was performed: use a new client request id for a new message"}
+	case errors.Is(err, toolexec.ErrWriteOutsideTx):
+		return Problem{Type: ProblemBase + TypeToolWriteOutsideTx, Title: "Tool wrote outside its transaction", Status: http.StatusInternalServerError,
+			Detail: "a tool of this service wrote outside its transaction, which the database refused; nothing of it committed. It is the service's bug: a resend fails the same way until the tool is fixed"}
 	case errors.Is(err, request.ErrAgentFailed):
 		return Problem{Type: ProblemBase + TypeAgentFailed, Title: "Agent failed", Status: http.StatusInternalServerError,
 			Detail: "the agent failed; retry with the same client request id"}
@@ -133,6 +148,16 @@ func conflict(err error, name, title, detail string) Problem {
 func lost(name, title, detail string) Problem {
 	return Problem{Type: ProblemBase + name, Title: title, Status: http.StatusConflict, Detail: detail,
 		RetryAfter: DefaultRetryAfter}
+}
+
+// InFlightRetryAfter is the Retry-After of a 409 request-in-flight (err
+// matches request.ErrInFlight) for a run whose leases are renewed every
+// interval: interval, but no longer than the time left on the lease in
+// the way (once it expires, a resend takes the run over) and at least
+// DefaultRetryAfter. Without a time left in err, DefaultRetryAfter.
+func InFlightRetryAfter(err error, interval time.Duration) time.Duration {
+	left := retryAfter(err)
+	return max(min(interval, left), DefaultRetryAfter)
 }
 
 // retryAfter is the time left on the lease in the way, when err carries

@@ -29,6 +29,8 @@
 //	errors.go      sentinels, error types, IsDuplicateKey, IsRetryable, IsTransient
 //	unavailable.go IsUnavailable: a database that cannot be reached or serve;
 //	               IsUnavailableIn, ForeignError: whose network error it is
+//	timeout.go     TimeoutError: a wait that rowlease bounds itself, named
+//	onconn.go      OnConn: a Lease's operations on one of a pool's connections
 //	dialect.go     Dialect, its SQL fragments, Rebind, Quote, SyncWait
 //	table.go       Columns and Table
 //	token.go       Token, which never prints its secret
@@ -262,6 +264,13 @@
 //   - On SQLite, a busy timeout of 0 or a journal mode other than WAL is
 //     logged as a warning (Options.Logger) at first use, not refused: see
 //     First use.
+//   - *TimeoutError: a wait that the library bounds itself (not the
+//     caller's deadline) ran out, such as a clean-up write bounded by a
+//     ReleaseTimeout. It names the wait, its bound and its setting, and
+//     says what to do; it matches context.DeadlineExceeded. The packages
+//     above lease return it from their bounded waits (TimeoutError.Of), so
+//     that a bare "context deadline exceeded" comes only from the
+//     caller's own context.
 //   - Any other error is the driver's, returned as it is: the outcome of a
 //     write that failed this way is unknown (it may have committed). Never
 //     treat it as loss, and never treat loss as a transient error; retry

@@ -495,6 +495,15 @@
 //     loss, the leases given back, the request left processing and free.
 //     Nobody took it over: the pool is too small (README, "Sizing the
 //     pool"; Config.SeparateHeartbeats). A retry resumes.
+//   - *lease.TimeoutError (matching context.DeadlineExceeded): one of the
+//     Runner's own bounded waits ran out, whatever ctx's deadline — the
+//     final mark of the request (its outcome and the session's release,
+//     bounded by Config.ReleaseTimeout: the database, or on SQLite its one
+//     write lock, was busy past it), or a read of Wait. The error names
+//     the wait and the setting, and says what to do: after a final mark,
+//     resend with the same client request id (the stored outcome, or 409
+//     in flight until the run's lease expires, then a run that reuses the
+//     committed tool calls). A bare context.DeadlineExceeded is ctx's own.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
 //   - *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid): the message
 //     names an agent that Config.Agents does not have; nothing was

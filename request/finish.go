@@ -160,7 +160,7 @@ func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assi
 		// then the session is freed.
 		_, err := r.req.Transition(cctx, r.db, run.req, lease.ChangeOptions{From: []string{schema.StoredProcessing}, To: to, Set: set})
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-		return takenOver(err)
+		return r.markTimeout().Of(cctx, takenOver(err))
 	}
 	// PostgreSQL: one statement, in lock order: the session first, as
 	// everywhere.
@@ -170,7 +170,7 @@ func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assi
 	if rerr := errs[0]; rerr != nil && !errors.Is(rerr, lease.ErrLost) {
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	}
-	return takenOver(errs[1])
+	return r.markTimeout().Of(cctx, takenOver(errs[1]))
 }
 
 // takenOver maps a lost request lease to ErrTakenOver (still matching

@@ -301,6 +301,13 @@ func New(cfg Config) (*Runner, error) {
 // Sessions returns the session locker (to create sessions, inspect them).
 func (r *Runner) Sessions() *session.Locker { return r.sessions }
 
+// HeartbeatInterval is the interval at which a run's leases are renewed
+// (Config.HeartbeatInterval, or its default TTL/3). A client that finds a
+// message in flight (ErrInFlight) may ask again at this pace: the run's
+// lease usually has far longer left than the run needs (httpapi's
+// MessageHandler sends it as the Retry-After of such a 409).
+func (r *Runner) HeartbeatInterval() time.Duration { return r.cfg.HeartbeatInterval }
+
 // Close shuts the Runner down; it is its one shutdown. It stops the
 // dispatcher and the sweeper at once, lets the runs that the Runner started
 // from the queue finish until ctx is done, then cancels the rest (their

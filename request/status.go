@@ -180,6 +180,7 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		changed := r.changedChan()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 		st, err := r.Status(rctx, sessionKey, clientRequestID)
+		err = r.readTimeout().Of(rctx, err)
 		cancel()
 		if err != nil {
 			return st, err

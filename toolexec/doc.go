@@ -110,7 +110,8 @@
 //   - Exec.Generation and External.Generation are the tool execution's
 //     fencing generation, for systems outside the database that fence.
 //   - A transient database error inside a side effect's transaction
-//     (deadlock, serialization failure, lock wait timeout, SQLite busy) is
+//     (deadlock, serialization failure, lock wait timeout, SQLite busy
+//     other than a write outside Exec.Tx, below) is
 //     not the tool's failure: the transaction is run again, a few times
 //     with backoff, and then reported as ErrTransient. Each run is watched
 //     (ExecOptions.Watch) until its final mark, so a run after a transient
@@ -148,6 +149,38 @@
 // including other flows' heartbeats. Keep SQLite side effects short, or do
 // the slow part outside the database with ExecuteExternal.
 //
+// # Writes outside Exec.Tx
+//
+// A side effect's database writes must go through Exec.Tx. A write
+// through the pool (another connection) is outside the fence, and what
+// happens to it depends on the dialect:
+//
+//   - SQLite: the side effect's transaction already holds the database's
+//     only write lock (with ExecOptions.Flow, which request.Run sets), so
+//     the pool's write waits for its connection's busy timeout (10 s with
+//     schema.SQLiteDSN's default) and fails with SQLITE_BUSY. Inside that
+//     transaction Exec.Tx never waits for the lock, so a busy error from
+//     the side effect can only be such a write: Execute returns it at
+//     once as *OutsideTxError (ErrWriteOutsideTx), "write through x.Tx",
+//     without running the transaction again and without calling it
+//     transient. Nothing committed; the call is not marked error and is
+//     left free. The one busy timeout is still waited: it is the pool's
+//     own setting, the wait every other writer on the file (other flows'
+//     claims and heartbeats behind a side effect) relies on, and toolexec
+//     cannot tell this write from theirs before it fails; shortening it
+//     for everyone would turn their waits into errors. Without
+//     ExecOptions.Flow (Execute called directly) toolexec cannot tell
+//     whether the transaction held the lock (a deferred BEGIN takes it at
+//     its first write), and a busy error stays transient.
+//   - PostgreSQL and MySQL/MariaDB: nothing refuses it. The write commits
+//     at once, on its own: it stays when the tool fails, when a fence
+//     fails, and it is made again when the call runs again (a retry, a
+//     takeover). A write through the pool to a row that Exec.Tx has
+//     already written waits for that transaction, which waits for the
+//     side effect: on PostgreSQL until ctx ends (or lock_timeout), on
+//     MySQL until innodb_lock_wait_timeout, whose error is transient (the
+//     transaction is run again, then ErrTransient).
+//
 // An external effect is exactly-once only if the remote side honours the
 // effect key (or is reconciled); toolexec cannot undo an effect whose
 // result it failed to record. When a call's row is lost, so is the
@@ -170,6 +203,11 @@
 //     key; reconcile before acting again. It is a lease.ForeignError: the
 //     error it wraps is the remote side's, even a refused or reset
 //     connection, and lease.IsUnavailable does not look below it.
+//   - *OutsideTxError (ErrWriteOutsideTx), on SQLite: the side effect
+//     wrote through another connection instead of Exec.Tx (see "Writes
+//     outside Exec.Tx"); nothing committed, the call is left free, and
+//     every run fails the same way until the tool is fixed. Not
+//     transient; httpapi answers it 500 without Retry-After.
 //   - *TransientError (ErrTransient): the database kept failing
 //     transiently; nothing committed, the call is left free; retry.
 //   - An error lease.IsUnavailableIn finds the database's, returned by
@@ -193,4 +231,9 @@
 //     another session gives an error matching lease.ErrExists too.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.
+//   - *lease.TimeoutError (matching context.DeadlineExceeded), joined to
+//     the call's error: the write that records a failed call (marking it
+//     error, or giving its lease back) ran past ExecOptions.ReleaseTimeout.
+//     The call stays held until its lease expires; a retry before then
+//     gets ErrConflict.
 package toolexec

@@ -246,7 +246,7 @@ func (s *Store) giveBack(ctx context.Context, db Beginner, g Grant, o ExecOption
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
 	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
-		return errors.Join(err, rerr)
+		return errors.Join(err, releaseTimeout(o).Of(cctx, rerr))
 	}
 	return err
 }

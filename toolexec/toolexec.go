@@ -142,7 +142,9 @@ type Exec struct {
 
 // SideEffect runs a tool. It returns the JSON result to store. Writes to
 // the database go through x.Tx; they commit if and only if the tool is
-// marked done in the same transaction.
+// marked done in the same transaction. A write through another connection
+// is outside the fence: SQLite refuses it (*OutsideTxError), PostgreSQL
+// and MySQL commit it on its own (see the package documentation).
 type SideEffect func(ctx context.Context, x Exec) (json.RawMessage, error)
 
 // Result is the outcome of a call.
@@ -430,10 +432,10 @@ func (s *Store) afterFailure(ctx context.Context, db Beginner, g Grant, o ExecOp
 			From: []string{schema.StoredProcessing, schema.StoredStarted}, To: schema.StoredFailed,
 			Set: []lease.Assignment{lease.Set(schema.ColError, schema.ErrorText(failed.Err.Error()))},
 		})
-		return errors.Join(err, merr)
+		return errors.Join(err, releaseTimeout(o).Of(cctx, merr))
 	}
 	if rerr := s.l.Release(cctx, o.db(db), g); rerr != nil && !errors.Is(rerr, lease.ErrLost) {
-		return errors.Join(err, rerr)
+		return errors.Join(err, releaseTimeout(o).Of(cctx, rerr))
 	}
 	return err
 }
@@ -514,6 +516,9 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		if ferr != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
+			}
+			if oerr := outsideTx(call.Tool, o, ferr); oerr != nil {
+				return oerr // not transient: a write through the pool, see OutsideTxError
 			}
 			if lease.IsTransient(ferr) {
 				return &TransientError{Tool: call.Tool, Err: ferr}
