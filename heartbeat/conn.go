@@ -20,15 +20,18 @@ type ConnPool interface {
 }
 
 // takeConn takes a connection of p for a renewal whose context is ctx.
-// When ctx's deadline passes while it waits, the error matches
+// When ctx's deadline passes while it waits for a database/sql pool whose
+// every connection is open and in use (full), the error matches
 // lease.ErrPoolExhausted: every connection was in use until the trust
-// deadline (or the pool could not open one in time).
+// deadline. A wait that ctx cuts short otherwise — a new connection being
+// dialled, a pool that database/sql does not bound — is ctx's error.
 func takeConn(ctx context.Context, p ConnPool) (*sql.Conn, error) {
+	wasFull := full(p)
 	c, err := p.Conn(ctx)
 	if err == nil {
 		return c, nil
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !lease.IsUnavailable(err) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && !lease.IsUnavailable(err) && (wasFull || full(p)) {
 		return nil, fmt.Errorf("%w: waited for one to renew until the trust deadline: %w", lease.ErrPoolExhausted, err)
 	}
 	return nil, err
@@ -57,6 +60,7 @@ type keptConn struct {
 	conn    *sql.Conn // nil until taken, and after it broke
 	closed  bool
 	waiting atomic.Int32 // renewals waiting for a connection now
+	starved atomic.Bool  // the last wait for a connection ran out (take)
 }
 
 // lock takes k.sem, or returns ctx's error.
@@ -90,15 +94,20 @@ func (b *Batcher) Reserve(ctx context.Context) error {
 		return nil
 	}
 	k := &b.kept
-	if err := k.lock(ctx); err != nil {
-		// Another Reserve (or a round) is waiting for a connection.
-		return takeConnErr(ctx, err)
+	select {
+	case k.sem <- struct{}{}:
+	default:
+		// A round renews on the kept connection (its statement may be
+		// waiting for a row lock: the run must not wait behind it), or
+		// another Reserve is taking one: either way the rounds have one,
+		// or take one.
+		return nil
 	}
 	defer k.unlock()
 	if k.closed || k.conn != nil || singleConn(p) {
 		return nil
 	}
-	c, err := takeConn(ctx, p)
+	c, err := b.take(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -127,13 +136,38 @@ func (b *Batcher) idle() {
 	k.conn = nil
 }
 
-// takeConnErr is the error of a wait for the kept connection's lock that
-// ctx ended: its holder was waiting for a connection of the pool.
-func takeConnErr(ctx context.Context, err error) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("%w: waited for one to renew until the trust deadline: %w", lease.ErrPoolExhausted, err)
+// take takes a connection of p (takeConn). It counts as waiting for the
+// pool meanwhile (waitingForConn) only when p is a database/sql pool with
+// every connection it may open in use (full): then the wait is for
+// another holder to give one back. Otherwise db.Conn finds an idle
+// connection or dials a new one, and a dial that the trust deadline cuts
+// short (a connection the round's statement had to drop, taken again
+// late) is not an exhausted pool. A pool that database/sql does not bound
+// (pgxpool behind stdlib.OpenDBFromPool, which bounds it itself) is never
+// counted: give it SetMaxOpenConns equal to its own limit to have its
+// exhaustion told apart.
+func (b *Batcher) take(ctx context.Context, p ConnPool) (*sql.Conn, error) {
+	if full(p) {
+		b.kept.waiting.Add(1)
+		defer b.kept.waiting.Add(-1)
 	}
-	return err
+	c, err := takeConn(ctx, p)
+	// Until a connection is taken again, a round that gave up waiting
+	// still counts: a Supervisor may look between its end and its
+	// result.
+	b.kept.starved.Store(errors.Is(err, lease.ErrPoolExhausted))
+	return c, err
+}
+
+// full reports whether p is a database/sql pool whose every connection is
+// open and in use, at its SetMaxOpenConns limit.
+func full(p ConnPool) bool {
+	s, ok := p.(interface{ Stats() sql.DBStats })
+	if !ok {
+		return false
+	}
+	st := s.Stats()
+	return st.MaxOpenConnections > 0 && st.OpenConnections >= st.MaxOpenConnections && st.Idle == 0
 }
 
 // Close gives the Batcher's kept connection back to BatchConfig.Pool. The
@@ -157,7 +191,9 @@ func (b *Batcher) Close() error {
 // waitingForConn reports whether a round is waiting for a connection of
 // the pool now: a Supervisor whose trust deadline passes meanwhile
 // reports lease.ErrPoolExhausted.
-func (b *Batcher) waitingForConn() bool { return b.kept.waiting.Load() > 0 }
+func (b *Batcher) waitingForConn() bool {
+	return b.kept.waiting.Load() > 0 || b.kept.starved.Load()
+}
 
 // errStillWaiting is the error of a loss found while the Batcher's round
 // still waits for a connection.
@@ -182,15 +218,20 @@ func (b *Batcher) on(ctx context.Context, pool lease.DB) (lease.DB, func(error),
 		return pool, func(error) {}, nil
 	}
 	k := &b.kept
-	k.waiting.Add(1)
-	defer k.waiting.Add(-1)
 	if b.cfg.Pool != nil && poolOf(pool) == poolOf(b.cfg.Pool) {
-		if err := k.lock(ctx); err != nil {
-			return nil, nil, takeConnErr(ctx, err)
+		// Waiting here is waiting for the Batcher's own previous
+		// statement on the kept connection (a row lock it waits for, say),
+		// not for the pool: it does not count as waiting for a connection.
+		select {
+		case k.sem <- struct{}{}: // free: taken even if ctx has ended
+		default:
+			if err := k.lock(ctx); err != nil {
+				return nil, nil, err
+			}
 		}
 		if !k.closed && !singleConn(p) {
 			if k.conn == nil {
-				c, err := takeConn(ctx, p)
+				c, err := b.take(ctx, p)
 				if err != nil {
 					k.unlock()
 					return nil, nil, err
@@ -207,7 +248,7 @@ func (b *Batcher) on(ctx context.Context, pool lease.DB) (lease.DB, func(error),
 		}
 		k.unlock()
 	}
-	c, err := takeConn(ctx, p)
+	c, err := b.take(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -65,10 +65,20 @@ func TestLockPathStatements(t *testing.T) {
 			e.pauseSideEffect = c
 			ctx := bg(t)
 			require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
-			// A first request prepares the lease statements on SQLite and
-			// MySQL (once per pool); count the steady state after it.
-			_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "warm-up", Content: "x"}, twoRoundsOneTool(c))
-			require.NoError(t, err)
+			// The first requests prepare the lease statements on SQLite and
+			// MySQL (once per connection of the pool, which may hand the
+			// next request a connection the first did not use): warm up
+			// until a request prepares nothing, and count the steady state
+			// after it.
+			for i := 0; ; i++ {
+				c.Reset()
+				_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: fmt.Sprintf("warm-up-%d", i), Content: "x"}, twoRoundsOneTool(c))
+				require.NoError(t, err)
+				if c.Stats().Prepares == 0 || i == 4 {
+					break
+				}
+			}
+			rowsBefore := e.ledgerRows(t)
 			c.Reset()
 			c.Record(true)
 			out, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "lunch 35"}, twoRoundsOneTool(c))
@@ -97,7 +107,7 @@ func TestLockPathStatements(t *testing.T) {
 			assert.Zero(t, st.Rollbacks)
 			assert.Zero(t, st.Prepares)
 			assert.Equal(t, want.statements+2*want.transactions, st.Statements+st.Begins+st.Commits, "round trips")
-			assert.Equal(t, 2, e.ledgerRows(t))
+			assert.Equal(t, rowsBefore+1, e.ledgerRows(t))
 
 			// A replay of the finished request is one read, and takes no
 			// lock.

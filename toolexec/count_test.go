@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -62,9 +63,17 @@ func TestToolStatements(t *testing.T) {
 				return err
 			}
 			for _, kind := range []string{"in the database", "external"} {
-				// A first call prepares the lone statements on SQLite
-				// (once per pool); count the steady state after it.
-				require.NoError(t, call(kind, e.newFlow(t, "warm-"+kind, ttl)))
+				// The first calls prepare the lone statements on SQLite
+				// (once per connection of the pool, which may hand the next
+				// call a connection the first did not use): warm up until a
+				// call prepares nothing, and count the steady state after it.
+				for i := 0; ; i++ {
+					c.Reset()
+					require.NoError(t, call(kind, e.newFlow(t, fmt.Sprintf("warm-%s-%d", kind, i), ttl)))
+					if c.Stats().Prepares == 0 || i == 4 {
+						break
+					}
+				}
 				f := e.newFlow(t, "s-"+kind, ttl)
 				c.Reset()
 				c.Record(true)
