@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,13 +91,8 @@ func (l *Lease[K]) ConfirmPut(ctx context.Context, db DB, g Grant[K], row Row) (
 // putSQL is ConfirmPut's one statement on PostgreSQL and SQLite.
 func (l *Lease[K]) putSQL(row Row) string {
 	d := l.dialect
-	t := Table{name: row.Table}
-	cols := make([]string, len(row.Columns))
-	ph := make([]string, len(row.Columns))
-	for i, c := range row.Columns {
-		cols[i], ph[i] = d.quote(c), "{c"+strconv.Itoa(i)+"}"
-	}
-	ins := "INSERT INTO " + t.qname(d) + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(ph, ", ")
+	into, ph := insertInto(d, row)
+	ins := into + " SELECT " + ph
 	upsert := " ON CONFLICT (" + quoteAll(d, row.Key) + ") DO UPDATE SET " + l.updateSet(row, func(c string) string {
 		return "excluded." + d.quote(c)
 	})
@@ -108,12 +104,23 @@ func (l *Lease[K]) putSQL(row Row) string {
 	return ins + " WHERE EXISTS (" + held + ")" + upsert
 }
 
+// insertInto is "INSERT INTO t (columns)" for row, and the placeholders
+// of its values ({c0}, {c1}, …), comma-separated.
+func insertInto(d Dialect, row Row) (into, placeholders string) {
+	cols := make([]string, len(row.Columns))
+	ph := make([]string, len(row.Columns))
+	for i, c := range row.Columns {
+		cols[i], ph[i] = d.quote(c), "{c"+strconv.Itoa(i)+"}"
+	}
+	return "INSERT INTO " + Table{name: row.Table}.qname(d) + " (" + strings.Join(cols, ", ") + ")", strings.Join(ph, ", ")
+}
+
 // updateSet assigns every column of row that is not in its key the value
 // val gives.
 func (l *Lease[K]) updateSet(row Row, val func(c string) string) string {
 	var parts []string
 	for _, c := range row.Columns {
-		if !contains(row.Key, c) {
+		if !slices.Contains(row.Key, c) {
 			parts = append(parts, l.dialect.quote(c)+" = "+val(c))
 		}
 	}
@@ -128,13 +135,8 @@ func (l *Lease[K]) putMySQL(ctx context.Context, db DB, g Grant[K], row Row, m m
 		return invalid("db", fmt.Sprintf("%T cannot begin a transaction (ConfirmPut on MySQL needs a pool)", db))
 	}
 	d := l.dialect
-	cols := make([]string, len(row.Columns))
-	ph := make([]string, len(row.Columns))
-	for i, c := range row.Columns {
-		cols[i], ph[i] = d.quote(c), "{c"+strconv.Itoa(i)+"}"
-	}
-	ins := compile(d, "INSERT INTO "+Table{name: row.Table}.qname(d)+" ("+strings.Join(cols, ", ")+") VALUES ("+
-		strings.Join(ph, ", ")+") ON DUPLICATE KEY UPDATE "+l.updateSet(row, func(c string) string {
+	into, ph := insertInto(d, row)
+	ins := compile(d, into+" VALUES ("+ph+") ON DUPLICATE KEY UPDATE "+l.updateSet(row, func(c string) string {
 		return "VALUES(" + d.quote(c) + ")"
 	}))
 	return retryVictims(ctx, d, b, func() error {
@@ -162,7 +164,7 @@ func (l *Lease[K]) putMySQL(ctx context.Context, db DB, g Grant[K], row Row, m m
 
 // checkRow checks ConfirmPut's row before any SQL.
 func checkRow(row Row) error {
-	if _, err := NewTable(row.Table, Columns{Key: "k", Holder: "h", Token: "t", ExpiresAt: "e", Generation: "g"}); err != nil {
+	if err := checkTableName(row.Table); err != nil {
 		return err
 	}
 	if len(row.Columns) == 0 {
@@ -195,19 +197,11 @@ func checkRow(row Row) error {
 	return nil
 }
 
+// quoteAll quotes each column and joins them with commas.
 func quoteAll(d Dialect, cols []string) string {
 	q := make([]string, len(cols))
 	for i, c := range cols {
 		q[i] = d.quote(c)
 	}
 	return strings.Join(q, ", ")
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -44,20 +44,29 @@ func validIdent(s string) bool {
 	return true
 }
 
+// checkTableName checks a table name, optionally schema-qualified
+// ("schema.table"): each part an identifier (validIdent).
+func checkTableName(name string) error {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return invalid("table name", fmt.Sprintf("%q has more than one dot", name))
+	}
+	for _, p := range parts {
+		if !validIdent(p) {
+			return invalid("table name", fmt.Sprintf("%q is not a valid identifier", name))
+		}
+	}
+	return nil
+}
+
 // NewTable validates a table name (optionally schema-qualified, "schema.table")
 // and its columns. Names are identifiers: a letter or underscore followed by
 // letters, digits and underscores, at most 63 characters. They are quoted in
 // SQL, so give them as the database stores them. Column names must be
 // distinct.
 func NewTable(name string, cols Columns) (Table, error) {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return Table{}, invalid("table name", fmt.Sprintf("%q has more than one dot", name))
-	}
-	for _, p := range parts {
-		if !validIdent(p) {
-			return Table{}, invalid("table name", fmt.Sprintf("%q is not a valid identifier", name))
-		}
+	if err := checkTableName(name); err != nil {
+		return Table{}, err
 	}
 	seen := map[string]string{}
 	check := func(field, col string, required bool) error {

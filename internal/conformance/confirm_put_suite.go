@@ -154,7 +154,10 @@ func confirmPutStaleAgainstTakeover(t *testing.T, e Env) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; ; i++ {
+		// Bounded: puts that each renew the lease can keep it alive for
+		// as long as they come faster than its TTL; after the last, it
+		// lapses and the takeover lands whatever the timing.
+		for i := 0; i < 300; i++ {
 			select {
 			case <-stop:
 				return
