@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -53,12 +54,12 @@ type BatchConfig struct {
 	// (sql.DB.SetMaxOpenConns(1)) cannot spare one, and the Batcher takes
 	// a connection for each statement instead, as it does for leases on
 	// other pools. Leases are on Pool when the DB given to ForLease is Pool,
-	// or a lease.FlowDB made on it.
+	// or a engine.FlowDB made on it.
 	Pool ConnPool
 }
 
 // Batcher renews the leases of many Supervisors together: every Interval,
-// one statement per table (per lease.MaxBatch leases) renews every lease
+// one statement per table (per engine.MaxBatch leases) renews every lease
 // it keeps — lease.Lease.RenewMany — instead of one statement per lease.
 // A thousand runs in flight, each with a session and a request lease, cost
 // two statements per Interval instead of two thousand.
@@ -118,7 +119,7 @@ type BatchConfig struct {
 // # SQLite
 //
 // On SQLite a fenced transaction holds the database's only write lock, and
-// a flow renews its leases inside its own open transaction (lease.FlowDB).
+// a flow renews its leases inside its own open transaction (engine.FlowDB).
 // A batch on the pool would wait behind it, so a round renews the leases
 // of a flow whose transaction is open through its FlowDB, one statement
 // each, and puts off the batch of the other flows on that database
@@ -362,7 +363,7 @@ func (b *Batcher) afterRound() {
 }
 
 // renew renews due: first, alone, the leases of flows with a transaction
-// open (SQLite); then every group in one statement per lease.MaxBatch,
+// open (SQLite); then every group in one statement per engine.MaxBatch,
 // except groups on a database such a transaction write-locks.
 func (b *Batcher) renew(due []*member) {
 	type grp struct {
@@ -511,7 +512,7 @@ type groupKey struct {
 // poolOf is the pool a renewal on db runs on, when it is comparable (it
 // keys a group).
 func poolOf(db lease.DB) any {
-	if f, ok := db.(*lease.FlowDB); ok && f != nil {
+	if f, ok := db.(*engine.FlowDB); ok && f != nil {
 		db = f.Pool()
 	}
 	if db == nil || !reflect.TypeOf(db).Comparable() {
@@ -545,7 +546,7 @@ func (r *LeaseRenewer[K]) dialect() lease.Dialect {
 }
 
 func (r *LeaseRenewer[K]) routed() (bool, any) {
-	f, ok := r.db.(*lease.FlowDB)
+	f, ok := r.db.(*engine.FlowDB)
 	if !ok || f == nil {
 		return false, poolOf(r.db)
 	}
@@ -553,7 +554,7 @@ func (r *LeaseRenewer[K]) routed() (bool, any) {
 }
 
 func (r *LeaseRenewer[K]) pool() lease.DB {
-	if f, ok := r.db.(*lease.FlowDB); ok && f != nil {
+	if f, ok := r.db.(*engine.FlowDB); ok && f != nil {
 		return f.Pool()
 	}
 	return r.db
@@ -580,7 +581,7 @@ func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, db lease.DB, rs []batc
 	if len(send) == 0 {
 		return dls, errs
 	}
-	out, rerrs := r.l.RenewMany(ctx, db, gs, r.Grant().TTL) // one TTL per group (groupKey)
+	out, rerrs := engine.RenewMany(ctx, r.l, db, gs, r.Grant().TTL) // one TTL per group (groupKey)
 	for j, i := range send {
 		if rerrs[j] != nil {
 			errs[i] = rerrs[j]

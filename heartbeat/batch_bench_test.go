@@ -13,13 +13,14 @@ import (
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/conformance"
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
 
 // BenchmarkBatcherRound reports what one round of a Batcher costs when it
 // keeps 1,000 to 10,000 leases of one table, one Supervisor each:
-// statements (one per lease.MaxBatch leases) and round trips (on MySQL,
+// statements (one per engine.MaxBatch leases) and round trips (on MySQL,
 // BEGIN and COMMIT around each statement as well), counted at the driver
 // over whole rounds. An op is one round, one interval (2s): the figures
 // are the metrics, not the time.
@@ -141,5 +142,5 @@ func benchmarkBatcherRound(b *testing.B, d lease.Dialect, n int) {
 	trips := func(s countdb.Stats) int64 { return s.Statements + s.Begins + s.Commits + s.Rollbacks + s.Prepares }
 	b.ReportMetric(float64(to.Statements-from.Statements)/float64(b.N), "stmts/round")
 	b.ReportMetric(float64(trips(to)-trips(from))/float64(b.N), "roundtrips/round")
-	b.ReportMetric(float64((n+lease.MaxBatch-1)/lease.MaxBatch), "chunks")
+	b.ReportMetric(float64((n+engine.MaxBatch-1)/engine.MaxBatch), "chunks")
 }

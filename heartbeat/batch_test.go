@@ -15,6 +15,7 @@ import (
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/conformance"
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -118,7 +119,7 @@ func TestBatcherFewStatements(t *testing.T) {
 		for _, f := range flows {
 			require.NoError(t, f.work.Err())
 			for j, g := range f.grants {
-				gen, err := e.Lease.Verify(ctx, e.DB, g, false)
+				gen, err := engine.Verify(ctx, e.Lease, e.DB, g, false)
 				require.NoError(t, err)
 				assert.Equal(t, g.Generation, gen)
 				assert.True(t, f.rs[j].Grant().Deadline.After(g.Deadline))
@@ -173,14 +174,14 @@ func TestBatcherLongFencedTransaction(t *testing.T) {
 		const interval, ttl = 50 * time.Millisecond, time.Second
 		b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval})
 		require.NoError(t, err)
-		flowA := lease.NewFlowDB(e.DB, e.Dialect)
+		flowA := engine.NewFlowDB(e.DB, e.Dialect)
 		a := startFlows(t, e, b, flowA, "a", 1, 2, interval, ttl)[0]
 		others := startFlows(t, e, b, e.DB, "o", 2, 1, interval, ttl)
 		a.renewed(t, 1)
 		ctx := ctxT(t)
 		var renewedInside atomic.Int64
 		fences := []lease.Fence{e.Lease.Fence("lease0", a.grants[0]), e.Lease.Fence("lease1", a.grants[1])}
-		err = lease.RunFenced(ctx, e.DB, lease.FencedTx{Fences: fences, Flow: flowA}, func(tx *sql.Tx) error {
+		err = engine.RunFenced(ctx, e.DB, engine.FencedTx{Fences: fences, Flow: flowA}, func(tx *sql.Tx) error {
 			// The side effect writes a row that is not a lease being
 			// renewed (one that is would hold the batch of its table up).
 			if _, err := tx.ExecContext(ctx, e.DB.Rebind("INSERT INTO lease_item (item_key, note) VALUES (?, 'effect')"), "effect"); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -64,7 +65,7 @@ func TestClockAhead(t *testing.T) {
 		tx, err := e.DB.BeginTxx(ctx, nil)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck
-		_, err = e.Lease.Verify(ctx, tx, lr.Grant(), true)
+		_, err = engine.Verify(ctx, e.Lease, tx, lr.Grant(), true)
 		require.NoError(t, err)
 		_, err = tx.ExecContext(ctx, e.DB.Rebind("UPDATE lease_item SET note = ? WHERE item_key = ?"), "side effect", "k")
 		require.NoError(t, err)

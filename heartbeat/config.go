@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -47,7 +48,7 @@ type Config struct {
 // Validate reports a Config that New would reject, as a
 // *lease.ValidationError.
 func (c Config) Validate() error {
-	if err := lease.ValidateTTL(c.TTL); err != nil {
+	if err := engine.ValidateTTL(c.TTL); err != nil {
 		return err
 	}
 	switch {

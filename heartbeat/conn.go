@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -238,7 +239,7 @@ func (b *Batcher) on(ctx context.Context, pool lease.DB) (lease.DB, func(error),
 				}
 				k.conn = c
 			}
-			return lease.OnConn(p, k.conn), func(err error) {
+			return engine.OnConn(p, k.conn), func(err error) {
 				if connBroken(err) {
 					_ = k.conn.Close()
 					k.conn = nil
@@ -252,7 +253,7 @@ func (b *Batcher) on(ctx context.Context, pool lease.DB) (lease.DB, func(error),
 	if err != nil {
 		return nil, nil, err
 	}
-	return lease.OnConn(p, c), func(error) { _ = c.Close() }, nil
+	return engine.OnConn(p, c), func(error) { _ = c.Close() }, nil
 }
 
 // hookDB is the DB AfterRound gets: the kept connection, with the
@@ -270,5 +271,5 @@ func (b *Batcher) hookDB(ctx context.Context) (lease.DB, func()) {
 		k.unlock()
 		return p, func() {}
 	}
-	return lease.OnConn(p, k.conn), k.unlock
+	return engine.OnConn(p, k.conn), k.unlock
 }

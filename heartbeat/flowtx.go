@@ -4,11 +4,12 @@ import (
 	"context"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
 // renewed keeps ng, renewed through rt (nil: on a pool, committed).
-func (r *LeaseRenewer[K]) renewed(ng lease.Grant[K], rt *lease.FlowRoute) {
+func (r *LeaseRenewer[K]) renewed(ng lease.Grant[K], rt *engine.FlowRoute) {
 	var tx any
 	if rt != nil {
 		tx = rt.Tx()

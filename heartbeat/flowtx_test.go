@@ -15,6 +15,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -61,7 +62,7 @@ func TestRolledBackRenewalsMoveTheDeadlineBack(t *testing.T) {
 				require.NoError(t, err)
 				cfg.Batcher = b
 			}
-			flowA := lease.NewFlowDB(e.DB, e.Dialect)
+			flowA := engine.NewFlowDB(e.DB, e.Dialect)
 			a := startFlowsWith(t, e, cfg, flowA, "a", 1, 1)[0]
 			g0 := a.grants[0]
 			ctx := ctxT(t)
@@ -71,7 +72,7 @@ func TestRolledBackRenewalsMoveTheDeadlineBack(t *testing.T) {
 			inTx := make(chan struct{})
 			txErr := make(chan error, 1)
 			go func() {
-				txErr <- lease.RunFenced(tctx, e.DB, lease.FencedTx{Fences: []lease.Fence{e.Lease.Fence("lease0", g0)}, Flow: flowA}, func(tx *sql.Tx) error {
+				txErr <- engine.RunFenced(tctx, e.DB, engine.FencedTx{Fences: []lease.Fence{e.Lease.Fence("lease0", g0)}, Flow: flowA}, func(tx *sql.Tx) error {
 					close(inTx)
 					<-tctx.Done()
 					return tctx.Err()
@@ -136,7 +137,7 @@ func TestParallelFencedTransactionsOfOneFlow(t *testing.T) {
 			const interval = 100 * time.Millisecond
 			b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval})
 			require.NoError(t, err)
-			flowA := lease.NewFlowDB(e.DB, e.Dialect)
+			flowA := engine.NewFlowDB(e.DB, e.Dialect)
 			a := startFlows(t, e, b, flowA, "a", 1, 2, interval, 1500*time.Millisecond)[0]
 			others := startFlows(t, e, b, e.DB, "o", 2, 1, interval, time.Minute)
 			a.renewed(t, 1)
@@ -166,11 +167,11 @@ func TestParallelFencedTransactionsOfOneFlow(t *testing.T) {
 				}
 			}
 			go func() {
-				done1 <- lease.RunFenced(ctx, e.DB, lease.FencedTx{Fences: fences, Flow: flowA}, effect("e1", in1, release))
+				done1 <- engine.RunFenced(ctx, e.DB, engine.FencedTx{Fences: fences, Flow: flowA}, effect("e1", in1, release))
 			}()
 			<-in1 // the first holds the write lock
 			go func() {
-				done2 <- lease.RunFenced(ctx, e.DB, lease.FencedTx{Fences: fences, Flow: flowA}, effect("e2", in2, nil))
+				done2 <- engine.RunFenced(ctx, e.DB, engine.FencedTx{Fences: fences, Flow: flowA}, effect("e2", in2, nil))
 			}()
 			// Several rounds with both open: the flow is renewed.
 			a.renewed(t, 4)

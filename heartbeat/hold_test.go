@@ -14,6 +14,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -123,7 +124,7 @@ func TestAcquireWaitBoundsItsStatements(t *testing.T) {
 		counting := countingDB{DB: e.DB, n: &attempts}
 		// The Lease's one-time check of a handle it cannot see the pool of
 		// runs before the counted section.
-		require.NoError(t, e.Lease.Check(ctx, counting))
+		require.NoError(t, engine.Check(ctx, e.Lease, counting))
 		attempts.Store(0)
 		done := make(chan error, 1)
 		go func() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -58,7 +59,7 @@ func TestLeaseKeptAlive(t *testing.T) {
 		assert.True(t, st.Held)
 		assert.Equal(t, "worker", st.Holder)
 		assert.Equal(t, g.Generation, st.Generation, "renewals keep the generation")
-		_, err = e.Lease.Verify(ctx, e.DB, g, false)
+		_, err = engine.Verify(ctx, e.Lease, e.DB, g, false)
 		assert.NoError(t, err, "the original grant still holds")
 		assert.True(t, lr.Grant().Deadline.After(g.Deadline.Add(500*time.Millisecond)))
 		assert.True(t, lr.Grant().Token.Equal(g.Token))
@@ -134,7 +135,7 @@ func TestLeaseLongTransaction(t *testing.T) {
 		tx, err := e.DB.BeginTxx(ctx, nil)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck
-		_, err = e.Lease.Verify(ctx, tx, g, true)
+		_, err = engine.Verify(ctx, e.Lease, tx, g, true)
 		require.NoError(t, err)
 		_, err = tx.ExecContext(ctx, e.DB.Rebind("UPDATE lease_item SET note = ? WHERE item_key = ?"), "side effect", "k")
 		require.NoError(t, err)
@@ -182,7 +183,7 @@ func TestLeaseLongTransactionPastDeadline(t *testing.T) {
 		tx, err := e.DB.BeginTxx(ctx, nil)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck
-		_, err = e.Lease.Verify(ctx, tx, lr.Grant(), true)
+		_, err = engine.Verify(ctx, e.Lease, tx, lr.Grant(), true)
 		require.NoError(t, err)
 		_, err = tx.ExecContext(ctx, e.DB.Rebind("UPDATE lease_item SET note = ? WHERE item_key = ?"), "side effect", "k")
 		require.NoError(t, err)

@@ -10,7 +10,7 @@ import (
 
 // ErrRolledBack is the error in a *LostError (ReasonDeadline) when a
 // lease's renewals made inside one of the flow's transactions (SQLite, see
-// lease.FlowDB) were undone because that transaction did not commit, and
+// engine.FlowDB) were undone because that transaction did not commit, and
 // the lease's last committed renewal was too old to trust any more.
 var ErrRolledBack = errors.New("heartbeat: the renewals made inside the flow's transaction were rolled back with it")
 

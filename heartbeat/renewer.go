@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -32,7 +33,7 @@ type Renewer interface {
 // caller's copy keeps the deadline it had, so read the renewed grant (its
 // trust deadline) with Grant. It is safe for concurrent use.
 //
-// Through a lease.FlowDB that routes a renewal into the flow's open
+// Through a engine.FlowDB that routes a renewal into the flow's open
 // transaction (SQLite), the renewal counts only if that transaction
 // commits: if it rolls back, the grant goes back to the last committed
 // renewal's, and a Supervisor hears of it before the transaction releases
@@ -112,8 +113,8 @@ func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 		return g.Deadline, err
 	}
 	db := r.db
-	var rt *lease.FlowRoute
-	if f, ok := db.(*lease.FlowDB); ok && f != nil {
+	var rt *engine.FlowRoute
+	if f, ok := db.(*engine.FlowDB); ok && f != nil {
 		rt = f.Route()
 		defer rt.Done() // after renewed: the transaction cannot end unheard
 		db = rt.DB()
@@ -126,7 +127,7 @@ func (r *LeaseRenewer[K]) Renew(ctx context.Context) (time.Time, error) {
 			return g.Deadline, err
 		}
 		defer c.Close()
-		db = lease.OnConn(p, c)
+		db = engine.OnConn(p, c)
 	}
 	ng, err := r.l.Renew(ctx, db, g, g.TTL)
 	if err != nil {

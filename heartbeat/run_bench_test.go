@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -39,7 +40,7 @@ func BenchmarkSupervisedRun(b *testing.B) {
 			grant := func(k string) lease.Grant[string] {
 				return lease.Grant[string]{Key: k, Generation: 1, TTL: ttl, Deadline: time.Now().Add(ttl - time.Second)}
 			}
-			flow := lease.NewFlowDB(db, lease.SQLite)
+			flow := engine.NewFlowDB(db, lease.SQLite)
 			cfg := heartbeat.Config{Interval: interval, TTL: ttl, Batcher: bat}
 			ctx := context.Background()
 			// Cleanups run last first: the Batcher is waited for after the

@@ -22,6 +22,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/httpapi"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/session"
@@ -40,7 +41,7 @@ func wrap(outer, inner error) error { return fmt.Errorf("%w: %w", outer, inner) 
 // another request's call.
 func keyTaken() error {
 	return &toolexec.KeyTakenError{Tool: "pay", EffectKey: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", RequestID: "r-old",
-		Err: &lease.DuplicateKeyError{Key: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", Err: errors.New("1062")}}
+		Err: &engine.DuplicateKeyError{Key: "5b0e3c1e-8f0a-5d4e-9c7b-0d1e2f3a4b5c", Err: errors.New("1062")}}
 }
 
 // The error chains below are built as lease, session, toolexec and request
@@ -87,7 +88,7 @@ func TestProblemFor(t *testing.T) {
 		{"lease held", busy, 409, httpapi.TypeLeaseHeld, 2100 * time.Millisecond},
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, 409, httpapi.TypeLeaseLost, time.Second},
 		{"lease not found", lease.ErrNotFound, 404, httpapi.TypeNotFound, 0},
-		{"lease exists", &lease.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, 409, httpapi.TypeAlreadyExists, 0},
+		{"lease exists", &engine.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, 409, httpapi.TypeAlreadyExists, 0},
 		{"lease state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, 409, httpapi.TypeWrongState, 0},
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
@@ -349,7 +350,7 @@ func TestRetryAfterOfEvery409(t *testing.T) {
 		{"lease held", left, "3"},
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, "1"},
 		{"interrupted", &request.InterruptedError{By: "m-2"}, ""},
-		{"already exists", &lease.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
+		{"already exists", &engine.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
 		{"wrong state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
 		{"effect key taken", wrap(request.ErrAgentFailed, keyTaken()), ""},
 	} {

@@ -46,7 +46,7 @@ func Unavailable(err error) error {
 //
 // Like lease.IsUnavailable, it does not look below a *url.Error: that is
 // an HTTP client's failure (a model's API, say), not the database's; nor
-// below a lease.ForeignError: a tool's failure (*toolexec.FailedError, a
+// below a engine.ForeignError: a tool's failure (*toolexec.FailedError, a
 // side effect's network error of another service that toolexec found was
 // not its transaction's) or an external effect's unknown outcome
 // (*toolexec.UnknownOutcomeError, 502 outcome-unknown even when a refused

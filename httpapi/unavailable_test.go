@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/httpapi"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
@@ -572,7 +573,7 @@ func TestIsUnavailableDriverErrors(t *testing.T) {
 		{"io.EOF: the end of a stream", io.EOF, false},
 		{"a lease lost", gone, false},
 		{"a lease taken over", fmt.Errorf("%w: %w", request.ErrTakenOver, gone), false},
-		{"a duplicate key", &lease.DuplicateKeyError{Key: "k", Err: sqlState("23505")}, false},
+		{"a duplicate key", &engine.DuplicateKeyError{Key: "k", Err: sqlState("23505")}, false},
 		{"a text that only mentions a closed connection", errors.New("the conn closed by the user"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,7 +90,7 @@ func Example_ownTable() {
 	fmt.Println("worker-2 claimed job", g2.Key)
 
 	// The side effect commits only if worker-1 still holds job 1.
-	err = lease.WithFences(ctx, db, []lease.Fence{jobs.Fence("job", g)}, func(tx *sql.Tx) error {
+	err = lease.RunFenced(ctx, db, []lease.Fence{jobs.Fence("job", g)}, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO invoice (job_id, total) VALUES (?, '35.00')", g.Key)
 		return err
 	})

@@ -1,282 +1,230 @@
 package lease
 
 import (
-	"log/slog"
-	"strings"
-	"time"
+	"context"
+	"database/sql"
+
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
-// Key is the type of a row's key: a string or an integer.
-type Key interface {
-	~string | ~int | ~int32 | ~int64 | ~uint32
+// Key is the type of a row's key: a string or an integer
+// (~string | ~int | ~int32 | ~int64 | ~uint32).
+type Key = engine.Key
+
+// Lease runs the operations on the lease rows of one table. Build it with
+// New; it is safe for concurrent use. Every operation takes the database
+// to run on (DB), so a lease can be taken inside a transaction of yours.
+//
+// Its methods: Acquire, AcquireWith (reentry, a state condition, extra
+// columns in the same statement), AcquireWait (poll a held lease until it
+// is free or ctx ends), Renew, Release, Transition (a token-checked change
+// of state, keeping or releasing the lease), Create (insert a new row,
+// held), Delete, Confirm (prove inside a transaction that a grant holds),
+// Inspect (read a row, by the database clock), Fence (a grant as a Fence
+// for RunFenced), Table, Dialect and Close (the kept prepared statements).
+type Lease[K Key] = engine.Lease[K]
+
+// New builds a Lease of the table t (see NewTable) for the dialect d. It
+// sends nothing: each database handle is checked on its first use (see
+// the package doc, "First use").
+func New[K Key](d Dialect, t Table, opts Options) (*Lease[K], error) {
+	return engine.New[K](d, t, opts)
 }
 
-// TTL bounds. A TTL outside them is rejected before any SQL is sent.
+// Grant is the proof of a lease held, returned by Acquire, Renew and
+// Create, and given back to Renew, Release, Transition, Confirm and Fence.
+// It is a value: Renew and Transition return the updated grant. Its
+// fields: Key; Holder; Token, the secret that proves the grant (it prints
+// as [redacted]); Generation, the fencing generation, strictly increasing
+// per row with every new grant (store it with your writes to refuse a
+// stale holder's); TTL; and Deadline, the local trust deadline on the
+// monotonic clock (the send time of the last acquire or renew + TTL −
+// safety margin − expiry resolution), past which act as if the lease were
+// lost. Grant.Trusted(now) says whether now is before Deadline.
+type Grant[K Key] = engine.Grant[K]
+
+// Token is a grant's random secret (128 bits). It never prints: String,
+// fmt's verbs, slog and encoding as text all give [redacted].
+type Token = engine.Token
+
+// Options configure a Lease; the zero value is valid. Fields:
+// SafetyMargin (subtracted from each TTL for the trust deadline; zero
+// means TTL/10), Clock (the local monotonic clock; nil means time.Now),
+// Prepare (whether statements run on a pool are prepared once and kept:
+// PrepareAuto, PrepareAlways or PrepareNever), ExpiryResolution (declare
+// an expires_at column coarser than a microsecond), Observer (nil costs
+// nothing), MultiPrimary (a MariaDB Galera cluster whose nodes one pool
+// reaches in turn), Logger (the first-use check's warnings) and SkipCheck
+// (no first-use check). See the package doc.
+type Options = engine.Options
+
+// PrepareMode says whether a Lease prepares its statements on a pool
+// (Options.Prepare).
+type PrepareMode = engine.PrepareMode
+
+// The values of Options.Prepare. PrepareAuto (the zero value) prepares on
+// MySQL and PostgreSQL pools and not on SQLite, where a statement is
+// compiled in the process at no round trip; PrepareNever suits a pooler
+// in transaction mode that cannot keep prepared statements.
 const (
-	MinTTL = time.Millisecond
-	MaxTTL = 24 * time.Hour
+	PrepareAuto   = engine.PrepareAuto
+	PrepareAlways = engine.PrepareAlways
+	PrepareNever  = engine.PrepareNever
 )
 
-// MaxHolderLen is the longest holder accepted, in bytes (it fits a
-// VARCHAR(191) utf8mb4 column, the widest that MySQL indexes by default).
-const MaxHolderLen = 191
+// Clock gives the local time used for trust deadlines (Now() time.Time).
+// It must carry a monotonic reading, as time.Now does.
+type Clock = engine.Clock
 
-// MaxKeyLen is the longest key of a string kind accepted, in bytes, for the
-// same reason.
-const MaxKeyLen = 191
+// TTL bounds. A TTL outside them is refused before any SQL is sent.
+const (
+	MinTTL = engine.MinTTL
+	MaxTTL = engine.MaxTTL
+)
 
-// Clock gives the local time used for trust deadlines. It must carry a
-// monotonic reading, as time.Now does; tests may inject their own.
-type Clock interface{ Now() time.Time }
+// MaxHolderLen and MaxKeyLen are the longest holder and string key
+// accepted, in bytes: a VARCHAR(191) utf8mb4 column, the widest that MySQL
+// indexes by default.
+const (
+	MaxHolderLen = engine.MaxHolderLen
+	MaxKeyLen    = engine.MaxKeyLen
+)
 
-type systemClock struct{}
+// Snapshot is what Inspect reads of a row: Holder ("" when free),
+// Generation, State, Held (a token is set and the row has not expired by
+// the database clock) and Remaining (time left before expiry when held).
+type Snapshot = engine.Snapshot
 
-func (systemClock) Now() time.Time { return time.Now() }
+// AcquireOptions refine AcquireWith: Token (reentry with a grant already
+// held: the token and generation are kept), InStates (acquire only rows in
+// one of these states), SetState and Set (columns written in the same
+// statement).
+type AcquireOptions = engine.AcquireOptions
 
-// Options configure a Lease. The zero value is valid.
-type Options struct {
-	// SafetyMargin is subtracted from the TTL (with Lease.Resolution) to
-	// give the local trust deadline. Zero means TTL/10. Every TTL used must
-	// exceed it plus the resolution.
-	// Distributed engines that let node clocks drift (up to ~500ms) need a
-	// margin above that drift.
-	SafetyMargin time.Duration
-	// Clock is the local monotonic clock; nil means time.Now.
-	Clock Clock
-	// Prepare says whether statements run on a pool (*sql.DB, *sqlx.DB)
-	// are prepared once and kept; see PrepareMode. Inside a transaction
-	// the pool began, pass InTx(pool, tx) to run the kept statements
-	// there; on a bare *sql.Tx or a *sql.Conn statements are sent as text.
-	Prepare PrepareMode
-	// ExpiryResolution declares an ExpiresAt column coarser than a
-	// microsecond: time.Second for a MySQL DATETIME or a PostgreSQL
-	// timestamptz(0), 10ms for DATETIME(2), and so on (a power of ten
-	// between 1µs and 1s). The database truncates or rounds now+TTL to it,
-	// so the stored expiry may fall up to one resolution early: every
-	// trust deadline is moved that much earlier, and a TTL must exceed the
-	// safety margin plus the resolution. Zero means a column that keeps
-	// microseconds (DATETIME(6), timestamptz, SQLite's integer), as the
-	// shipped tables do. An undeclared coarse column breaks the deadline
-	// guarantee.
-	ExpiryResolution time.Duration
-	// Observer, when set, is told of every operation (see Observer); nil
-	// costs nothing.
-	Observer Observer
-	// MultiPrimary declares a MySQL-protocol multi-primary cluster
-	// (MariaDB Galera) whose nodes one pool's connections may reach in
-	// turn, behind a load balancer or a round-robin connector. A node
-	// applies the others' writes a little later, so a token-checked write
-	// sent right after the holder's previous write (through another node)
-	// can match no row although nothing changed. With MultiPrimary, such a
-	// write that matched no row is run once more under wsrep_sync_wait
-	// (MariaDB's SET STATEMENT), so that its node first applies every
-	// write committed before it; only a second miss is ErrLost. Single
-	// servers, and a cluster reached one node per pool or with
-	// wsrep_sync_wait set in the DSN, do not need it and pay nothing
-	// without it. MySQL dialect only; on Percona XtraDB Cluster, which has
-	// no SET STATEMENT, set wsrep_sync_wait in the DSN instead.
-	MultiPrimary bool
-	// Logger receives the warnings of the first-use check (on SQLite, a
-	// busy timeout of 0 or a journal mode other than WAL). Nil means
-	// slog.Default(), as everywhere in rowlease.
-	Logger *slog.Logger
-	// SkipCheck turns off the first-use check of each database handle
-	// (see the package doc, "First use"): for go-sqlmock tests that pin
-	// every statement, or a database whose catalog the Lease may not
-	// read. A wrong dialect or an undeclared coarse expiry column then
-	// goes unnoticed.
-	SkipCheck bool
-}
+// WaitOptions bound how AcquireWait polls a held lease: MinDelay (zero
+// means 50ms) and MaxDelay (zero means 2s) between attempts.
+type WaitOptions = engine.WaitOptions
+
+// CreateOptions refine Create: State and Set, the new row's state and
+// extra columns.
+type CreateOptions = engine.CreateOptions
+
+// ChangeOptions describe a Transition: From (the states the row must be
+// in), To (the new state), Keep and TTL (renew instead of releasing), Set
+// (extra columns).
+type ChangeOptions = engine.ChangeOptions
 
 // Assignment sets an extra, non-lease column in the same statement as a
-// lease operation (for example a request's reply when it is marked done).
-type Assignment struct {
-	Column string
-	Value  any
-}
+// lease operation. Build it with Set.
+type Assignment = engine.Assignment
 
 // Set builds an Assignment. The column is validated when it is used.
-func Set(column string, value any) Assignment { return Assignment{Column: column, Value: value} }
+func Set(column string, value any) Assignment { return engine.Set(column, value) }
 
-// Grant is the proof of a lease held. It is a value: Renew and Transition
-// return the updated grant.
-type Grant[K Key] struct {
-	Key        K
-	Holder     string
-	Token      Token // secret; prints as [redacted]
-	Generation int64 // fencing generation: strictly increasing per row with every new grant
-	TTL        time.Duration
-	// Deadline is the local trust deadline on the monotonic clock: the send
-	// time of the last successful acquire or renew + TTL − safety margin −
-	// expiry resolution (see Lease.Resolution). Past it, act as if the
-	// lease were lost.
-	Deadline time.Time
+// DB is what every operation runs on: *sql.DB, *sql.Tx, *sql.Conn,
+// *sqlx.DB, *sqlx.Tx, anything with ExecContext, QueryContext and
+// QueryRowContext.
+type DB = engine.DB
+
+// TxBeginner is a database that begins transactions (*sql.DB, *sqlx.DB,
+// *sql.Conn), for RunFenced.
+type TxBeginner = engine.TxBeginner
+
+// Fence proves, inside a transaction, that a grant still holds (build it
+// with Lease.Fence). Its Check makes a token-checked write that always
+// changes the row, so the row stays locked until the transaction ends; it
+// returns a *LostError when the grant no longer holds.
+type Fence = engine.Fence
+
+// RunFenced runs fn in a new transaction on db, then checks every fence
+// in order (session, then request: the one lock order), and commits only
+// if fn succeeded and every fence still holds. Write a side effect in fn
+// with tx: it commits only while the grants hold. The fences lock their
+// rows only at the end, never while fn works. When a fence is lost the
+// transaction rolls back and the error is its *LostError (ErrLost).
+func RunFenced(ctx context.Context, db TxBeginner, fences []Fence, fn func(tx *sql.Tx) error) error {
+	return engine.WithFences(ctx, db, fences, fn)
 }
 
-// Trusted reports whether now is before the trust deadline.
-func (g Grant[K]) Trusted(now time.Time) bool { return now.Before(g.Deadline) }
+// Dialect is the SQL dialect of a database: MySQL (and MariaDB),
+// Postgres or SQLite. Its String is the name ParseDialect reads.
+type Dialect = engine.Dialect
 
-// Snapshot is what Inspect reads of a row.
-type Snapshot struct {
-	Holder     string        // current holder ("" when free)
-	Generation int64         // generation of the last grant
-	State      string        // the state column ("" when the table has none)
-	Held       bool          // a token is set and expires_at is in the future (database clock)
-	Remaining  time.Duration // time left before expiry when held, by the database clock
-}
+// The dialects.
+const (
+	MySQL    = engine.MySQL
+	Postgres = engine.Postgres
+	SQLite   = engine.SQLite
+)
 
-// AcquireOptions refine Acquire.
-type AcquireOptions struct {
-	// Token, when set, is the token of a grant the caller already holds:
-	// the acquire is then a reentry that keeps the token and generation.
-	// On a row that is free (released, or expired and taken over since)
-	// it is a new grant under the same token, generation+1: use the grant
-	// it returns, since a copy of the earlier one is lost to every
-	// token-checked operation.
-	Token Token
-	// InStates restricts the acquire to rows whose state is one of these.
-	InStates []string
-	// SetState sets the state column in the same statement.
-	SetState string
-	// Set assigns extra columns in the same statement.
-	Set []Assignment
-}
+// ParseDialect reads a dialect's name: "mysql" (or "mariadb"),
+// "postgres" (or "postgresql", "pgx"), "sqlite" (or "sqlite3").
+func ParseDialect(name string) (Dialect, error) { return engine.ParseDialect(name) }
 
-// ChangeOptions describe a Transition.
-type ChangeOptions struct {
-	// From restricts the change to rows whose state is one of these.
-	From []string
-	// To sets the state column.
-	To string
-	// Keep renews the lease for TTL instead of releasing it.
-	Keep bool
-	// TTL is the renewal when Keep is set.
-	TTL time.Duration
-	// Set assigns extra columns in the same statement.
-	Set []Assignment
-}
+// DetectDialect names the dialect of a *sql.DB (or *sqlx.DB, *sql.Tx,
+// *sql.Conn) from its driver's type, sending nothing.
+func DetectDialect(db any) (Dialect, error) { return engine.DetectDialect(db) }
 
-// CreateOptions refine Create and Ensure.
-type CreateOptions struct {
-	State string       // the state column's value
-	Set   []Assignment // extra columns
-}
+// Table is a validated table spec: its name and its lease columns. Build
+// it with NewTable; the zero Table is unusable.
+type Table = engine.Table
 
-// Lease runs lease operations on one table in one dialect. It is safe for
-// concurrent use. Every operation takes the database to run on, so a caller
-// can use its own transaction.
-type Lease[K Key] struct {
-	dialect Dialect
-	table   Table
-	margin  time.Duration
-	clock   Clock
-	prepare PrepareMode
-	res     time.Duration // clock or column resolution, whichever is coarser
-	coarse  bool          // a declared expiry column coarser than a microsecond
-	stmts   stmtCache
-	b       sqlBuilder
-	// shape names what b writes (dialect, table, columns): Leases with
-	// the same shape write the same SQL, so built statements are cached
-	// under it (see jointSQL).
-	shape string
-	obs   Observer // nil: nothing is reported
-	// multiPrimary: confirm a token-checked miss causally (Options.MultiPrimary).
-	multiPrimary bool
-	// probes remembers the first-use check of each database handle.
-	probes    probeCache
-	skipCheck bool
-	log       *slog.Logger
+// Columns names the lease columns of a table: Key (the primary key or a
+// unique column), Holder, Token, ExpiresAt and Generation are required;
+// State and UpdatedAt are optional.
+type Columns = engine.Columns
 
-	acquireQ, renewQ, releaseQ, deleteQ, verifyQ, verifyLockQ, inspectQ, createQ compiled
-}
+// NewTable checks a table name and its columns (each a plain or
+// schema-qualified identifier) and returns the Table.
+func NewTable(name string, cols Columns) (Table, error) { return engine.NewTable(name, cols) }
 
-// New validates its input and returns a Lease for table in dialect.
-func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
-	if !dialect.valid() {
-		return nil, invalid("dialect", dialect.String()+" is not supported")
-	}
-	if table.name == "" {
-		return nil, invalid("table", "zero Table; build it with NewTable")
-	}
-	if opts.SafetyMargin < 0 {
-		return nil, invalid("safety margin", "negative")
-	}
-	if opts.SafetyMargin >= MaxTTL {
-		return nil, invalid("safety margin", "not below the largest TTL")
-	}
-	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
-		return nil, invalid("prepare mode", "unknown")
-	}
-	if opts.MultiPrimary && dialect != MySQL {
-		return nil, invalid("multi-primary", "only for the MySQL dialect (MariaDB Galera)")
-	}
-	if r := opts.ExpiryResolution; r != 0 && !powerOfTenMicros(r) {
-		return nil, invalid("expiry resolution", "not a power of ten between 1µs and 1s")
-	}
-	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock, prepare: opts.Prepare}
-	l.res = dialect.clockResolution()
-	if opts.ExpiryResolution > l.res {
-		l.res = opts.ExpiryResolution
-	}
-	l.coarse = opts.ExpiryResolution > time.Microsecond
-	if l.clock == nil {
-		l.clock = systemClock{}
-	}
-	l.obs = opts.Observer
-	l.multiPrimary = opts.MultiPrimary
-	l.skipCheck = opts.SkipCheck
-	l.log = opts.Logger
-	if l.log == nil {
-		l.log = slog.Default()
-	}
-	l.b = sqlBuilder{d: dialect, t: table}
-	c := table.cols
-	l.shape = strings.Join([]string{dialect.String(), table.name, c.Key, c.Holder, c.Token, c.ExpiresAt, c.Generation, c.State, c.UpdatedAt}, "\x00")
-	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
-	l.renewQ = compile(dialect, l.b.renew())
-	l.releaseQ = compile(dialect, l.b.release())
-	l.deleteQ = compile(dialect, l.b.delete())
-	l.verifyQ = compile(dialect, l.b.verify(false))
-	l.verifyLockQ = compile(dialect, l.b.verify(true))
-	l.inspectQ = compile(dialect, l.b.inspect())
-	l.createQ = compile(dialect, l.b.create(false, nil))
-	return l, nil
-}
+// MustTable is NewTable that panics on an invalid spec, for specs fixed
+// in code.
+func MustTable(name string, cols Columns) Table { return engine.MustTable(name, cols) }
 
-// powerOfTenMicros reports whether r is 1µs, 10µs, … or 1s.
-func powerOfTenMicros(r time.Duration) bool {
-	for p := time.Microsecond; p <= time.Second; p *= 10 {
-		if r == p {
-			return true
-		}
-	}
-	return false
-}
+// Observer is how rowlease reports what it does, for traces, metrics and
+// logs (contrib/otel adapts it to OpenTelemetry): Start begins a unit of
+// work and returns its context and end function, Op reports a finished
+// lease operation, Event a point in time. Nil costs nothing. Nothing
+// passed to it ever carries a token.
+type Observer = engine.Observer
 
-// Resolution is how far a stored expiry may fall short of the database
-// clock's now + TTL: the clock's resolution (1µs on MySQL and PostgreSQL,
-// 1ms on SQLite, whose clock reads whole milliseconds, up to 1ms behind) or
-// the declared Options.ExpiryResolution, whichever is coarser. Every trust
-// deadline is moved this much earlier, so that it still falls a whole
-// safety margin before the database expiry.
-func (l *Lease[K]) Resolution() time.Duration { return l.res }
+// Op describes one finished lease operation: Table, Name, Verdict, Start,
+// Duration, Generation and Err. It never carries a token.
+type Op = engine.Op
 
-// Dialect returns the lease's dialect.
-func (l *Lease[K]) Dialect() Dialect { return l.dialect }
+// Span names a unit of work reported through Observer.Start: Name and
+// Attrs.
+type Span = engine.Span
 
-// Table returns the lease's table spec.
-func (l *Lease[K]) Table() Table { return l.table }
+// Attr is one attribute (Key, Value) of a span, an operation or an event.
+type Attr = engine.Attr
 
-func (l *Lease[K]) marginFor(ttl time.Duration) time.Duration {
-	if l.margin == 0 {
-		return ttl / 10
-	}
-	return l.margin
-}
+// Attribute keys of the lease's own operations and spans (Attr.Key).
+// Values are strings, int64s or bools. Each package that reports spans or
+// events names its own keys besides these.
+const (
+	AttrTable      = engine.AttrTable
+	AttrLease      = engine.AttrLease // which lease of a flow: session, request, tool:<name>
+	AttrGeneration = engine.AttrGeneration
+	AttrVerdict    = engine.AttrVerdict // one of the Verdict… values
+	AttrAttempt    = engine.AttrAttempt
+)
 
-// deadline is the trust deadline of a grant whose statement was sent at
-// sent: a whole safety margin before the earliest expiry the database may
-// have stored.
-func (l *Lease[K]) deadline(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - l.marginFor(ttl) - l.res)
-}
+// Verdicts: how lease operations, spans and tool calls ended (AttrVerdict,
+// Op.Verdict).
+const (
+	VerdictOK       = engine.VerdictOK       // done (a renewal, a release, a confirmation…)
+	VerdictAcquired = engine.VerdictAcquired // a new grant or a reentry
+	VerdictHeld     = engine.VerdictHeld     // ErrHeld
+	VerdictLost     = engine.VerdictLost     // ErrLost
+	VerdictNotFound = engine.VerdictNotFound // ErrNotFound
+	VerdictState    = engine.VerdictState    // ErrState
+	VerdictExists   = engine.VerdictExists   // ErrExists
+	VerdictInvalid  = engine.VerdictInvalid  // ErrInvalid: refused before any SQL
+	VerdictError    = engine.VerdictError    // the driver's error: outcome unknown
+)
+
+// SpanFencedTx is the span of a fenced transaction (RunFenced, and the
+// side effects of package toolexec).
+const SpanFencedTx = engine.SpanFencedTx

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -311,8 +312,8 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		}
 	}()
 	key := c.msg.SessionKey
-	// The lease operations run their kept statements in tx (lease.InTx).
-	ltx := lease.InTx(r.db, tx)
+	// The lease operations run their kept statements in tx (engine.InTx).
+	ltx := engine.InTx(r.db, tx)
 	var sg session.Grant
 	if c.kind == resend {
 		// Acquire: with Session.AutoCreate it creates a missing lock
@@ -424,7 +425,7 @@ func (r *Runner) atOnce(msg Message) bool {
 
 // claimAtOnce is claim for a new message with OnBusy Reject on
 // PostgreSQL: the session taken and the request inserted in one
-// autocommit statement (lease.AcquireCreate), no transaction. done is
+// autocommit statement (engine.AcquireCreate), no transaction. done is
 // false when the session was not taken — busy, or its lock row missing —
 // and nothing was written: claim's transaction then gives the answer,
 // exactly as for every other message (ErrSessionBusy, session.ErrNotFound
@@ -437,14 +438,14 @@ func (r *Runner) atOnce(msg Message) bool {
 // survives ctx's cancellation: the session, if the new request's id (a
 // fresh UUID) holds it, then the request row, both token-checked.
 func (r *Runner) claimAtOnce(ctx context.Context, c claim) (run *Run, done bool, err error) {
-	sg, g, err := lease.AcquireCreate(ctx, r.db,
-		r.sessions.Lease().AcquireOp(c.msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
-		r.req.CreateOp(c.id, c.holder, r.cfg.TTL, newRow(c.msg)))
+	sg, g, err := engine.AcquireCreate(ctx, r.db,
+		engine.NewAcquireOp(r.sessions.Lease(), c.msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
+		engine.NewCreateOp(r.req, c.id, c.holder, r.cfg.TTL, newRow(c.msg)))
 	return r.atOnceResult(ctx, c, sg, g, err)
 }
 
 // claimUnless is find and claimAtOnce in one statement
-// (lease.AcquireCreateUnless), for a new message with OnBusy Reject on
+// (engine.AcquireCreateUnless), for a new message with OnBusy Reject on
 // PostgreSQL: the request read, and if there is none, the session taken
 // and the request inserted. found: the request exists, read into ex, and
 // nothing was written (a replay stays one statement). Otherwise run, done
@@ -453,10 +454,10 @@ func (r *Runner) claimUnless(ctx context.Context, msg Message, holder string) (r
 	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
 	var reply, result, interruptedBy sql.NullString
 	var queueSeq sql.NullInt64
-	sg, g, found, err := lease.AcquireCreateUnless(ctx, r.db,
-		r.sessions.Lease().AcquireOp(msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
-		r.req.CreateOp(c.id, c.holder, r.cfg.TTL, newRow(msg)),
-		lease.Unless{
+	sg, g, found, err := engine.AcquireCreateUnless(ctx, r.db,
+		engine.NewAcquireOp(r.sessions.Lease(), msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
+		engine.NewCreateOp(r.req, c.id, c.holder, r.cfg.TTL, newRow(msg)),
+		engine.Unless{
 			Match: []lease.Assignment{lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID)},
 			Columns: []string{schema.ColID, schema.ColFingerprint, schema.ColStatus, schema.ColReply, schema.ColResult,
 				schema.ColGeneration, schema.ColInterruptedBy, schema.ColQueueSeq},

@@ -18,7 +18,7 @@ import (
 )
 
 // isAtOnceClaim reports whether q is the statement that takes a session
-// and inserts a new request at once (PostgreSQL, lease.AcquireCreate).
+// and inserts a new request at once (PostgreSQL, engine.AcquireCreate).
 func isAtOnceClaim(q string) bool {
 	return strings.HasPrefix(q, "WITH ") && strings.Contains(q, "UPDATE \""+schema.SessionTable+"\"") &&
 		strings.Contains(q, "INSERT INTO \""+schema.RequestTable+"\"")

@@ -45,11 +45,11 @@ func twoRoundsOneTool(c *countdb.Counter) Agent {
 // session and inserts the request; the tool lease's insert; the tool's
 // side effect in a transaction (BEGIN and COMMIT); the end of the run.
 // PostgreSQL: 4 statements, 6 round trips, one transaction: the read and
-// the claim are one autocommit statement (lease.AcquireCreateUnless),
+// the claim are one autocommit statement (engine.AcquireCreateUnless),
 // the end of the tool's
 // transaction confirms both fences and marks the call in one statement,
 // and the end of the run marks the request and frees the session in one
-// (lease.Joint). MySQL and SQLite: 9 statements, 13 round trips: the
+// (engine.Joint). MySQL and SQLite: 9 statements, 13 round trips: the
 // claim is a transaction of two statements (neither can write two tables
 // in one INSERT), and the two ends are sent one write at a time: SQLite
 // has no statement that writes two tables, and MariaDB's multi-table

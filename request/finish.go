@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -130,7 +131,7 @@ func (r *Runner) trimSteps(ctx context.Context, run *Run) error {
 	if keep >= n {
 		return nil
 	}
-	err := lease.RunFenced(cctx, r.db, lease.FencedTx{Fences: run.Fences()}, func(tx *sql.Tx) error {
+	err := engine.RunFenced(cctx, r.db, engine.FencedTx{Fences: run.Fences()}, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(cctx, r.sql.trimSteps, run.id, keep)
 		return err
 	})
@@ -143,7 +144,7 @@ func (r *Runner) trimSteps(ctx context.Context, run *Run) error {
 // mark ends the run: it moves the request from processing to its final
 // status to, with set, token-checked, and frees the session, both with a
 // bounded context that survives the caller's cancellation. The two writes
-// go as one statement on PostgreSQL (lease.Joint), each made or lost on
+// go as one statement on PostgreSQL (engine.Joint), each made or lost on
 // its own as when sent alone, and one after the other elsewhere. The session
 // is freed whatever the mark did; when the joint statement's outcome is
 // unknown (a driver error), the release is sent again alone. A lost
@@ -164,9 +165,9 @@ func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assi
 	}
 	// PostgreSQL: one statement, in lock order: the session first, as
 	// everywhere.
-	errs := lease.Joint(cctx, r.db,
-		r.sessions.Lease().ReleaseOp(run.sess),
-		r.req.TransitionOp(run.req, lease.ChangeOptions{From: []string{schema.StoredProcessing}, To: to, Set: set}))
+	errs := engine.Joint(cctx, r.db,
+		engine.ReleaseOp(r.sessions.Lease(), run.sess),
+		engine.TransitionOp(r.req, run.req, lease.ChangeOptions{From: []string{schema.StoredProcessing}, To: to, Set: set}))
 	if rerr := errs[0]; rerr != nil && !errors.Is(rerr, lease.ErrLost) {
 		r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 	}

@@ -122,7 +122,7 @@ func TestSmallPoolIsNoTakeover(t *testing.T) {
 // lease.ErrPoolExhausted (lease.IsUnavailable: httpapi's 503), not
 // ErrTakenOver, and the request stays processing and free, to be resumed
 // by a resend. On SQLite the Batcher renews the flow's leases inside
-// that transaction (lease.FlowDB), so the run succeeds.
+// that transaction (engine.FlowDB), so the run succeeds.
 func TestExhaustedPoolIsNoTakeover(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		for _, separate := range []bool{false, true} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/crash"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/session"
@@ -118,7 +119,7 @@ type Run struct {
 	work context.Context
 
 	flowOnce sync.Once
-	flow     *lease.FlowDB // the heartbeat's database; see flowDB
+	flow     *engine.FlowDB // the heartbeat's database; see flowDB
 
 	abandoned   chan struct{}
 	abandonOnce sync.Once
@@ -196,13 +197,13 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 	if obs := run.r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
 		ctx, end = obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{{Key: toolexec.AttrPhase, Value: "flow"}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: engine.VerdictOf(err, lease.VerdictOK)}) }()
 	}
 	if err := run.stopped(); err != nil {
 		return err
 	}
 	for attempt := 1; ; attempt++ {
-		err = lease.RunFenced(ctx, run.r.db, lease.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
+		err = engine.RunFenced(ctx, run.r.db, engine.FencedTx{Fences: run.Fences(), Flow: run.flowDB()}, fn)
 		if err == nil || !lease.IsTransient(err) || attempt == retry.MaxAttempts || !retry.Backoff(ctx, attempt) {
 			return err
 		}
@@ -210,9 +211,9 @@ func (run *Run) InTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error)
 }
 
 // flowDB is the database the run's heartbeat renews through (see
-// lease.FlowDB).
-func (run *Run) flowDB() *lease.FlowDB {
-	run.flowOnce.Do(func() { run.flow = lease.NewFlowDB(run.r.db, run.r.cfg.Dialect) })
+// engine.FlowDB).
+func (run *Run) flowDB() *engine.FlowDB {
+	run.flowOnce.Do(func() { run.flow = engine.NewFlowDB(run.r.db, run.r.cfg.Dialect) })
 	return run.flow
 }
 

@@ -468,7 +468,7 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 // validate checks a message before any SQL, and fills in its default
 // fingerprint.
 func validate(m *Message) error {
-	// One text rule for keys and ids on every dialect (lease.CheckText):
+	// One text rule for keys and ids on every dialect (engine.CheckText):
 	// no NUL, no trailing space (MySQL's PAD SPACE collations would make
 	// "abc" and "abc " one id), valid UTF-8, bounded.
 	if err := valid.Text("request", "session key", m.SessionKey, schema.MaxSessionKeyLen); err != nil {

@@ -3,6 +3,7 @@ package request
 import (
 	"strings"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -71,7 +72,7 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		schema.ColInterruptedBy + ", ''), CASE WHEN " + schema.ColQueueSeq + " IS NULL THEN 0 ELSE 1 END FROM " + tq +
 		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ?")
 	if r.cfg.Lease.MultiPrimary {
-		s.find = lease.SyncWait(s.find) // see the request a duplicate just made through another node
+		s.find = engine.SyncWait(s.find) // see the request a duplicate just made through another node
 	}
 	s.status = r.statusStatement(tq)
 	sq := steps.Quoted(d)

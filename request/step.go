@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -73,7 +74,7 @@ type stepRecord struct {
 
 // Step runs fn once per position of this request's run and records its
 // output (JSON) as one row of the step table (Config.StepTable), fenced by
-// the request lease (lease.ConfirmPut): a write that a stale run cannot
+// the request lease (engine.ConfirmPut): a write that a stale run cannot
 // make (it gets an error matching ErrTakenOver and lease.ErrLost, and its
 // work context is cancelled on loss anyway). Recording a step costs the
 // same whatever its position: one statement on PostgreSQL and SQLite, a
@@ -181,18 +182,18 @@ func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Conte
 }
 
 // recordStep writes the step at position pos: one row of the step table,
-// through lease.ConfirmPut on the pool, never into a transaction of the
+// through engine.ConfirmPut on the pool, never into a transaction of the
 // flow (a rollback of that transaction would undo it after Step said it
 // was stored). A write refused as a deadlock or certification victim, or
 // on SQLite as busy, changed nothing and is sent again, bounded; a write
 // whose outcome was unknown is made again as an upsert of the same row.
 func (run *Run) recordStep(ctx context.Context, pos int, name string, out json.RawMessage) error {
 	r := run.r
-	row := lease.Row{Table: r.cfg.StepTable, Key: []string{schema.ColRequestID, schema.ColSeq},
+	row := engine.Row{Table: r.cfg.StepTable, Key: []string{schema.ColRequestID, schema.ColSeq},
 		Columns: []string{schema.ColRequestID, schema.ColSeq, schema.ColName, schema.ColOutput, schema.ColGeneration},
 		Values:  []any{run.id, pos, name, string(out), run.req.Generation}}
 	for attempt := 1; ; attempt++ {
-		err := r.req.ConfirmPut(ctx, r.db, run.req, row)
+		err := engine.ConfirmPut(ctx, r.req, r.db, run.req, row)
 		if err == nil {
 			return nil
 		}

@@ -46,7 +46,7 @@ func countedSteps(c *countdb.Counter, giveUp context.CancelFunc) Agent {
 }
 
 // TestStepStatements pins the cost of steps: one statement per recorded
-// step on PostgreSQL and SQLite (lease.ConfirmPut: the confirmation of
+// step on PostgreSQL and SQLite (engine.ConfirmPut: the confirmation of
 // the request lease and the insert of the step's row, no transaction), a
 // transaction of the two statements on MySQL; none per replayed step; a
 // takeover reads the recorded steps with one more statement inside the

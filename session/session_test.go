@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -126,7 +127,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	// Reentry under A's name but with another token is refused: the token,
 	// not the holder's name, proves the grant.
 	forged := gA
-	forged.Token, err = lease.NewToken()
+	forged.Token, err = engine.NewToken()
 	require.NoError(t, err)
 	before = row.snapshot(t, db, d, key)
 	_, err = l.Reenter(ctx, db, forged, 60*time.Second)

@@ -106,7 +106,7 @@ func TestDeleteExpired(t *testing.T) {
 }
 
 // TestByRequestBadInputSendsNoSQL: Succeeded and DeleteExpired refuse a
-// nil database and text no tool execution can hold (lease.CheckText's
+// nil database and text no tool execution can hold (engine.CheckText's
 // rule, under toolexec's name) before any SQL, and DeleteExpired of no
 // ids sends nothing.
 func TestByRequestBadInputSendsNoSQL(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -96,7 +97,7 @@ func TestLongSideEffectUnderHeartbeat(t *testing.T) {
 		}})
 		require.NoError(t, err)
 		f := e.newFlow(t, "s1", hbTTL)
-		flow := lease.NewFlowDB(db, e.d)
+		flow := engine.NewFlowDB(db, e.d)
 		sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flow, f.sess))
 		sup.Add(heartbeat.ForLease("request", e.req, flow, f.req))
 		work, err := sup.Start(ctx)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/toolexec"
@@ -42,7 +43,7 @@ func TestToolStatements(t *testing.T) {
 			db := testdb.OpenWith(t, d, func(driver, dsn string) (*sql.DB, error) { return countdb.OpenDB(driver, dsn, c) })
 			e := newEnv(t, db)
 			ctx := bg(t)
-			flowDB := lease.NewFlowDB(db, d)
+			flowDB := engine.NewFlowDB(db, d)
 			effect := func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 				c.Pause()
 				defer c.Resume()

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -136,11 +137,11 @@ func TestFencedEndsUnderRenewals(t *testing.T) {
 			})
 		}
 		hammer(func() {
-			_, errs := e.sessions.Lease().RenewMany(ctx, db, sessions, hbTTL)
+			_, errs := engine.RenewMany(ctx, e.sessions.Lease(), db, sessions, hbTTL)
 			for _, err := range errs {
 				renewed1(err)
 			}
-			_, errs = e.req.RenewMany(ctx, db, requests, hbTTL)
+			_, errs = engine.RenewMany(ctx, e.req, db, requests, hbTTL)
 			for _, err := range errs {
 				renewed1(err)
 			}
@@ -161,7 +162,7 @@ func TestFencedEndsUnderRenewals(t *testing.T) {
 					errs[i] = err
 					return
 				}
-				flowDB := lease.NewFlowDB(db, e.d)
+				flowDB := engine.NewFlowDB(db, e.d)
 				sup.Add(heartbeat.ForLease("session", e.sessions.Lease(), flowDB, f.sess))
 				sup.Add(heartbeat.ForLease("request", e.req, flowDB, f.req))
 				work, err := sup.Start(ctx)

@@ -76,7 +76,7 @@ type KeyTakenError struct {
 	EffectKey string
 	// RequestID is the request the existing call belongs to.
 	RequestID string
-	// Err is the insert's *lease.DuplicateKeyError.
+	// Err is the insert's *engine.DuplicateKeyError.
 	Err error
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -68,7 +69,7 @@ func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnknow
 // Unwrap returns the error that left the outcome unknown.
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
 
-// Foreign makes it a lease.ForeignError: the error that left the outcome
+// Foreign makes it a engine.ForeignError: the error that left the outcome
 // unknown is the external effect's (or its reconciler's), not the
 // database's, even a refused or reset connection, so lease.IsUnavailable,
 // and httpapi's 503, do not look below it.
@@ -158,9 +159,9 @@ func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o E
 	if !again {
 		// 1. The intent, before acting: fenced, and kept held.
 		err := s.retryTransient(ctx, call.Tool, func() error {
-			return s.runFenced(ctx, db, call.Tool, "intent", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
-				Mark: func() []lease.JointOp {
-					return []lease.JointOp{s.l.TransitionOp(g, lease.ChangeOptions{
+			return s.runFenced(ctx, db, call.Tool, "intent", engine.FencedTx{Fences: o.Fences, Flow: o.Flow,
+				Mark: func() []engine.JointOp {
+					return []engine.JointOp{engine.TransitionOp(s.l, g, lease.ChangeOptions{
 						From: []string{schema.StoredProcessing}, To: schema.StoredStarted, Keep: true, TTL: g.TTL,
 					})}
 				}}, func(*sql.Tx) error { return nil })
@@ -195,10 +196,10 @@ func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o E
 	// 3. The result: fenced and token-checked, like an in-transaction mark.
 	// The effect happened, so a transient failure is retried harder.
 	err = s.retryTransient(ctx, call.Tool, func() error {
-		return s.runFenced(ctx, db, call.Tool, "result", lease.FencedTx{Fences: o.Fences, Flow: o.Flow,
-			Mark: func() []lease.JointOp {
+		return s.runFenced(ctx, db, call.Tool, "result", engine.FencedTx{Fences: o.Fences, Flow: o.Flow,
+			Mark: func() []engine.JointOp {
 				unwatch()
-				return []lease.JointOp{s.succeededOp(g, schema.StoredStarted, out)}
+				return []engine.JointOp{s.succeededOp(g, schema.StoredStarted, out)}
 			}}, func(*sql.Tx) error { return nil })
 	})
 	unwatch()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -28,12 +29,12 @@ const (
 
 // runFenced is lease.RunFenced, reported to the Observer as a
 // lease.SpanFencedTx span of the given phase (effect, intent, result).
-func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, o lease.FencedTx, fn func(*sql.Tx) error) (err error) {
+func (s *Store) runFenced(ctx context.Context, db Beginner, tool, phase string, o engine.FencedTx, fn func(*sql.Tx) error) (err error) {
 	if s.obs != nil {
 		var end func(error, ...lease.Attr)
 		ctx, end = s.obs.Start(ctx, lease.Span{Name: lease.SpanFencedTx, Attrs: []lease.Attr{
 			{Key: AttrTool, Value: tool}, {Key: AttrPhase, Value: phase}}})
-		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: lease.VerdictOf(err, lease.VerdictOK)}) }()
+		defer func() { end(err, lease.Attr{Key: lease.AttrVerdict, Value: engine.VerdictOf(err, lease.VerdictOK)}) }()
 	}
-	return lease.RunFenced(ctx, db, o, fn)
+	return engine.RunFenced(ctx, db, o, fn)
 }

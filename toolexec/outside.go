@@ -40,7 +40,7 @@ func (e *OutsideTxError) Is(target error) bool { return target == ErrWriteOutsid
 
 // outsideTx returns an *OutsideTxError when ferr, a side effect's error,
 // is SQLite's busy and the side effect's transaction holds the write lock:
-// routed into by the flow (lease.FlowDB.InTx, true only on SQLite while a
+// routed into by the flow (engine.FlowDB.InTx, true only on SQLite while a
 // fenced transaction that took the write lock is open). Inside that
 // transaction x.Tx never waits for the lock, so the busy error came from
 // another connection. Otherwise it returns nil.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/sqlitedsn"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -37,7 +38,7 @@ func TestWriteOutsideTxOnSQLite(t *testing.T) {
 	ctx := bg(t)
 	f := e.newFlow(t, "s-outside", ttl)
 	o := e.opts(f, ttl)
-	o.Flow = lease.NewFlowDB(db, e.d)
+	o.Flow = engine.NewFlowDB(db, e.d)
 	runs := 0
 	_, err = e.store.Execute(ctx, db, f.call(`{"a":1}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 		runs++
@@ -91,7 +92,7 @@ func writeOutsideTxCommits(t *testing.T, db *sqlx.DB) {
 		ctx := bg(t)
 		f := e.newFlow(t, "s-outside", ttl)
 		o := e.opts(f, ttl)
-		o.Flow = lease.NewFlowDB(db, e.d)
+		o.Flow = engine.NewFlowDB(db, e.d)
 		_, err := e.store.Execute(ctx, db, f.call(`{"a":1}`), o, func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 			if _, err := db.ExecContext(ctx, e.d.Rebind("INSERT INTO ledger (execution_id, request_id, amount) VALUES (?, ?, ?)"), x.ExecutionID, x.Call.RequestID, "1"); err != nil {
 				return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
@@ -74,7 +75,7 @@ func (e *FailedError) Is(target error) bool { return target == ErrToolFailed }
 // Unwrap returns the tool's error.
 func (e *FailedError) Unwrap() error { return e.Err }
 
-// Foreign makes it a lease.ForeignError: the tool's error is not the
+// Foreign makes it a engine.ForeignError: the tool's error is not the
 // database's, whatever it wraps (a mail server's refusal, say), so
 // lease.IsUnavailable, and httpapi's 503, do not look below it.
 func (e *FailedError) Foreign() {}
@@ -224,8 +225,8 @@ type ExecOptions struct {
 	// Flow, when set, is the database the flow's heartbeat renews through
 	// (the same FlowDB given to heartbeat.ForLease). On SQLite it lets
 	// those renewals run inside the side effect's transaction instead of
-	// waiting behind it; see lease.FlowDB. request.Run sets it.
-	Flow *lease.FlowDB
+	// waiting behind it; see engine.FlowDB. request.Run sets it.
+	Flow *engine.FlowDB
 }
 
 // db is where the clean-up writes go: the pool, never into an open
@@ -497,7 +498,7 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 
 func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o ExecOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {
 	gens := generations(o.Fences)
-	err = s.runFenced(ctx, db, call.Tool, "effect", lease.FencedTx{
+	err = s.runFenced(ctx, db, call.Tool, "effect", engine.FencedTx{
 		Fences: o.Fences,
 		Flow:   o.Flow,
 		Keep:   []lease.Fence{s.l.Fence("tool:"+call.Tool, g)},
@@ -506,9 +507,9 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 		// (see lease.RunFenced). From here the transaction holds the tool
 		// row until commit, so the heartbeat lets go of it first: a
 		// renewal racing the token-clearing mark would report a loss.
-		Mark: func() []lease.JointOp {
+		Mark: func() []engine.JointOp {
 			unwatch()
-			return []lease.JointOp{s.succeededOp(g, schema.StoredProcessing, out)}
+			return []engine.JointOp{s.succeededOp(g, schema.StoredProcessing, out)}
 		},
 	}, func(tx *sql.Tx) error {
 		var ferr error
@@ -553,7 +554,7 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 }
 
 // unavailableIn reports whether ferr, a side effect's error, is its
-// transaction's database gone (lease.IsUnavailableIn): a driver's error
+// transaction's database gone (engine.IsUnavailableIn): a driver's error
 // of a broken connection, or a network error while tx's own connection
 // is broken too. A network error of another service the side effect
 // called (mail, Redis, gRPC) with tx working is the tool's failure. The
@@ -561,14 +562,14 @@ func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []b
 func (s *Store) unavailableIn(ctx context.Context, tx *sql.Tx, ferr error, o ExecOptions) bool {
 	pctx, cancel := context.WithTimeout(ctx, o.ReleaseTimeout)
 	defer cancel()
-	return lease.IsUnavailableIn(pctx, tx, ferr)
+	return engine.IsUnavailableIn(pctx, tx, ferr)
 }
 
 // succeededOp marks the call that g holds success, from state from, with
 // its result out: the last write of a call's fenced transaction (its
 // FencedTx.Mark), token-checked (lease.ErrLost if g no longer holds it).
-func (s *Store) succeededOp(g Grant, from string, out json.RawMessage) lease.JointOp {
-	return s.l.TransitionOp(g, lease.ChangeOptions{
+func (s *Store) succeededOp(g Grant, from string, out json.RawMessage) engine.JointOp {
+	return engine.TransitionOp(s.l, g, lease.ChangeOptions{
 		From: []string{from}, To: schema.StoredSucceeded,
 		Set: []lease.Assignment{lease.Set(schema.ColResult, string(out))},
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/faults"
 	wait "github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
@@ -763,7 +764,7 @@ func (r *leaseRound) fenced(ctx context.Context, client int, key string, g *gran
 	if r.cfg.Unfenced {
 		fences = nil
 	}
-	err := lease.RunFenced(ctx, r.db(ctx), lease.FencedTx{Fences: fences}, func(tx *sql.Tx) error {
+	err := engine.RunFenced(ctx, r.db(ctx), engine.FencedTx{Fences: fences}, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, ins, id, key, g.g.Generation, g.tok)
 		return err
 	})

@@ -1,7 +1,7 @@
 package conformance
 
 // The acquire-create cases: a lease taken and a new row inserted held,
-// both or neither (lease.AcquireCreate: one statement on PostgreSQL, on a
+// both or neither (engine.AcquireCreate: one statement on PostgreSQL, on a
 // pool or in a transaction; AcquireWith then Create in a transaction on
 // MySQL and SQLite, which refuse it on a pool).
 
@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
-	"github.com/rowlease/rowlease/lease"
 )
 
 // acquireCreateCases are the acquire-create cases of the suite.
@@ -31,7 +31,7 @@ var acquireCreateCases = []struct {
 
 // onPoolOrTx runs f on the pool (inTx false) or in a transaction of its
 // own, committed when f succeeds and rolled back when it fails.
-func onPoolOrTx(ctx context.Context, e Env, inTx bool, f func(db lease.DB) error) error {
+func onPoolOrTx(ctx context.Context, e Env, inTx bool, f func(db engine.DB) error) error {
 	if !inTx {
 		return f(e.DB)
 	}
@@ -46,21 +46,21 @@ func onPoolOrTx(ctx context.Context, e Env, inTx bool, f func(db lease.DB) error
 	return tx.Commit()
 }
 
-// acquireCreate runs lease.AcquireCreate on the pool or in a transaction
+// acquireCreate runs engine.AcquireCreate on the pool or in a transaction
 // of its own (onPoolOrTx).
-func acquireCreate(ctx context.Context, e Env, inTx bool, a lease.AcquireOp[string], c lease.CreateOp[string]) (ga lease.Grant[string], gc lease.Grant[string], err error) {
-	err = onPoolOrTx(ctx, e, inTx, func(db lease.DB) (err error) {
-		ga, gc, err = lease.AcquireCreate(ctx, db, a, c)
+func acquireCreate(ctx context.Context, e Env, inTx bool, a engine.AcquireOp[string], c engine.CreateOp[string]) (ga engine.Grant[string], gc engine.Grant[string], err error) {
+	err = onPoolOrTx(ctx, e, inTx, func(db engine.DB) (err error) {
+		ga, gc, err = engine.AcquireCreate(ctx, db, a, c)
 		return err
 	})
 	return ga, gc, err
 }
 
 // missing asserts that key has no row in l's table.
-func missing(t *testing.T, ctx context.Context, e Env, l *lease.Lease[string], key string) {
+func missing(t *testing.T, ctx context.Context, e Env, l *engine.Lease[string], key string) {
 	t.Helper()
 	_, err := l.Inspect(ctx, e.DB, key)
-	assert.ErrorIs(t, err, lease.ErrNotFound, "no row %q was inserted", key)
+	assert.ErrorIs(t, err, engine.ErrNotFound, "no row %q was inserted", key)
 }
 
 // acquireCreateBothOrNeither: the acquire matches and the row is inserted,
@@ -76,26 +76,26 @@ func acquireCreateBothOrNeither(t *testing.T, e Env) {
 			s := fmt.Sprintf("s-%v", inTx)
 			r := func(n int) string { return fmt.Sprintf("r%d-%v", n, inTx) }
 			e.Insert(t, s)
-			newRow := lease.CreateOptions{State: "processing", Set: []lease.Assignment{lease.Set("note", "new")}}
-			if !inTx && e.Dialect != lease.Postgres {
-				_, _, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp(s, r(1), 30*time.Second, lease.AcquireOptions{}),
-					other.CreateOp(r(1), "run", 30*time.Second, newRow))
-				require.ErrorIs(t, err, lease.ErrInvalid)
+			newRow := engine.CreateOptions{State: "processing", Set: []engine.Assignment{engine.Set("note", "new")}}
+			if !inTx && e.Dialect != engine.Postgres {
+				_, _, err := acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(1), 30*time.Second, engine.AcquireOptions{}),
+					engine.NewCreateOp(other, r(1), "run", 30*time.Second, newRow))
+				require.ErrorIs(t, err, engine.ErrInvalid)
 				assert.Nil(t, e.ReadRow(t, s).Token, "nothing was written")
 				missing(t, ctx, e, other, r(1))
 				return
 			}
-			ga, gc, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp(s, r(1), 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(r(1), "run", 30*time.Second, newRow))
+			ga, gc, err := acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(1), 30*time.Second, engine.AcquireOptions{}),
+				engine.NewCreateOp(other, r(1), "run", 30*time.Second, newRow))
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), ga.Generation)
 			assert.Equal(t, int64(1), gc.Generation)
 			assert.Equal(t, r(1), ga.Holder)
 			assert.True(t, ga.Trusted(time.Now()))
 			assert.True(t, gc.Trusted(time.Now()))
-			_, err = e.Lease.Verify(ctx, e.DB, ga, false)
+			_, err = engine.Verify(ctx, e.Lease, e.DB, ga, false)
 			require.NoError(t, err, "the acquire holds")
-			_, err = other.Verify(ctx, e.DB, gc, false)
+			_, err = engine.Verify(ctx, other, e.DB, gc, false)
 			require.NoError(t, err, "the created row holds")
 			row := e.ReadRowOf(t, "lease_other", r(1))
 			assert.Equal(t, "processing", row.State)
@@ -103,38 +103,38 @@ func acquireCreateBothOrNeither(t *testing.T, e Env) {
 			assert.Equal(t, "new", *row.Note)
 
 			// Held: a ConflictError naming the holder; no row inserted.
-			_, _, err = acquireCreate(ctx, e, inTx, e.Lease.AcquireOp(s, r(2), 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(r(2), "run", 30*time.Second, newRow))
-			var ce *lease.ConflictError
+			_, _, err = acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(2), 30*time.Second, engine.AcquireOptions{}),
+				engine.NewCreateOp(other, r(2), "run", 30*time.Second, newRow))
+			var ce *engine.ConflictError
 			require.ErrorAs(t, err, &ce)
 			assert.Equal(t, r(1), ce.Holder)
 			missing(t, ctx, e, other, r(2))
 			// No row to acquire.
-			_, _, err = acquireCreate(ctx, e, inTx, e.Lease.AcquireOp("nope", r(3), 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(r(3), "run", 30*time.Second, newRow))
-			require.ErrorIs(t, err, lease.ErrNotFound)
+			_, _, err = acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, "nope", r(3), 30*time.Second, engine.AcquireOptions{}),
+				engine.NewCreateOp(other, r(3), "run", 30*time.Second, newRow))
+			require.ErrorIs(t, err, engine.ErrNotFound)
 			missing(t, ctx, e, other, r(3))
 			// Free, but in another state.
 			require.NoError(t, e.Lease.Release(ctx, e.DB, ga))
 			before := e.ReadRow(t, s)
-			_, _, err = acquireCreate(ctx, e, inTx, e.Lease.AcquireOp(s, r(4), 30*time.Second, lease.AcquireOptions{InStates: []string{"success"}}),
-				other.CreateOp(r(4), "run", 30*time.Second, newRow))
-			require.ErrorIs(t, err, lease.ErrState)
+			_, _, err = acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(4), 30*time.Second, engine.AcquireOptions{InStates: []string{"success"}}),
+				engine.NewCreateOp(other, r(4), "run", 30*time.Second, newRow))
+			require.ErrorIs(t, err, engine.ErrState)
 			missing(t, ctx, e, other, r(4))
 			// A duplicate row: the acquire is undone with it.
-			_, _, err = acquireCreate(ctx, e, inTx, e.Lease.AcquireOp(s, r(5), 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(r(1), "run", 30*time.Second, newRow))
-			require.ErrorIs(t, err, lease.ErrExists)
+			_, _, err = acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(5), 30*time.Second, engine.AcquireOptions{}),
+				engine.NewCreateOp(other, r(1), "run", 30*time.Second, newRow))
+			require.ErrorIs(t, err, engine.ErrExists)
 			assert.Equal(t, before, e.ReadRow(t, s), "the acquire was undone")
-			_, err = other.Verify(ctx, e.DB, gc, false)
+			_, err = engine.Verify(ctx, other, e.DB, gc, false)
 			require.NoError(t, err, "the existing row is untouched")
 
 			// Bad input sends nothing.
-			_, _, err = acquireCreate(ctx, e, inTx, e.Lease.AcquireOp(s, r(6), 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(r(6), "", 30*time.Second, newRow))
-			require.ErrorIs(t, err, lease.ErrInvalid)
-			_, _, err = lease.AcquireCreate(ctx, e.DB, lease.AcquireOp[string]{}, other.CreateOp(r(6), "run", 30*time.Second, newRow))
-			require.ErrorIs(t, err, lease.ErrInvalid)
+			_, _, err = acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(6), 30*time.Second, engine.AcquireOptions{}),
+				engine.NewCreateOp(other, r(6), "", 30*time.Second, newRow))
+			require.ErrorIs(t, err, engine.ErrInvalid)
+			_, _, err = engine.AcquireCreate(ctx, e.DB, engine.AcquireOp[string]{}, engine.NewCreateOp(other, r(6), "run", 30*time.Second, newRow))
+			require.ErrorIs(t, err, engine.ErrInvalid)
 			assert.Equal(t, before, e.ReadRow(t, s))
 			missing(t, ctx, e, other, r(6))
 		})
@@ -147,17 +147,17 @@ func acquireCreateOneWinner(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	other := e.ItemLike(t, "lease_other")
 	e.Insert(t, "hot")
-	inTx := e.Dialect != lease.Postgres
+	inTx := e.Dialect != engine.Postgres
 	key := func(i int) string { return fmt.Sprintf("r%02d", i) }
 	win := oneWinner(t, 16, func(i int) error {
 		for attempt := 1; ; attempt++ {
-			_, _, err := acquireCreate(ctx, e, inTx, e.Lease.AcquireOp("hot", key(i), 30*time.Second, lease.AcquireOptions{}),
-				other.CreateOp(key(i), "run", 30*time.Second, lease.CreateOptions{}))
+			_, _, err := acquireCreate(ctx, e, inTx, engine.NewAcquireOp(e.Lease, "hot", key(i), 30*time.Second, engine.AcquireOptions{}),
+				engine.NewCreateOp(other, key(i), "run", 30*time.Second, engine.CreateOptions{}))
 			// A transaction the database rolled back to break a deadlock,
 			// or that a multi-primary cluster refused at certification,
 			// took no effect: run it again, as every caller of a
 			// transaction must (request.Runner does).
-			if !lease.IsRetryable(err) || attempt == 20 || !retry.Backoff(ctx, attempt) {
+			if !engine.IsRetryable(err) || attempt == 20 || !retry.Backoff(ctx, attempt) {
 				return err
 			}
 		}

@@ -1,7 +1,7 @@
 package conformance
 
 // The acquire-create-unless cases (listed with the acquire-create cases):
-// a lookup and a claim in one (lease.AcquireCreateUnless): the row found
+// a lookup and a claim in one (engine.AcquireCreateUnless): the row found
 // and read, with nothing written; or, when there is none, AcquireCreate's
 // both or neither.
 
@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
-	"github.com/rowlease/rowlease/lease"
 )
 
 // unlessRead is what the cases read from an existing row.
@@ -32,17 +32,17 @@ func (r *unlessRead) dest() []any { return []any{&r.holder, &r.state, &r.generat
 
 // unlessOf names the row key of the lease_other table and the columns
 // unlessRead reads.
-func unlessOf(key string) lease.Unless {
-	return lease.Unless{Match: []lease.Assignment{lease.Set("item_key", key)},
+func unlessOf(key string) engine.Unless {
+	return engine.Unless{Match: []engine.Assignment{engine.Set("item_key", key)},
 		Columns: []string{"holder", "state", "generation", "note"}}
 }
 
-// acquireCreateUnlessIn runs lease.AcquireCreateUnless on the pool or in
+// acquireCreateUnlessIn runs engine.AcquireCreateUnless on the pool or in
 // a transaction of its own (onPoolOrTx).
-func acquireCreateUnlessIn(ctx context.Context, e Env, inTx bool, a lease.AcquireOp[string], c lease.CreateOp[string],
-	u lease.Unless, dest ...any) (ga lease.Grant[string], gc lease.Grant[string], found bool, err error) {
-	err = onPoolOrTx(ctx, e, inTx, func(db lease.DB) (err error) {
-		ga, gc, found, err = lease.AcquireCreateUnless(ctx, db, a, c, u, dest...)
+func acquireCreateUnlessIn(ctx context.Context, e Env, inTx bool, a engine.AcquireOp[string], c engine.CreateOp[string],
+	u engine.Unless, dest ...any) (ga engine.Grant[string], gc engine.Grant[string], found bool, err error) {
+	err = onPoolOrTx(ctx, e, inTx, func(db engine.DB) (err error) {
+		ga, gc, found, err = engine.AcquireCreateUnless(ctx, db, a, c, u, dest...)
 		return err
 	})
 	return ga, gc, found, err
@@ -59,15 +59,15 @@ func acquireCreateUnless(t *testing.T, e Env) {
 			s := fmt.Sprintf("s-%v", inTx)
 			r := func(n int) string { return fmt.Sprintf("r%d-%v", n, inTx) }
 			e.Insert(t, s)
-			newRow := lease.CreateOptions{State: "processing", Set: []lease.Assignment{lease.Set("note", "new")}}
-			try := func(n int, read *unlessRead) (lease.Grant[string], lease.Grant[string], bool, error) {
-				return acquireCreateUnlessIn(ctx, e, inTx, e.Lease.AcquireOp(s, r(n), 30*time.Second, lease.AcquireOptions{}),
-					other.CreateOp(r(n), "run", 30*time.Second, newRow), unlessOf(r(n)), read.dest()...)
+			newRow := engine.CreateOptions{State: "processing", Set: []engine.Assignment{engine.Set("note", "new")}}
+			try := func(n int, read *unlessRead) (engine.Grant[string], engine.Grant[string], bool, error) {
+				return acquireCreateUnlessIn(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(n), 30*time.Second, engine.AcquireOptions{}),
+					engine.NewCreateOp(other, r(n), "run", 30*time.Second, newRow), unlessOf(r(n)), read.dest()...)
 			}
 			var read unlessRead
-			if !inTx && e.Dialect != lease.Postgres {
+			if !inTx && e.Dialect != engine.Postgres {
 				_, _, _, err := try(1, &read)
-				require.ErrorIs(t, err, lease.ErrInvalid, "a pool: MySQL and SQLite need a transaction")
+				require.ErrorIs(t, err, engine.ErrInvalid, "a pool: MySQL and SQLite need a transaction")
 				assert.Nil(t, e.ReadRow(t, s).Token, "nothing was written")
 				missing(t, ctx, e, other, r(1))
 				return
@@ -77,9 +77,9 @@ func acquireCreateUnless(t *testing.T, e Env) {
 			require.NoError(t, err)
 			assert.False(t, found)
 			assert.Equal(t, int64(1), gc.Generation)
-			_, err = e.Lease.Verify(ctx, e.DB, ga, false)
+			_, err = engine.Verify(ctx, e.Lease, e.DB, ga, false)
 			require.NoError(t, err, "the acquire holds")
-			_, err = other.Verify(ctx, e.DB, gc, false)
+			_, err = engine.Verify(ctx, other, e.DB, gc, false)
 			require.NoError(t, err, "the created row holds")
 			assert.False(t, read.state.Valid, "nothing read")
 
@@ -109,7 +109,7 @@ func acquireCreateUnless(t *testing.T, e Env) {
 			g3, err := e.Lease.Acquire(ctx, e.DB, s, "someone", 30*time.Second)
 			require.NoError(t, err)
 			_, _, found, err = try(2, &read)
-			var ce *lease.ConflictError
+			var ce *engine.ConflictError
 			require.ErrorAs(t, err, &ce)
 			assert.False(t, found)
 			assert.Equal(t, "someone", ce.Holder)
@@ -120,25 +120,25 @@ func acquireCreateUnless(t *testing.T, e Env) {
 			before := e.ReadRow(t, s)
 			bad := []struct {
 				name string
-				u    lease.Unless
+				u    engine.Unless
 				dest []any
 			}{
-				{"no match", lease.Unless{Columns: []string{"state"}}, []any{new(string)}},
-				{"bad match column", lease.Unless{Match: []lease.Assignment{lease.Set("item_key; --", "x")}, Columns: []string{"state"}}, []any{new(string)}},
-				{"match column twice", lease.Unless{Match: []lease.Assignment{lease.Set("item_key", "a"), lease.Set("item_key", "b")}, Columns: []string{"state"}}, []any{new(string)}},
-				{"no column", lease.Unless{Match: []lease.Assignment{lease.Set("item_key", r(3))}}, nil},
-				{"bad column", lease.Unless{Match: []lease.Assignment{lease.Set("item_key", r(3))}, Columns: []string{"state, token"}}, []any{new(string)}},
-				{"the token", lease.Unless{Match: []lease.Assignment{lease.Set("item_key", r(3))}, Columns: []string{"token"}}, []any{new(sql.NullString)}},
-				{"fewer destinations", lease.Unless{Match: []lease.Assignment{lease.Set("item_key", r(3))}, Columns: []string{"state", "note"}}, []any{new(string)}},
-				{"nil destination", lease.Unless{Match: []lease.Assignment{lease.Set("item_key", r(3))}, Columns: []string{"state"}}, []any{nil}},
+				{"no match", engine.Unless{Columns: []string{"state"}}, []any{new(string)}},
+				{"bad match column", engine.Unless{Match: []engine.Assignment{engine.Set("item_key; --", "x")}, Columns: []string{"state"}}, []any{new(string)}},
+				{"match column twice", engine.Unless{Match: []engine.Assignment{engine.Set("item_key", "a"), engine.Set("item_key", "b")}, Columns: []string{"state"}}, []any{new(string)}},
+				{"no column", engine.Unless{Match: []engine.Assignment{engine.Set("item_key", r(3))}}, nil},
+				{"bad column", engine.Unless{Match: []engine.Assignment{engine.Set("item_key", r(3))}, Columns: []string{"state, token"}}, []any{new(string)}},
+				{"the token", engine.Unless{Match: []engine.Assignment{engine.Set("item_key", r(3))}, Columns: []string{"token"}}, []any{new(sql.NullString)}},
+				{"fewer destinations", engine.Unless{Match: []engine.Assignment{engine.Set("item_key", r(3))}, Columns: []string{"state", "note"}}, []any{new(string)}},
+				{"nil destination", engine.Unless{Match: []engine.Assignment{engine.Set("item_key", r(3))}, Columns: []string{"state"}}, []any{nil}},
 			}
 			for _, b := range bad {
-				_, _, _, err := acquireCreateUnlessIn(ctx, e, inTx, e.Lease.AcquireOp(s, r(3), 30*time.Second, lease.AcquireOptions{}),
-					other.CreateOp(r(3), "run", 30*time.Second, newRow), b.u, b.dest...)
-				require.ErrorIs(t, err, lease.ErrInvalid, b.name)
+				_, _, _, err := acquireCreateUnlessIn(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, r(3), 30*time.Second, engine.AcquireOptions{}),
+					engine.NewCreateOp(other, r(3), "run", 30*time.Second, newRow), b.u, b.dest...)
+				require.ErrorIs(t, err, engine.ErrInvalid, b.name)
 			}
-			_, _, _, err = lease.AcquireCreateUnless(ctx, e.DB, lease.AcquireOp[string]{}, other.CreateOp(r(3), "run", 30*time.Second, newRow), unlessOf(r(3)), read.dest()...)
-			require.ErrorIs(t, err, lease.ErrInvalid)
+			_, _, _, err = engine.AcquireCreateUnless(ctx, e.DB, engine.AcquireOp[string]{}, engine.NewCreateOp(other, r(3), "run", 30*time.Second, newRow), unlessOf(r(3)), read.dest()...)
+			require.ErrorIs(t, err, engine.ErrInvalid)
 			assert.Equal(t, before, e.ReadRow(t, s))
 			missing(t, ctx, e, other, r(3))
 		})
@@ -156,7 +156,7 @@ func acquireCreateUnlessOneRow(t *testing.T, e Env) {
 	for i := range n {
 		e.Insert(t, fmt.Sprintf("s%02d", i))
 	}
-	inTx := e.Dialect != lease.Postgres
+	inTx := e.Dialect != engine.Postgres
 	var (
 		wg                       sync.WaitGroup
 		start                    = make(chan struct{})
@@ -175,11 +175,11 @@ func acquireCreateUnlessOneRow(t *testing.T, e Env) {
 			var ok bool
 			var err error
 			for attempt := 1; ; attempt++ {
-				_, _, ok, err = acquireCreateUnlessIn(ctx, e, inTx, e.Lease.AcquireOp(s, s, 30*time.Second, lease.AcquireOptions{}),
-					other.CreateOp("one", s, 30*time.Second, lease.CreateOptions{}), unlessOf("one"), read.dest()...)
+				_, _, ok, err = acquireCreateUnlessIn(ctx, e, inTx, engine.NewAcquireOp(e.Lease, s, s, 30*time.Second, engine.AcquireOptions{}),
+					engine.NewCreateOp(other, "one", s, 30*time.Second, engine.CreateOptions{}), unlessOf("one"), read.dest()...)
 				// A deadlock victim or a refused certification took no
 				// effect: run it again, as every caller must.
-				if !lease.IsRetryable(err) || attempt == 20 || !retry.Backoff(ctx, attempt) {
+				if !engine.IsRetryable(err) || attempt == 20 || !retry.Backoff(ctx, attempt) {
 					break
 				}
 			}
@@ -191,7 +191,7 @@ func acquireCreateUnlessOneRow(t *testing.T, e Env) {
 			case err == nil:
 				created++
 				winner = s
-			case errors.Is(err, lease.ErrExists):
+			case errors.Is(err, engine.ErrExists):
 				conflict++
 			default:
 				others = append(others, err)

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // confirmPutCases are the ConfirmPut cases of the lease suite.
@@ -27,12 +27,12 @@ var confirmPutCases = []struct {
 
 // journalDDL is a journal table of the caller's: rows appended under the
 // item lease.
-var journalDDL = map[lease.Dialect]string{
-	lease.MySQL: "CREATE TABLE lease_journal (item_key VARCHAR(191) NOT NULL, seq INT NOT NULL, body LONGTEXT NOT NULL, " +
+var journalDDL = map[engine.Dialect]string{
+	engine.MySQL: "CREATE TABLE lease_journal (item_key VARCHAR(191) NOT NULL, seq INT NOT NULL, body LONGTEXT NOT NULL, " +
 		"PRIMARY KEY (item_key, seq)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-	lease.Postgres: "CREATE TABLE lease_journal (item_key VARCHAR(191) NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, " +
+	engine.Postgres: "CREATE TABLE lease_journal (item_key VARCHAR(191) NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, " +
 		"PRIMARY KEY (item_key, seq))",
-	lease.SQLite: "CREATE TABLE lease_journal (item_key TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, " +
+	engine.SQLite: "CREATE TABLE lease_journal (item_key TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, " +
 		"PRIMARY KEY (item_key, seq))",
 }
 
@@ -42,8 +42,8 @@ func journal(t *testing.T, e Env) {
 	require.NoError(t, err)
 }
 
-func journalRow(key string, seq int, body string) lease.Row {
-	return lease.Row{Table: "lease_journal", Key: []string{"item_key", "seq"},
+func journalRow(key string, seq int, body string) engine.Row {
+	return engine.Row{Table: "lease_journal", Key: []string{"item_key", "seq"},
 		Columns: []string{"item_key", "seq", "body"}, Values: []any{key, seq, body}}
 }
 
@@ -62,11 +62,11 @@ func confirmPutHeld(t *testing.T, e Env) {
 	g, err := e.Lease.Acquire(ctx, e.DB, "k", "alice", 10*time.Second)
 	require.NoError(t, err)
 	for i := range 3 {
-		require.NoError(t, e.Lease.ConfirmPut(ctx, e.DB, g, journalRow("k", i, fmt.Sprintf(`{"n":%d}`, i))))
+		require.NoError(t, engine.ConfirmPut(ctx, e.Lease, e.DB, g, journalRow("k", i, fmt.Sprintf(`{"n":%d}`, i))))
 	}
 	// The same key again replaces the row (a write whose outcome was
 	// unknown, made again).
-	require.NoError(t, e.Lease.ConfirmPut(ctx, e.DB, g, journalRow("k", 2, `"again"`)))
+	require.NoError(t, engine.ConfirmPut(ctx, e.Lease, e.DB, g, journalRow("k", 2, `"again"`)))
 	assert.Equal(t, []string{`{"n":0}`, `{"n":1}`, `"again"`}, journalBodies(t, e, "k"))
 	// The lease is still held, with the same generation.
 	_, err = e.Lease.Renew(ctx, e.DB, g, 10*time.Second)
@@ -83,14 +83,14 @@ func confirmPutLost(t *testing.T, e Env) {
 	nw, err := e.Lease.Acquire(ctx, e.DB, "k", "new", 10*time.Second)
 	require.NoError(t, err)
 	before := e.ReadRow(t, "k")
-	err = e.Lease.ConfirmPut(ctx, e.DB, old, journalRow("k", 0, `"stale"`))
-	require.ErrorIs(t, err, lease.ErrLost)
-	var lost *lease.LostError
+	err = engine.ConfirmPut(ctx, e.Lease, e.DB, old, journalRow("k", 0, `"stale"`))
+	require.ErrorIs(t, err, engine.ErrLost)
+	var lost *engine.LostError
 	require.ErrorAs(t, err, &lost)
 	assert.NotContains(t, err.Error(), old.Token.Secret(), "the token is a secret")
 	assert.Empty(t, journalBodies(t, e, "k"), "a stale holder writes nothing")
 	assert.Equal(t, before, e.ReadRow(t, "k"), "the new holder's row is unchanged")
-	require.NoError(t, e.Lease.ConfirmPut(ctx, e.DB, nw, journalRow("k", 0, `"new"`)))
+	require.NoError(t, engine.ConfirmPut(ctx, e.Lease, e.DB, nw, journalRow("k", 0, `"new"`)))
 	assert.Equal(t, []string{`"new"`}, journalBodies(t, e, "k"))
 
 	// An expired lease is lost too, though nobody took it.
@@ -98,7 +98,7 @@ func confirmPutLost(t *testing.T, e Env) {
 	exp, err := e.Lease.Acquire(ctx, e.DB, "x", "x", 150*time.Millisecond)
 	require.NoError(t, err)
 	e.WaitFree(t, "x", 5*time.Second)
-	require.ErrorIs(t, e.Lease.ConfirmPut(ctx, e.DB, exp, journalRow("x", 0, `"late"`)), lease.ErrLost)
+	require.ErrorIs(t, engine.ConfirmPut(ctx, e.Lease, e.DB, exp, journalRow("x", 0, `"late"`)), engine.ErrLost)
 	assert.Empty(t, journalBodies(t, e, "x"))
 }
 
@@ -109,7 +109,7 @@ func confirmPutBadInput(t *testing.T, e Env) {
 	g, err := e.Lease.Acquire(ctx, e.DB, "k", "alice", 10*time.Second)
 	require.NoError(t, err)
 	good := journalRow("k", 0, "x")
-	bad := map[string]lease.Row{
+	bad := map[string]engine.Row{
 		"no table":            {Key: good.Key, Columns: good.Columns, Values: good.Values},
 		"bad table":           {Table: "lease_journal; DROP TABLE lease_item", Key: good.Key, Columns: good.Columns, Values: good.Values},
 		"no columns":          {Table: good.Table, Key: good.Key},
@@ -122,13 +122,13 @@ func confirmPutBadInput(t *testing.T, e Env) {
 	}
 	before := e.ReadRow(t, "k")
 	for name, row := range bad {
-		err := e.Lease.ConfirmPut(ctx, e.DB, g, row)
-		var ve *lease.ValidationError
+		err := engine.ConfirmPut(ctx, e.Lease, e.DB, g, row)
+		var ve *engine.ValidationError
 		assert.True(t, errors.As(err, &ve), "%s: %v", name, err)
-		assert.ErrorIs(t, err, lease.ErrInvalid, name)
+		assert.ErrorIs(t, err, engine.ErrInvalid, name)
 	}
-	var nilDB lease.DB
-	assert.ErrorIs(t, e.Lease.ConfirmPut(ctx, nilDB, g, good), lease.ErrInvalid)
+	var nilDB engine.DB
+	assert.ErrorIs(t, engine.ConfirmPut(ctx, e.Lease, nilDB, g, good), engine.ErrInvalid)
 	assert.Empty(t, journalBodies(t, e, "k"))
 	assert.Equal(t, before, e.ReadRow(t, "k"))
 }
@@ -163,30 +163,30 @@ func confirmPutStaleAgainstTakeover(t *testing.T, e Env) {
 				return
 			default:
 			}
-			err := e.Lease.ConfirmPut(context.Background(), e.DB, old, journalRow("k", i, `"old"`))
+			err := engine.ConfirmPut(context.Background(), e.Lease, e.DB, old, journalRow("k", i, `"old"`))
 			if err == nil {
 				mu.Lock()
 				written = append(written, i)
 				mu.Unlock()
 				continue
 			}
-			if errors.Is(err, lease.ErrLost) {
+			if errors.Is(err, engine.ErrLost) {
 				return
 			}
-			if lease.IsTransient(err) {
+			if engine.IsTransient(err) {
 				continue
 			}
 			t.Errorf("put %d: %v", i, err)
 			return
 		}
 	}()
-	var nw lease.Grant[string]
+	var nw engine.Grant[string]
 	for {
 		nw, err = e.Lease.Acquire(ctx, e.DB, "k", "new", 30*time.Second)
 		if err == nil {
 			break
 		}
-		require.ErrorIs(t, err, lease.ErrHeld)
+		require.ErrorIs(t, err, engine.ErrHeld)
 	}
 	seen := journalBodies(t, e, "k")
 	close(stop)
@@ -195,5 +195,5 @@ func confirmPutStaleAgainstTakeover(t *testing.T, e Env) {
 	defer mu.Unlock()
 	assert.Len(t, seen, len(written), "every put the stale holder was told of was there when the new holder took over, and none came after")
 	assert.Equal(t, seen, journalBodies(t, e, "k"))
-	require.NoError(t, e.Lease.ConfirmPut(ctx, e.DB, nw, journalRow("k", len(seen), `"new"`)))
+	require.NoError(t, engine.ConfirmPut(ctx, e.Lease, e.DB, nw, journalRow("k", len(seen), `"new"`)))
 }

@@ -10,29 +10,29 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // ItemTable is the name of the table the suite leases.
 const ItemTable = "lease_item"
 
 // ItemColumns are its lease columns.
-var ItemColumns = lease.Columns{
+var ItemColumns = engine.Columns{
 	Key: "item_key", Holder: "holder", Token: "token", ExpiresAt: "expires_at",
 	Generation: "generation", State: "state", UpdatedAt: "updated_at",
 }
 
 // ItemDDL is the suite's table in each dialect: the lease columns plus a
 // state, a free-text note and an updated_at stamp.
-var ItemDDL = map[lease.Dialect]string{
-	lease.MySQL: "CREATE TABLE lease_item (item_key VARCHAR(191) NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
+var ItemDDL = map[engine.Dialect]string{
+	engine.MySQL: "CREATE TABLE lease_item (item_key VARCHAR(191) NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
 		"token CHAR(36) NULL, expires_at DATETIME(6) NULL, generation BIGINT NOT NULL DEFAULT 0, " +
 		"state VARCHAR(16) NOT NULL DEFAULT 'processing', note VARCHAR(255) NULL, updated_at DATETIME(6) NULL) " +
 		"ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
-	lease.Postgres: "CREATE TABLE lease_item (item_key VARCHAR(191) NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
+	engine.Postgres: "CREATE TABLE lease_item (item_key VARCHAR(191) NOT NULL PRIMARY KEY, holder VARCHAR(191) NULL, " +
 		"token CHAR(36) NULL, expires_at TIMESTAMPTZ NULL, generation BIGINT NOT NULL DEFAULT 0, " +
 		"state VARCHAR(16) NOT NULL DEFAULT 'processing', note VARCHAR(255) NULL, updated_at TIMESTAMPTZ NULL)",
-	lease.SQLite: "CREATE TABLE lease_item (item_key TEXT NOT NULL PRIMARY KEY, holder TEXT NULL, " +
+	engine.SQLite: "CREATE TABLE lease_item (item_key TEXT NOT NULL PRIMARY KEY, holder TEXT NULL, " +
 		"token TEXT NULL, expires_at INTEGER NULL, generation INTEGER NOT NULL DEFAULT 0, " +
 		"state TEXT NOT NULL DEFAULT 'processing', note TEXT NULL, updated_at INTEGER NULL)",
 }
@@ -40,14 +40,14 @@ var ItemDDL = map[lease.Dialect]string{
 // Env is one test's database, dialect and lease on the item table.
 type Env struct {
 	DB      *sqlx.DB
-	Dialect lease.Dialect
-	Lease   *lease.Lease[string]
+	Dialect engine.Dialect
+	Lease   *engine.Lease[string]
 }
 
 // Setup creates the item table on db and returns the test's environment.
-func Setup(t testing.TB, db *sqlx.DB, opts lease.Options) Env {
+func Setup(t testing.TB, db *sqlx.DB, opts engine.Options) Env {
 	t.Helper()
-	d, err := lease.DetectDialect(db)
+	d, err := engine.DetectDialect(db)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func Setup(t testing.TB, db *sqlx.DB, opts lease.Options) Env {
 	if _, err := db.ExecContext(ctx, ItemDDL[d]); err != nil {
 		t.Fatalf("create %s: %v", ItemTable, err)
 	}
-	l, err := lease.New[string](d, lease.MustTable(ItemTable, ItemColumns), opts)
+	l, err := engine.New[string](d, engine.MustTable(ItemTable, ItemColumns), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func (e Env) ReadRowOf(t testing.TB, table, key string) Row {
 	t.Helper()
 	var r Row
 	q := e.DB.Rebind("SELECT holder, token, generation, state, note, CAST(expires_at AS CHAR(40)) AS expires FROM " + table + " WHERE item_key = ?")
-	if e.Dialect == lease.Postgres {
+	if e.Dialect == engine.Postgres {
 		q = e.DB.Rebind("SELECT holder, token, generation, state, note, CAST(expires_at AS TEXT) AS expires FROM " + table + " WHERE item_key = ?")
 	}
 	if err := e.DB.Get(&r, q, key); err != nil {
@@ -97,7 +97,7 @@ func (e Env) ReadRowOf(t testing.TB, table, key string) Row {
 // Insert adds a free row.
 func (e Env) Insert(t testing.TB, key string) {
 	t.Helper()
-	if err := e.Lease.Ensure(context.Background(), e.DB, key, lease.CreateOptions{}); err != nil {
+	if err := e.Lease.Ensure(context.Background(), e.DB, key, engine.CreateOptions{}); err != nil {
 		t.Fatalf("ensure %q: %v", key, err)
 	}
 }

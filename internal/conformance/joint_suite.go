@@ -1,8 +1,8 @@
 package conformance
 
 // The joint cases: token-checked writes on rows of several tables made
-// together (lease.Joint: one statement on PostgreSQL and MySQL, one by one
-// on SQLite; the end of lease.RunFenced: one statement on PostgreSQL, one
+// together (engine.Joint: one statement on PostgreSQL and MySQL, one by one
+// on SQLite; the end of engine.RunFenced: one statement on PostgreSQL, one
 // by one elsewhere), each held or lost exactly as it would be alone.
 
 import (
@@ -15,18 +15,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // ItemLike creates a table made like the item table under another name
 // and returns a Lease on it (read its rows with ReadRowOf).
-func (e Env) ItemLike(t testing.TB, table string) *lease.Lease[string] {
+func (e Env) ItemLike(t testing.TB, table string) *engine.Lease[string] {
 	t.Helper()
 	ddl := strings.Replace(ItemDDL[e.Dialect], "CREATE TABLE "+ItemTable+" ", "CREATE TABLE "+table+" ", 1)
 	if _, err := e.DB.ExecContext(context.Background(), ddl); err != nil {
 		t.Fatalf("create %s: %v", table, err)
 	}
-	l, err := lease.New[string](e.Dialect, lease.MustTable(table, ItemColumns), lease.Options{})
+	l, err := engine.New[string](e.Dialect, engine.MustTable(table, ItemColumns), engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +37,8 @@ func (e Env) ItemLike(t testing.TB, table string) *lease.Lease[string] {
 // on lease_other, c on lease_third.
 type jointEnv struct {
 	Env
-	other, third *lease.Lease[string]
-	a, b, c      lease.Grant[string]
+	other, third *engine.Lease[string]
+	a, b, c      engine.Grant[string]
 }
 
 func newJointEnv(t *testing.T, e Env) *jointEnv {
@@ -51,9 +51,9 @@ func newJointEnv(t *testing.T, e Env) *jointEnv {
 	return j
 }
 
-func ensureAcquire(t *testing.T, ctx context.Context, l *lease.Lease[string], db lease.DB, key string) lease.Grant[string] {
+func ensureAcquire(t *testing.T, ctx context.Context, l *engine.Lease[string], db engine.DB, key string) engine.Grant[string] {
 	t.Helper()
-	require.NoError(t, l.Ensure(ctx, db, key, lease.CreateOptions{}))
+	require.NoError(t, l.Ensure(ctx, db, key, engine.CreateOptions{}))
 	g, err := l.Acquire(ctx, db, key, "holder-"+key, 30*time.Second)
 	require.NoError(t, err)
 	return g
@@ -66,7 +66,7 @@ func (j *jointEnv) rows(t *testing.T) [3]Row {
 }
 
 // takeOverB makes b's grant stale: released, and taken by another holder.
-func (j *jointEnv) takeOverB(t *testing.T) lease.Grant[string] {
+func (j *jointEnv) takeOverB(t *testing.T) engine.Grant[string] {
 	t.Helper()
 	ctx := ctxT(t)
 	require.NoError(t, j.other.Release(ctx, j.DB, j.b))
@@ -76,7 +76,7 @@ func (j *jointEnv) takeOverB(t *testing.T) lease.Grant[string] {
 	return g
 }
 
-var done = lease.ChangeOptions{From: []string{"processing"}, To: "success", Set: []lease.Assignment{lease.Set("note", "done")}}
+var done = engine.ChangeOptions{From: []string{"processing"}, To: "success", Set: []engine.Assignment{engine.Set("note", "done")}}
 
 // jointAllHeld: every grant holds, so every write is made: a confirmed
 // (renewed, its row changed, still held), b marked success and freed, c
@@ -85,14 +85,14 @@ func jointAllHeld(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	j := newJointEnv(t, e)
 	before := j.rows(t)
-	errs := lease.Joint(ctx, e.DB, e.Lease.ConfirmOp(j.a), j.other.TransitionOp(j.b, done), j.third.ReleaseOp(j.c))
+	errs := engine.Joint(ctx, e.DB, engine.ConfirmOp(e.Lease, j.a), engine.TransitionOp(j.other, j.b, done), engine.ReleaseOp(j.third, j.c))
 	require.Equal(t, []error{nil, nil, nil}, errs)
 	after := j.rows(t)
 
 	assert.Equal(t, before[0].Token, after[0].Token)
 	assert.Equal(t, before[0].Generation, after[0].Generation)
 	assert.NotEqual(t, before[0].Expires, after[0].Expires, "a confirmation always changes its row")
-	_, err := e.Lease.Verify(ctx, e.DB, j.a, false)
+	_, err := engine.Verify(ctx, e.Lease, e.DB, j.a, false)
 	assert.NoError(t, err, "a still holds")
 
 	assert.Nil(t, after[1].Token)
@@ -110,7 +110,7 @@ func jointAllHeld(t *testing.T, e Env) {
 	b2 := ensureAcquire(t, ctx, j.other, e.DB, "b2")
 	tx, err := e.DB.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	errs = lease.Joint(ctx, tx, e.Lease.ConfirmOp(j.a), j.other.ReleaseOp(b2))
+	errs = engine.Joint(ctx, tx, engine.ConfirmOp(e.Lease, j.a), engine.ReleaseOp(j.other, b2))
 	require.Equal(t, []error{nil, nil}, errs)
 	require.NoError(t, tx.Commit())
 	assert.Nil(t, j.ReadRowOf(t, "lease_other", "b2").Token)
@@ -123,10 +123,10 @@ func jointOneLost(t *testing.T, e Env) {
 	j := newJointEnv(t, e)
 	thief := j.takeOverB(t)
 	before := j.rows(t)
-	errs := lease.Joint(ctx, e.DB, e.Lease.ConfirmOp(j.a), j.other.TransitionOp(j.b, done), j.third.ReleaseOp(j.c))
+	errs := engine.Joint(ctx, e.DB, engine.ConfirmOp(e.Lease, j.a), engine.TransitionOp(j.other, j.b, done), engine.ReleaseOp(j.third, j.c))
 	require.Len(t, errs, 3)
 	assert.NoError(t, errs[0])
-	var le *lease.LostError
+	var le *engine.LostError
 	require.ErrorAs(t, errs[1], &le)
 	assert.Equal(t, "b", le.Key)
 	assert.Equal(t, "transition", le.Op)
@@ -137,15 +137,15 @@ func jointOneLost(t *testing.T, e Env) {
 	assert.Equal(t, before[1], after[1], "the lost write changed nothing")
 	assert.NotEqual(t, before[0].Expires, after[0].Expires, "a was confirmed")
 	assert.Nil(t, after[2].Token, "c was released")
-	_, err := j.other.Verify(ctx, e.DB, thief, false)
+	_, err := engine.Verify(ctx, j.other, e.DB, thief, false)
 	assert.NoError(t, err, "the new holder still holds b")
 
 	// Each kind of write, lost on its own.
-	for name, op := range map[string]lease.JointOp{
-		"confirm": j.other.ConfirmOp(j.b), "transition": j.other.TransitionOp(j.b, lease.ChangeOptions{Keep: true, TTL: time.Minute}),
-		"release": j.other.ReleaseOp(j.b),
+	for name, op := range map[string]engine.JointOp{
+		"confirm": engine.ConfirmOp(j.other, j.b), "transition": engine.TransitionOp(j.other, j.b, engine.ChangeOptions{Keep: true, TTL: time.Minute}),
+		"release": engine.ReleaseOp(j.other, j.b),
 	} {
-		errs := lease.Joint(ctx, e.DB, e.Lease.ConfirmOp(j.a), op)
+		errs := engine.Joint(ctx, e.DB, engine.ConfirmOp(e.Lease, j.a), op)
 		assert.NoError(t, errs[0], name)
 		require.ErrorAs(t, errs[1], &le, name)
 		assert.Equal(t, name, le.Op)
@@ -160,21 +160,21 @@ func jointStaleGeneration(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	j := newJointEnv(t, e)
 	require.NoError(t, e.Lease.Release(ctx, e.DB, j.a))
-	newer, err := e.Lease.AcquireWith(ctx, e.DB, "a", "holder-a", 30*time.Second, lease.AcquireOptions{Token: j.a.Token})
+	newer, err := e.Lease.AcquireWith(ctx, e.DB, "a", "holder-a", 30*time.Second, engine.AcquireOptions{Token: j.a.Token})
 	require.NoError(t, err)
 	require.Equal(t, j.a.Generation+1, newer.Generation)
 	before := e.ReadRow(t, "a")
-	for name, op := range map[string]lease.JointOp{
-		"confirm": e.Lease.ConfirmOp(j.a), "transition": e.Lease.TransitionOp(j.a, done), "release": e.Lease.ReleaseOp(j.a),
+	for name, op := range map[string]engine.JointOp{
+		"confirm": engine.ConfirmOp(e.Lease, j.a), "transition": engine.TransitionOp(e.Lease, j.a, done), "release": engine.ReleaseOp(e.Lease, j.a),
 	} {
-		errs := lease.Joint(ctx, e.DB, op, j.other.ConfirmOp(j.b))
-		var le *lease.LostError
+		errs := engine.Joint(ctx, e.DB, op, engine.ConfirmOp(j.other, j.b))
+		var le *engine.LostError
 		require.ErrorAs(t, errs[0], &le, name)
 		assert.Equal(t, name, le.Op)
 		assert.NoError(t, errs[1], name)
 		assert.Equal(t, before, e.ReadRow(t, "a"), "%s: the stale write changed the row", name)
 	}
-	_, err = e.Lease.Verify(ctx, e.DB, newer, false)
+	_, err = engine.Verify(ctx, e.Lease, e.DB, newer, false)
 	assert.NoError(t, err)
 }
 
@@ -191,11 +191,11 @@ func jointExpired(t *testing.T, e Env) {
 	require.NoError(t, err)
 	e.WaitFree(t, "a", 5*time.Second)
 	before := e.ReadRow(t, "a")
-	errs := lease.Joint(ctx, e.DB, e.Lease.ConfirmOp(j.a), j.other.ConfirmOp(j.b))
-	assert.ErrorIs(t, errs[0], lease.ErrLost)
+	errs := engine.Joint(ctx, e.DB, engine.ConfirmOp(e.Lease, j.a), engine.ConfirmOp(j.other, j.b))
+	assert.ErrorIs(t, errs[0], engine.ErrLost)
 	assert.NoError(t, errs[1])
 	assert.Equal(t, before, e.ReadRow(t, "a"))
-	errs = lease.Joint(ctx, e.DB, e.Lease.TransitionOp(j.a, done), j.other.ReleaseOp(j.b))
+	errs = engine.Joint(ctx, e.DB, engine.TransitionOp(e.Lease, j.a, done), engine.ReleaseOp(j.other, j.b))
 	assert.Equal(t, []error{nil, nil}, errs)
 	assert.Equal(t, "success", e.ReadRow(t, "a").State)
 }
@@ -206,24 +206,24 @@ func jointBadInput(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	j := newJointEnv(t, e)
 	before := j.rows(t)
-	cases := map[string][]lease.JointOp{
-		"zero op":     {lease.JointOp{}, j.other.ConfirmOp(j.b)},
-		"one row":     {e.Lease.ConfirmOp(j.a), e.Lease.ReleaseOp(j.a)},
-		"lease col":   {j.other.ConfirmOp(j.b), e.Lease.TransitionOp(j.a, lease.ChangeOptions{Set: []lease.Assignment{lease.Set("token", "x")}})},
-		"keep no ttl": {j.other.ReleaseOp(j.b), e.Lease.TransitionOp(j.a, lease.ChangeOptions{Keep: true})},
-		"zero token":  {j.other.ReleaseOp(j.b), e.Lease.ReleaseOp(lease.Grant[string]{Key: "a", Generation: 1})},
+	cases := map[string][]engine.JointOp{
+		"zero op":     {engine.JointOp{}, engine.ConfirmOp(j.other, j.b)},
+		"one row":     {engine.ConfirmOp(e.Lease, j.a), engine.ReleaseOp(e.Lease, j.a)},
+		"lease col":   {engine.ConfirmOp(j.other, j.b), engine.TransitionOp(e.Lease, j.a, engine.ChangeOptions{Set: []engine.Assignment{engine.Set("token", "x")}})},
+		"keep no ttl": {engine.ReleaseOp(j.other, j.b), engine.TransitionOp(e.Lease, j.a, engine.ChangeOptions{Keep: true})},
+		"zero token":  {engine.ReleaseOp(j.other, j.b), engine.ReleaseOp(e.Lease, engine.Grant[string]{Key: "a", Generation: 1})},
 	}
 	for name, ops := range cases {
-		errs := lease.Joint(ctx, e.DB, ops...)
+		errs := engine.Joint(ctx, e.DB, ops...)
 		require.Len(t, errs, len(ops), name)
 		for i, err := range errs {
-			assert.ErrorIs(t, err, lease.ErrInvalid, "%s: op %d", name, i)
+			assert.ErrorIs(t, err, engine.ErrInvalid, "%s: op %d", name, i)
 		}
 	}
-	errs := lease.Joint(ctx, nil, e.Lease.ConfirmOp(j.a), j.other.ReleaseOp(j.b))
-	assert.ErrorIs(t, errs[0], lease.ErrInvalid, "nil db")
+	errs := engine.Joint(ctx, nil, engine.ConfirmOp(e.Lease, j.a), engine.ReleaseOp(j.other, j.b))
+	assert.ErrorIs(t, errs[0], engine.ErrInvalid, "nil db")
 	assert.Equal(t, before, j.rows(t), "nothing was written")
-	assert.Empty(t, lease.Joint(ctx, e.DB))
+	assert.Empty(t, engine.Joint(ctx, e.DB))
 }
 
 // fencedJointEnd: RunFenced with two fences and a mark (the end of a
@@ -234,12 +234,12 @@ func fencedJointEnd(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	j := newJointEnv(t, e)
 	effects := 0
-	run := func(c lease.Grant[string]) error {
+	run := func(c engine.Grant[string]) error {
 		effects++
 		key := "effect-" + string(rune('0'+effects))
-		return lease.RunFenced(ctx, e.DB, lease.FencedTx{
-			Fences: []lease.Fence{e.Lease.Fence("first", j.a), j.other.Fence("second", j.b)},
-			Mark:   func() []lease.JointOp { return []lease.JointOp{j.third.TransitionOp(c, done)} },
+		return engine.RunFenced(ctx, e.DB, engine.FencedTx{
+			Fences: []engine.Fence{e.Lease.Fence("first", j.a), j.other.Fence("second", j.b)},
+			Mark:   func() []engine.JointOp { return []engine.JointOp{engine.TransitionOp(j.third, c, done)} },
 		}, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, e.DB.Rebind("INSERT INTO "+ItemTable+" (item_key, generation) VALUES (?, 0)"), key)
 			return err
@@ -257,7 +257,7 @@ func fencedJointEnd(t *testing.T, e Env) {
 	require.NoError(t, err)
 	before := j.rows(t)
 	err = run(j.c)
-	var le *lease.LostError
+	var le *engine.LostError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, "transition", le.Op)
 	assert.Equal(t, "c", le.Key)
@@ -278,7 +278,7 @@ func fencedJointEnd(t *testing.T, e Env) {
 	thief := j.takeOverB(t)
 	before = j.rows(t)
 	err = run(c3)
-	assert.ErrorIs(t, err, lease.ErrLost)
+	assert.ErrorIs(t, err, engine.ErrLost)
 	assert.Contains(t, err.Error(), "lease: second fence")
 	assert.NotContains(t, err.Error(), j.b.Token.Secret())
 	assert.NotContains(t, err.Error(), thief.Token.Secret())
@@ -289,7 +289,7 @@ func fencedJointEnd(t *testing.T, e Env) {
 	// Both fences gone: the first one in order is named.
 	require.NoError(t, e.Lease.Release(ctx, e.DB, j.a))
 	err = run(c3)
-	assert.ErrorIs(t, err, lease.ErrLost)
+	assert.ErrorIs(t, err, engine.ErrLost)
 	assert.Contains(t, err.Error(), "lease: first fence")
 	assert.False(t, exists("effect-4"))
 }

@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
 
 // RunLease runs the lease conformance suite on dialect d. Every case opens
 // its own database and runs in parallel.
-func RunLease(t *testing.T, d lease.Dialect) {
+func RunLease(t *testing.T, d engine.Dialect) {
 	RunLeaseOn(t, func(t testing.TB) *sqlx.DB { return testdb.Open(t, d) })
 }
 
@@ -62,7 +63,7 @@ func RunLeaseOn(t *testing.T, open func(t testing.TB) *sqlx.DB) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := Setup(t, open(t), lease.Options{})
+			e := Setup(t, open(t), engine.Options{})
 			c.fn(t, e)
 		})
 	}
@@ -95,9 +96,9 @@ func acquireFreeRow(t *testing.T, e Env) {
 	assert.Equal(t, g.Token.Secret(), *row.Token)
 
 	_, err = e.Lease.Acquire(ctx, e.DB, "k", "bob", time.Second)
-	var ce *lease.ConflictError
+	var ce *engine.ConflictError
 	require.ErrorAs(t, err, &ce)
-	assert.ErrorIs(t, err, lease.ErrHeld)
+	assert.ErrorIs(t, err, engine.ErrHeld)
 	assert.Equal(t, "alice", ce.Holder)
 	assert.Equal(t, int64(1), ce.Generation)
 	assert.Greater(t, ce.Remaining, 8*time.Second)
@@ -107,9 +108,9 @@ func acquireFreeRow(t *testing.T, e Env) {
 
 func acquireMissingRow(t *testing.T, e Env) {
 	_, err := e.Lease.Acquire(ctxT(t), e.DB, "nope", "alice", time.Second)
-	assert.ErrorIs(t, err, lease.ErrNotFound)
+	assert.ErrorIs(t, err, engine.ErrNotFound)
 	_, err = e.Lease.Inspect(ctxT(t), e.DB, "nope")
-	assert.ErrorIs(t, err, lease.ErrNotFound)
+	assert.ErrorIs(t, err, engine.ErrNotFound)
 }
 
 func manyGoroutinesOneWinner(t *testing.T, e Env) {
@@ -150,7 +151,7 @@ func oneWinner(t *testing.T, n int, try func(i int) error) int {
 			switch {
 			case err == nil:
 				wins = append(wins, i)
-			case errors.Is(err, lease.ErrHeld):
+			case errors.Is(err, engine.ErrHeld):
 				conflicts++
 			default:
 				others = append(others, err)
@@ -171,17 +172,17 @@ func reentry(t *testing.T, e Env) {
 	g, err := e.Lease.Acquire(ctx, e.DB, "k", "alice", 5*time.Second)
 	require.NoError(t, err)
 	for range 3 {
-		g2, err := e.Lease.AcquireWith(ctx, e.DB, "k", "alice", 5*time.Second, lease.AcquireOptions{Token: g.Token})
+		g2, err := e.Lease.AcquireWith(ctx, e.DB, "k", "alice", 5*time.Second, engine.AcquireOptions{Token: g.Token})
 		require.NoError(t, err)
 		assert.Equal(t, g.Generation, g2.Generation, "reentry keeps the generation")
 		assert.True(t, g2.Token.Equal(g.Token))
 		assert.False(t, g2.Deadline.Before(g.Deadline))
 	}
 	// Someone else's token is no reentry.
-	other, err := lease.NewToken()
+	other, err := engine.NewToken()
 	require.NoError(t, err)
-	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "bob", 5*time.Second, lease.AcquireOptions{Token: other})
-	assert.ErrorIs(t, err, lease.ErrHeld)
+	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "bob", 5*time.Second, engine.AcquireOptions{Token: other})
+	assert.ErrorIs(t, err, engine.ErrHeld)
 	g3, err := e.Lease.Renew(ctx, e.DB, g, 5*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), g3.Generation, "renew keeps the generation")
@@ -193,7 +194,7 @@ func expiryAndTakeover(t *testing.T, e Env) {
 	old, err := e.Lease.Acquire(ctx, e.DB, "k", "old", 200*time.Millisecond)
 	require.NoError(t, err)
 	_, err = e.Lease.Acquire(ctx, e.DB, "k", "new", time.Second)
-	require.ErrorIs(t, err, lease.ErrHeld)
+	require.ErrorIs(t, err, engine.ErrHeld)
 	e.WaitFree(t, "k", 5*time.Second)
 	nw, err := e.Lease.Acquire(ctx, e.DB, "k", "new", 30*time.Second)
 	require.NoError(t, err)
@@ -201,15 +202,15 @@ func expiryAndTakeover(t *testing.T, e Env) {
 	before := e.ReadRow(t, "k")
 
 	_, err = e.Lease.Renew(ctx, e.DB, old, time.Second)
-	assert.ErrorIs(t, err, lease.ErrLost)
-	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, old), lease.ErrLost)
-	_, err = e.Lease.Transition(ctx, e.DB, old, lease.ChangeOptions{From: []string{"processing"}, To: "success",
-		Set: []lease.Assignment{lease.Set("note", "late")}})
-	assert.ErrorIs(t, err, lease.ErrLost)
-	_, err = e.Lease.Verify(ctx, e.DB, old, false)
-	assert.ErrorIs(t, err, lease.ErrLost)
-	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "old", time.Second, lease.AcquireOptions{Token: old.Token})
-	assert.ErrorIs(t, err, lease.ErrHeld)
+	assert.ErrorIs(t, err, engine.ErrLost)
+	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, old), engine.ErrLost)
+	_, err = e.Lease.Transition(ctx, e.DB, old, engine.ChangeOptions{From: []string{"processing"}, To: "success",
+		Set: []engine.Assignment{engine.Set("note", "late")}})
+	assert.ErrorIs(t, err, engine.ErrLost)
+	_, err = engine.Verify(ctx, e.Lease, e.DB, old, false)
+	assert.ErrorIs(t, err, engine.ErrLost)
+	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "old", time.Second, engine.AcquireOptions{Token: old.Token})
+	assert.ErrorIs(t, err, engine.ErrHeld)
 	assert.Equal(t, before, e.ReadRow(t, "k"), "the new holder's row is unchanged")
 
 	_, err = e.Lease.Renew(ctx, e.DB, nw, 30*time.Second)
@@ -292,25 +293,25 @@ func renewNeverBackwards(t *testing.T, e Env) {
 func transitionStates(t *testing.T, e Env) {
 	ctx := ctxT(t)
 	e.Insert(t, "k")
-	g, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 5*time.Second, lease.AcquireOptions{InStates: []string{"processing"}})
+	g, err := e.Lease.AcquireWith(ctx, e.DB, "k", "a", 5*time.Second, engine.AcquireOptions{InStates: []string{"processing"}})
 	require.NoError(t, err)
 	// Wrong from-state: lost, nothing changed.
 	before := e.ReadRow(t, "k")
-	_, err = e.Lease.Transition(ctx, e.DB, g, lease.ChangeOptions{From: []string{"error"}, To: "success"})
-	assert.ErrorIs(t, err, lease.ErrLost)
+	_, err = e.Lease.Transition(ctx, e.DB, g, engine.ChangeOptions{From: []string{"error"}, To: "success"})
+	assert.ErrorIs(t, err, engine.ErrLost)
 	assert.Equal(t, before, e.ReadRow(t, "k"))
 	// Keep: state changes, lease renewed, same generation.
-	g2, err := e.Lease.Transition(ctx, e.DB, g, lease.ChangeOptions{From: []string{"processing"}, To: "processing",
-		Keep: true, TTL: 5 * time.Second, Set: []lease.Assignment{lease.Set("note", "step 1")}})
+	g2, err := e.Lease.Transition(ctx, e.DB, g, engine.ChangeOptions{From: []string{"processing"}, To: "processing",
+		Keep: true, TTL: 5 * time.Second, Set: []engine.Assignment{engine.Set("note", "step 1")}})
 	require.NoError(t, err)
 	assert.Equal(t, g.Generation, g2.Generation)
 	// Same values again: still a success (the row changes through its expiry).
-	_, err = e.Lease.Transition(ctx, e.DB, g2, lease.ChangeOptions{From: []string{"processing"}, To: "processing",
-		Keep: true, TTL: 5 * time.Second, Set: []lease.Assignment{lease.Set("note", "step 1")}})
+	_, err = e.Lease.Transition(ctx, e.DB, g2, engine.ChangeOptions{From: []string{"processing"}, To: "processing",
+		Keep: true, TTL: 5 * time.Second, Set: []engine.Assignment{engine.Set("note", "step 1")}})
 	require.NoError(t, err)
 	// Release into success with a note.
-	_, err = e.Lease.Transition(ctx, e.DB, g2, lease.ChangeOptions{From: []string{"processing"}, To: "success",
-		Set: []lease.Assignment{lease.Set("note", "done")}})
+	_, err = e.Lease.Transition(ctx, e.DB, g2, engine.ChangeOptions{From: []string{"processing"}, To: "success",
+		Set: []engine.Assignment{engine.Set("note", "done")}})
 	require.NoError(t, err)
 	row := e.ReadRow(t, "k")
 	assert.Equal(t, "success", row.State)
@@ -319,20 +320,20 @@ func transitionStates(t *testing.T, e Env) {
 	require.NotNil(t, row.Note)
 	assert.Equal(t, "done", *row.Note)
 	// A success row cannot be acquired for processing.
-	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "b", time.Second, lease.AcquireOptions{InStates: []string{"processing", "error"}})
-	var se *lease.StateError
+	_, err = e.Lease.AcquireWith(ctx, e.DB, "k", "b", time.Second, engine.AcquireOptions{InStates: []string{"processing", "error"}})
+	var se *engine.StateError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "success", se.State)
 	// The old grant can transition no more.
-	_, err = e.Lease.Transition(ctx, e.DB, g2, lease.ChangeOptions{From: []string{"success"}, To: "error"})
-	assert.ErrorIs(t, err, lease.ErrLost)
+	_, err = e.Lease.Transition(ctx, e.DB, g2, engine.ChangeOptions{From: []string{"success"}, To: "error"})
+	assert.ErrorIs(t, err, engine.ErrLost)
 	// An error row is retried: acquire sets processing, generation +1.
 	e.Insert(t, "r")
-	gr, err := e.Lease.AcquireWith(ctx, e.DB, "r", "a", time.Second, lease.AcquireOptions{})
+	gr, err := e.Lease.AcquireWith(ctx, e.DB, "r", "a", time.Second, engine.AcquireOptions{})
 	require.NoError(t, err)
-	_, err = e.Lease.Transition(ctx, e.DB, gr, lease.ChangeOptions{From: []string{"processing"}, To: "error"})
+	_, err = e.Lease.Transition(ctx, e.DB, gr, engine.ChangeOptions{From: []string{"processing"}, To: "error"})
 	require.NoError(t, err)
-	gr2, err := e.Lease.AcquireWith(ctx, e.DB, "r", "b", time.Second, lease.AcquireOptions{InStates: []string{"error"}, SetState: "processing"})
+	gr2, err := e.Lease.AcquireWith(ctx, e.DB, "r", "b", time.Second, engine.AcquireOptions{InStates: []string{"error"}, SetState: "processing"})
 	require.NoError(t, err)
 	assert.Equal(t, gr.Generation+1, gr2.Generation)
 	assert.Equal(t, "processing", e.ReadRow(t, "r").State)
@@ -345,27 +346,27 @@ func verifyInsideTx(t *testing.T, e Env) {
 	require.NoError(t, err)
 	tx, err := e.DB.BeginTxx(ctx, nil)
 	require.NoError(t, err)
-	gen, err := e.Lease.Verify(ctx, tx, g, true)
+	gen, err := engine.Verify(ctx, e.Lease, tx, g, true)
 	require.NoError(t, err)
 	assert.Equal(t, g.Generation, gen)
 	require.NoError(t, tx.Commit())
 	require.NoError(t, e.Lease.Release(ctx, e.DB, g))
-	_, err = e.Lease.Verify(ctx, e.DB, g, false)
-	assert.ErrorIs(t, err, lease.ErrLost)
+	_, err = engine.Verify(ctx, e.Lease, e.DB, g, false)
+	assert.ErrorIs(t, err, engine.ErrLost)
 }
 
 func createAndDuplicate(t *testing.T, e Env) {
 	ctx := ctxT(t)
-	g, err := e.Lease.Create(ctx, e.DB, "c", "a", 5*time.Second, lease.CreateOptions{State: "processing",
-		Set: []lease.Assignment{lease.Set("note", "first")}})
+	g, err := e.Lease.Create(ctx, e.DB, "c", "a", 5*time.Second, engine.CreateOptions{State: "processing",
+		Set: []engine.Assignment{engine.Set("note", "first")}})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), g.Generation)
 	before := e.ReadRow(t, "c")
-	_, err = e.Lease.Create(ctx, e.DB, "c", "b", 5*time.Second, lease.CreateOptions{State: "processing"})
-	assert.ErrorIs(t, err, lease.ErrExists)
+	_, err = e.Lease.Create(ctx, e.DB, "c", "b", 5*time.Second, engine.CreateOptions{State: "processing"})
+	assert.ErrorIs(t, err, engine.ErrExists)
 	assert.True(t, lease.IsDuplicateKey(err))
 	assert.Equal(t, before, e.ReadRow(t, "c"))
-	require.NoError(t, e.Lease.Ensure(ctx, e.DB, "c", lease.CreateOptions{}), "ensure on an existing row is a no-op")
+	require.NoError(t, e.Lease.Ensure(ctx, e.DB, "c", engine.CreateOptions{}), "ensure on an existing row is a no-op")
 	assert.Equal(t, before, e.ReadRow(t, "c"))
 	_, err = e.Lease.Renew(ctx, e.DB, g, 5*time.Second)
 	require.NoError(t, err)
@@ -377,7 +378,7 @@ func releaseAndReacquire(t *testing.T, e Env) {
 	g, err := e.Lease.Acquire(ctx, e.DB, "k", "a", 30*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, e.Lease.Release(ctx, e.DB, g))
-	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, g), lease.ErrLost, "a second release finds nothing to release")
+	assert.ErrorIs(t, e.Lease.Release(ctx, e.DB, g), engine.ErrLost, "a second release finds nothing to release")
 	st, err := e.Lease.Inspect(ctx, e.DB, "k")
 	require.NoError(t, err)
 	assert.False(t, st.Held)
@@ -424,7 +425,7 @@ func longTransactionExpiry(t *testing.T, e Env) {
 	assert.Greater(t, st.Remaining, time.Second)
 }
 
-func mustAcquire(t *testing.T, ctx context.Context, l *lease.Lease[int64], db lease.DB, key int64) lease.Grant[int64] {
+func mustAcquire(t *testing.T, ctx context.Context, l *engine.Lease[int64], db engine.DB, key int64) engine.Grant[int64] {
 	t.Helper()
 	g, err := l.Acquire(ctx, db, key, "a", 30*time.Second)
 	require.NoError(t, err)

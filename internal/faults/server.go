@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // Environment variables in which scripts/test.sh names, for each
@@ -22,12 +22,12 @@ const (
 // Restarter returns a function that restarts the server of dialect d
 // (kill -9, then start on the same data), or nil when no restart script
 // is exported (SQLite has no server).
-func Restarter(d lease.Dialect) func() error {
+func Restarter(d engine.Dialect) func() error {
 	var script string
 	switch d {
-	case lease.MySQL:
+	case engine.MySQL:
 		script = os.Getenv(MySQLRestartEnv)
-	case lease.Postgres:
+	case engine.Postgres:
 		script = os.Getenv(PostgresRestartEnv)
 	}
 	if script == "" {

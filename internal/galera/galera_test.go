@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/galera"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -65,7 +66,7 @@ const effectDDL = "CREATE TABLE effect (id BIGINT NOT NULL AUTO_INCREMENT PRIMAR
 // again once the old holder has stopped. There must be none.
 func TestFencedWritesAgainstTakeovers(t *testing.T) {
 	writesAgainstTakeovers(t, effectDDL, func(ctx context.Context, db *sqlx.DB, e conformance.Env, g lease.Grant[string]) error {
-		return lease.WithFences(ctx, db, []lease.Fence{e.Lease.Fence("k", g)}, func(tx *sql.Tx) error {
+		return engine.WithFences(ctx, db, []lease.Fence{e.Lease.Fence("k", g)}, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, "INSERT INTO effect (gen) VALUES (?)", g.Generation)
 			return err
 		})
@@ -73,7 +74,7 @@ func TestFencedWritesAgainstTakeovers(t *testing.T) {
 }
 
 // TestConfirmPutAgainstTakeovers is TestFencedWritesAgainstTakeovers for
-// lease.ConfirmPut, the fenced append of a run's step (package request):
+// engine.ConfirmPut, the fenced append of a run's step (package request):
 // on MySQL it confirms the lease — a write of the lease row, which the
 // cluster certifies against the takeover on the other node — and inserts
 // the row in the same transaction. No step of the old generation may
@@ -81,7 +82,7 @@ func TestFencedWritesAgainstTakeovers(t *testing.T) {
 func TestConfirmPutAgainstTakeovers(t *testing.T) {
 	const ddl = "CREATE TABLE effect (id VARCHAR(36) NOT NULL PRIMARY KEY, gen BIGINT NOT NULL, body TEXT NOT NULL) ENGINE=InnoDB"
 	writesAgainstTakeovers(t, ddl, func(ctx context.Context, db *sqlx.DB, e conformance.Env, g lease.Grant[string]) error {
-		return e.Lease.ConfirmPut(ctx, db, g, lease.Row{Table: "effect", Key: []string{"id"},
+		return engine.ConfirmPut(ctx, e.Lease, db, g, engine.Row{Table: "effect", Key: []string{"id"},
 			Columns: []string{"id", "gen", "body"}, Values: []any{uuid.NewString(), g.Generation, "step"}})
 	})
 }
@@ -99,7 +100,7 @@ func writesAgainstTakeovers(t *testing.T, ddl string, write func(ctx context.Con
 	e.Insert(t, "k")
 	galera.Sync(t, cfgs)
 	holderDB, thiefDB := galera.OpenNode(t, cfgs, 0), galera.OpenNode(t, cfgs, 1)
-	count := lease.SyncWait("SELECT COUNT(*) FROM effect WHERE gen = ?")
+	count := engine.SyncWait("SELECT COUNT(*) FROM effect WHERE gen = ?")
 	const ttl = 300 * time.Millisecond
 	const rounds = 12
 	var stale, commits, victims, takeovers int
@@ -177,7 +178,7 @@ func TestTokenCheckedAcrossNodes(t *testing.T) {
 				continue
 			}
 			require.NoError(t, err)
-			if _, err := l.Verify(ctx, dbs[2], g, false); errors.Is(err, lease.ErrLost) {
+			if _, err := engine.Verify(ctx, l, dbs[2], g, false); errors.Is(err, lease.ErrLost) {
 				lost++
 			}
 			if err := l.Release(ctx, dbs[1], g); errors.Is(err, lease.ErrLost) {
@@ -277,7 +278,7 @@ func TestFlowAcrossNodes(t *testing.T) {
 		Kind string `db:"kind"`
 		N    int    `db:"n"`
 	}
-	require.NoError(t, setup.SelectContext(ctx, &rows, lease.SyncWait("SELECT kind, COUNT(*) AS n FROM ledger GROUP BY request_id, kind")))
+	require.NoError(t, setup.SelectContext(ctx, &rows, engine.SyncWait("SELECT kind, COUNT(*) AS n FROM ledger GROUP BY request_id, kind")))
 	perRequest := map[string][]int{}
 	for _, r := range rows {
 		perRequest[r.Kind] = append(perRequest[r.Kind], r.N)

@@ -18,8 +18,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
-	"github.com/rowlease/rowlease/lease"
 )
 
 // Proxy forwards TCP connections to a server. Its goroutines end when it
@@ -148,12 +148,12 @@ type DB struct {
 // the test can cut off: MySQL and PostgreSQL through a Proxy; SQLite in a
 // directory that Cut moves away and Restore brings back, with no idle
 // connections kept, so that every statement opens the file anew.
-func Open(t testing.TB, d lease.Dialect) DB {
+func Open(t testing.TB, d engine.Dialect) DB {
 	t.Helper()
 	var out DB
 	open := func(driver, dsn string) (*sql.DB, error) {
 		switch d {
-		case lease.MySQL:
+		case engine.MySQL:
 			cfg, err := mysql.ParseDSN(dsn)
 			if err != nil {
 				return nil, err
@@ -162,7 +162,7 @@ func Open(t testing.TB, d lease.Dialect) DB {
 			cfg.Addr = p.Addr()
 			out.Cut, out.Restore = p.Cut, p.Restore
 			return sql.Open(driver, cfg.FormatDSN())
-		case lease.Postgres:
+		case engine.Postgres:
 			u, err := url.Parse(dsn)
 			if err != nil {
 				return nil, err

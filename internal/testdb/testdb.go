@@ -27,8 +27,8 @@ import (
 	"go.uber.org/goleak"
 	_ "modernc.org/sqlite" // registers "sqlite"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/sqlitedsn"
-	"github.com/rowlease/rowlease/lease"
 )
 
 // Environment variables naming the servers.
@@ -49,7 +49,9 @@ func skipOrFail(t testing.TB, format string, args ...any) {
 }
 
 // Dialects lists every dialect, in a fixed order.
-func Dialects() []lease.Dialect { return []lease.Dialect{lease.SQLite, lease.MySQL, lease.Postgres} }
+func Dialects() []engine.Dialect {
+	return []engine.Dialect{engine.SQLite, engine.MySQL, engine.Postgres}
+}
 
 // Each runs fn as a parallel subtest named after each dialect, on a fresh
 // isolated database.
@@ -97,12 +99,12 @@ func OpenMattn(t testing.TB) *sqlx.DB {
 // Open returns a fresh database of dialect d for this test, closed and
 // dropped at cleanup. It skips the test when the dialect's server is not
 // configured.
-func Open(t testing.TB, d lease.Dialect) *sqlx.DB { return OpenWith(t, d, sql.Open) }
+func Open(t testing.TB, d engine.Dialect) *sqlx.DB { return OpenWith(t, d, sql.Open) }
 
 // OpenWith is Open with the *sql.DB opened by open (for example
 // countdb.OpenDB with a counter), given the driver name and the test
 // database's DSN.
-func OpenWith(t testing.TB, d lease.Dialect, open func(driver, dsn string) (*sql.DB, error)) *sqlx.DB {
+func OpenWith(t testing.TB, d engine.Dialect, open func(driver, dsn string) (*sql.DB, error)) *sqlx.DB {
 	t.Helper()
 	connect := func(driver, dsn string) (*sqlx.DB, error) {
 		db, err := open(driver, dsn)
@@ -113,14 +115,14 @@ func OpenWith(t testing.TB, d lease.Dialect, open func(driver, dsn string) (*sql
 	}
 	name := "rl_" + randHex(6)
 	switch d {
-	case lease.SQLite:
+	case engine.SQLite:
 		db, err := connect("sqlite", SQLiteDSN(filepath.Join(t.TempDir(), "test.db")))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
 		return db
-	case lease.MySQL:
+	case engine.MySQL:
 		dsn := os.Getenv(MySQLEnv)
 		if dsn == "" {
 			skipOrFail(t, "mysql: %s not set", MySQLEnv)
@@ -139,7 +141,7 @@ func OpenWith(t testing.TB, d lease.Dialect, open func(driver, dsn string) (*sql
 		// executes and closes a statement for every query with arguments.
 		cfg.InterpolateParams = true
 		return isolated(t, admin, "mysql", "DROP DATABASE IF EXISTS "+name)(connect("mysql", cfg.FormatDSN()))
-	case lease.Postgres:
+	case engine.Postgres:
 		dsn := os.Getenv(PostgresEnv)
 		if dsn == "" {
 			skipOrFail(t, "postgres: %s not set", PostgresEnv)

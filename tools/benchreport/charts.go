@@ -14,7 +14,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 var dialectOrder = []string{"sqlite", "mysql", "postgres"}
@@ -142,7 +142,7 @@ func heartbeatChart(dir string, pts []heartbeatPoint) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
-	// The target was set for 1,000 runs; past lease.MaxBatch a round
+	// The target was set for 1,000 runs; past engine.MaxBatch a round
 	// needs a statement more per table per chunk (heartbeat-chunks.svg).
 	target := plotter.NewFunction(func(float64) float64 { return 10 })
 	target.XMin, target.XMax = p.X.Min, 1000
@@ -157,7 +157,7 @@ func heartbeatChart(dir string, pts []heartbeatPoint) error {
 
 // heartbeatChunksChart draws the batched heartbeat from 1,000 runs in
 // flight up, on linear axes, with the statements a round needs by
-// construction (one per table per lease.MaxBatch leases, and the interrupt
+// construction (one per table per engine.MaxBatch leases, and the interrupt
 // read): heartbeat-chunks.svg.
 func heartbeatChunksChart(dir string, pts []heartbeatPoint) error {
 	p := newPlot("batched heartbeat of many runs in flight (one process)", "runs in flight (session + request lease each)", "per heartbeat interval")
@@ -166,7 +166,7 @@ func heartbeatChunksChart(dir string, pts []heartbeatPoint) error {
 	for _, d := range dialectOrder {
 		var st, rt plotter.XYs
 		for _, pt := range pts {
-			if pt.Dialect == d && pt.Batched && pt.StepsPerRun == 0 && pt.Runs >= lease.MaxBatch {
+			if pt.Dialect == d && pt.Batched && pt.StepsPerRun == 0 && pt.Runs >= engine.MaxBatch {
 				st = append(st, plotter.XY{X: float64(pt.Runs), Y: pt.Statements})
 				rt = append(rt, plotter.XY{X: float64(pt.Runs), Y: pt.RoundTrips})
 				most = max(most, pt.Runs)
@@ -186,12 +186,12 @@ func heartbeatChunksChart(dir string, pts []heartbeatPoint) error {
 	if err := plotutil.AddLinePoints(p, args...); err != nil {
 		return err
 	}
-	target := plotter.NewFunction(func(x float64) float64 { return 2*math.Ceil(x/lease.MaxBatch) + 1 })
-	target.Samples = 4 * most / lease.MaxBatch * 50
+	target := plotter.NewFunction(func(x float64) float64 { return 2*math.Ceil(x/engine.MaxBatch) + 1 })
+	target.Samples = 4 * most / engine.MaxBatch * 50
 	target.Color = color.RGBA{R: 200, A: 255}
 	target.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
 	p.Add(target)
-	p.Legend.Add(fmt.Sprintf("by construction: 2 × ⌈runs / %d⌉ + 1", lease.MaxBatch), target)
+	p.Legend.Add(fmt.Sprintf("by construction: 2 × ⌈runs / %d⌉ + 1", engine.MaxBatch), target)
 	p.X.Min, p.X.Max = 0, float64(most)*1.02
 	p.Y.Min, p.Y.Max = 0, p.Y.Max*1.5 // room for the legend
 	p.Legend.YOffs = -vg.Points(6)
@@ -460,7 +460,7 @@ func summary(rep report) string {
 func heartbeatSummary(b *strings.Builder, rep report) {
 	var sizes []int
 	for _, p := range rep.Heartbeat {
-		if p.Batched && p.StepsPerRun == 0 && p.Runs >= lease.MaxBatch && !slices.Contains(sizes, p.Runs) {
+		if p.Batched && p.StepsPerRun == 0 && p.Runs >= engine.MaxBatch && !slices.Contains(sizes, p.Runs) {
 			sizes = append(sizes, p.Runs)
 		}
 	}
@@ -469,10 +469,10 @@ func heartbeatSummary(b *strings.Builder, rep report) {
 	}
 	slices.Sort(sizes)
 	fmt.Fprintf(b, "\n## Runs in flight in one process, batched: statements / round trips per interval\n\n"+
-		"A round renews the session and the request lease of every run with one statement per table per lease.MaxBatch (%d) leases, "+
+		"A round renews the session and the request lease of every run with one statement per table per engine.MaxBatch (%d) leases, "+
 		"and reads which runs were asked to stop once: 2 × ⌈runs / %d⌉ + 1 statements. On MySQL each renewal statement runs in a "+
 		"READ COMMITTED transaction of its own (BEGIN and COMMIT: two round trips more). A recorded step (request.Run.Step) is one "+
-		"UPDATE of the request row, no transaction: the last column has every run record one step per interval.\n\n", lease.MaxBatch, lease.MaxBatch)
+		"UPDATE of the request row, no transaction: the last column has every run record one step per interval.\n\n", engine.MaxBatch, engine.MaxBatch)
 	b.WriteString("| dialect |")
 	for _, n := range sizes {
 		fmt.Fprintf(b, " %d runs |", n)
@@ -483,7 +483,7 @@ func heartbeatSummary(b *strings.Builder, rep report) {
 	}
 	b.WriteString("---|\n| statements per table per round (⌈runs / MaxBatch⌉) |")
 	for _, n := range sizes {
-		fmt.Fprintf(b, " %d |", (n+lease.MaxBatch-1)/lease.MaxBatch)
+		fmt.Fprintf(b, " %d |", (n+engine.MaxBatch-1)/engine.MaxBatch)
 	}
 	b.WriteString(" |\n")
 	for _, d := range dialectOrder {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
@@ -34,7 +35,7 @@ type heartbeatPoint struct {
 	Statements  float64 // per interval
 	RoundTrips  float64 // statements, BEGIN, COMMIT, ROLLBACK, prepares per interval
 	// Chunks is how many statements per table a batched round needs for
-	// Runs leases: ⌈Runs / lease.MaxBatch⌉ (0 unbatched).
+	// Runs leases: ⌈Runs / engine.MaxBatch⌉ (0 unbatched).
 	Chunks int
 	// StartSec is how long the runs added for this point took to start.
 	StartSec float64
@@ -91,7 +92,7 @@ func measureHeartbeat(ctx context.Context, d lease.Dialect, sizes []int, batched
 		}
 		p := heartbeatPoint{Dialect: d.String(), Batched: batched, Runs: n, StartSec: time.Since(t0).Seconds()}
 		if batched {
-			p.Chunks = (n + lease.MaxBatch - 1) / lease.MaxBatch
+			p.Chunks = (n + engine.MaxBatch - 1) / engine.MaxBatch
 		}
 		steps := []int{0}
 		if batched && n == stepsAt {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/internal/conformance"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -100,7 +101,7 @@ func measureLocks(ctx context.Context, d lease.Dialect, kind string, workers int
 		case kindPair:
 			q := pairSQL[d]
 			return func() error {
-				tok, err := lease.NewToken()
+				tok, err := engine.NewToken()
 				if err != nil {
 					return err
 				}

@@ -8,7 +8,7 @@
 //     dialect;
 //   - heartbeat statements and round trips per interval against runs in
 //     flight, batched (heartbeat.Batcher, request.Runner's default; 10 to
-//     10,000 runs, past lease.MaxBatch) and with a heartbeat per run (10
+//     10,000 runs, past engine.MaxBatch) and with a heartbeat per run (10
 //     to 1,000); at 1,000 runs also with every run recording one step
 //     (request.Run.Step) per interval;
 //   - the lock-path latency of one request (two model rounds, one tool
@@ -91,7 +91,7 @@ func main() {
 	}
 	conc := []int{1, 2, 4, 8, 16, 32, 64}
 	// Runs in flight: with a heartbeat each up to 1,000; batched (the
-	// default) up to 10,000, past lease.MaxBatch, where a round needs more
+	// default) up to 10,000, past engine.MaxBatch, where a round needs more
 	// than one statement per table. At stepsAt, counted again with a step
 	// recorded per run and interval.
 	runs, batchedRuns, stepsAt := []int{10, 100, 1000}, []int{10, 100, 1000, 2000, 5000, 10000}, 1000

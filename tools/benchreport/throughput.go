@@ -17,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/proccpu"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
@@ -394,7 +395,7 @@ func (a *article) exec1(ctx context.Context, q string, args ...any) error {
 }
 
 func uuid() string {
-	t, err := lease.NewToken()
+	t, err := engine.NewToken()
 	if err != nil {
 		panic(err)
 	}

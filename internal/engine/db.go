@@ -1,0 +1,36 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"reflect"
+)
+
+// DB is the small database interface every operation takes. *sql.DB,
+// *sql.Tx, *sql.Conn, *sqlx.DB and *sqlx.Tx all satisfy it, so a lease can
+// be taken, renewed or released inside a caller's own transaction.
+type DB interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// TxBeginner is a database that can also begin transactions (*sql.DB,
+// *sqlx.DB).
+type TxBeginner interface {
+	DB
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// isNil reports whether db is nil or a typed nil pointer inside the interface.
+func isNil(db DB) bool {
+	if db == nil {
+		return true
+	}
+	v := reflect.ValueOf(db)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
