@@ -13,8 +13,8 @@ import (
 	"github.com/rowlease/rowlease/session"
 )
 
-// TestReadmeQueueConfigTakesANewSession: the Config of README's queue
-// block, copied as it stands (no Session config: the shipped session
+// TestReadmeQueueConfigTakesANewSession: the Config of the queue block of
+// docs/flow.md (moved there from README), copied as it stands (no Session config: the shipped session
 // table), answers the first message of a session that has no lock row
 // yet, with each OnBusy policy, instead of 404 (session.ErrNotFound).
 func TestReadmeQueueConfigTakesANewSession(t *testing.T) {
@@ -24,7 +24,7 @@ func TestReadmeQueueConfigTakesANewSession(t *testing.T) {
 		agent := func(ctx context.Context, run *Run) (Answer, error) { return Answer{Reply: "ok"}, nil }
 		tools := e.tools
 
-		// As in README ("When the session is busy").
+		// As in docs/flow.md ("When the session is busy").
 		runner, err := New(Config{DB: db, Tools: tools, Agent: agent, // Agent runs queued messages
 			Retention: RetentionConfig{After: 30 * 24 * time.Hour}})
 		require.NoError(t, err)

@@ -10,8 +10,8 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// newRunner wires the adapter as the core module's README shows it (the
-// README's test checks that its block is this function's body).
+// newRunner wires the adapter as the core module's docs/observability.md
+// shows it (internal/readme checks that its block is this function's body).
 func newRunner(db *sql.DB, tools *toolexec.Registry) (*request.Runner, error) {
 	obs, err := rowleaseotel.New(rowleaseotel.Options{}) // the global tracer and meter providers
 	if err != nil {

@@ -1,7 +1,6 @@
 package readme_test
 
 import (
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -10,23 +9,22 @@ import (
 	"testing"
 )
 
-// TestReadmeMigrationNote: wherever README speaks of migrations, it names
-// either no migration numbers or every migration the schema ships (read
-// from schema/migrations/*/migrate, so a new migration is covered without
-// touching this test). A note that names some of them ("copy 2 and 3")
-// sends goose and golang-migrate users past the ones it leaves out.
+// TestReadmeMigrationNote: wherever README or a page under docs/ speaks
+// of migrations, it names either no migration numbers or every migration
+// the schema ships (read from schema/migrations/*/migrate, so a new
+// migration is covered without touching this test). A note that names
+// some of them ("copy 2 and 3") sends goose and golang-migrate users past
+// the ones it leaves out.
 func TestReadmeMigrationNote(t *testing.T) {
 	root := repoRoot(t)
 	shipped := shippedMigrations(t, root)
-	md, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range migrationParagraphs(string(md)) {
-		named := migrationNumbers(p.text)
-		if len(named) > 0 && !slices.Equal(named, shipped) {
-			t.Errorf("README.md:%d: the paragraph on migrations names migrations %v, but the schema ships %v: name them all, or none",
-				p.line, named, shipped)
+	for _, name := range pages(t, root) {
+		for _, p := range migrationParagraphs(readPage(t, root, name)) {
+			named := migrationNumbers(p.text)
+			if len(named) > 0 && !slices.Equal(named, shipped) {
+				t.Errorf("%s:%d: the paragraph on migrations names migrations %v, but the schema ships %v: name them all, or none",
+					name, p.line, named, shipped)
+			}
 		}
 	}
 }
@@ -88,7 +86,7 @@ type paragraph struct {
 	text string
 }
 
-// migrationParagraphs returns README's prose paragraphs (blank-line
+// migrationParagraphs returns a page's prose paragraphs (blank-line
 // separated, outside code blocks) that mention a migration.
 func migrationParagraphs(md string) []paragraph {
 	var out []paragraph

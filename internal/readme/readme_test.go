@@ -1,16 +1,19 @@
 package readme_test
 
-// TestReadmeGoBlocks type-checks every ```go block of README.md against
-// the packages of this module, so that a block copied from README compiles.
+// TestReadmeGoBlocks type-checks every ```go block of README.md and of
+// every Markdown page under docs/ (pages: README's documentation, moved
+// out of it) against the packages of this module, so that a block copied
+// from them compiles.
 //
-// The conventions, for whoever edits README:
+// The conventions, for whoever edits README or a page under docs/:
 //
 //   - A ```go block is compiled unless the last non-blank line before it is
 //     a marker comment (invisible on GitHub):
 //     <!-- readme: skip REASON -->           not compiled (say why), or
 //     <!-- readme: same as PATH -->          not compiled here: its lines,
 //     each trimmed of indentation, must appear one after another in the
-//     file PATH (relative to the repository root), which compiles it —
+//     file PATH (relative to the repository root, from a page under
+//     docs/ too), which compiles it —
 //     for a block that uses a module of its own (contrib/otel).
 //     <!-- readme: file PATH -->             not compiled here: the block
 //     is the whole of the file PATH, byte for byte, which compiles and
@@ -25,10 +28,14 @@ package readme_test
 //     elisions; write a comment or call a prelude helper instead.
 //   - Variables and imports a block leaves unused are not errors (a
 //     snippet declares what the reader goes on to use); every other type
-//     error is, reported at its README line: "README.md:LINE: message".
+//     error is, reported at its line: "README.md:LINE: message",
+//     "docs/flow.md:LINE: message".
+//   - Each page is compiled on its own: a block may use the declarations
+//     of another block of the same page (a type, a func), not of another
+//     page.
 //
-// All blocks go into one generated file, type-checked with go/types in
-// the process; the packages it imports are read as export data that one
+// The blocks of one page go into one generated file, type-checked with
+// go/types in the process; the packages it imports are read as export data that one
 // `go list -export` builds (cached by the go command), so the test takes
 // about a second once the build cache is warm.
 
@@ -44,6 +51,7 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -406,22 +414,63 @@ func repoRoot(t *testing.T) string {
 	}
 }
 
+// pages returns README.md and every Markdown file under docs/, as paths
+// relative to root with forward slashes, README.md first: the pages whose
+// Go blocks, migration notes and links the tests check.
+func pages(t *testing.T, root string) []string {
+	t.Helper()
+	var docs []string
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".md") {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			docs = append(docs, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) == 0 {
+		t.Fatal("no Markdown page under docs/: is this the right directory?")
+	}
+	slices.Sort(docs)
+	return append([]string{"README.md"}, docs...)
+}
+
+// readPage returns the text of the page name (relative to root).
+func readPage(t *testing.T, root, name string) string {
+	t.Helper()
+	md, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(md)
+}
+
 func TestReadmeGoBlocks(t *testing.T) {
 	root := repoRoot(t)
-	md, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
+	total := 0
+	for _, name := range pages(t, root) {
+		md := readPage(t, root, name)
+		bs, err := blocks(md)
+		if err != nil {
+			t.Fatalf("%s:%v", name, err)
+		}
+		if name == "README.md" && len(bs) == 0 {
+			t.Fatal("README.md has no ```go block: is this the right file?")
+		}
+		total += len(bs)
+		for _, msg := range check(t, root, name, md) {
+			t.Error(msg)
+		}
 	}
-	bs, err := blocks(string(md))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(bs) == 0 {
-		t.Fatal("README.md has no ```go block: is this the right file?")
-	}
-	for _, msg := range check(t, root, "README.md", string(md)) {
-		t.Error(msg)
-	}
+	t.Logf("%d Go blocks checked", total)
 }
 
 // TestReadmeCheckFindsBrokenBlocks: the check itself reports a block that
