@@ -36,31 +36,10 @@
 // # Guarantees
 //
 //   - One statement, one round trip, for Acquire, Renew, Release, Transition,
-//     Verify and Create on an existing row; the generation comes back in it
+//     and Create on an existing row; the generation comes back in it
 //     (RETURNING on PostgreSQL and SQLite; LAST_INSERT_ID(expr) in the OK
 //     packet on MySQL). A failed Acquire reads the row once more, to say who
 //     holds it and for how long.
-//   - Joint makes token-checked writes (ConfirmOp, TransitionOp,
-//     ReleaseOp) on rows of several tables in one statement where the
-//     dialect has one: on PostgreSQL always (a data-modifying WITH that
-//     reports each write), on MySQL when every grant holds (a multi-table
-//     UPDATE, all or nothing; else each write is sent again alone), on
-//     SQLite never (one statement per write). Each write succeeds or is
-//     lost on its own, with the lone operation's checks and errors. The
-//     end of a fenced transaction (RunFenced: the fences' confirmations
-//     and FencedTx.Mark) is sent the same way on PostgreSQL, and one by
-//     one on MySQL, where the multi-table UPDATE saves round trips but
-//     costs the server more CPU than the writes alone (see Fenced
-//     transactions).
-//   - AcquireCreate takes a lease and inserts a new row already held (as
-//     AcquireWith and Create), both or neither: on PostgreSQL in one
-//     statement, a data-modifying WITH whose INSERT selects from the
-//     UPDATE, so a miss inserts nothing and a duplicate key undoes the
-//     acquire; on MySQL and SQLite, which cannot write two tables in one
-//     INSERT or UPDATE, as the two statements inside a transaction of
-//     yours (refused on a pool). AcquireCreateUnless first reads a row
-//     (a unique key's) and, if it exists, returns it and writes nothing:
-//     a lookup and a claim in one statement on PostgreSQL.
 //   - Exactly one winner among any number of concurrent Acquires.
 //   - The generation strictly increases with every new grant on a row and is
 //     unchanged by reentry and renewal: hand it to systems outside the
@@ -94,29 +73,14 @@
 //     string key or holder (an integer key may be anything, 0 and
 //     negative numbers included); a key (of any type whose underlying type is string) or
 //     holder longer than 191 bytes, not UTF-8, holding a NUL byte or ending
-//     in a space (see CheckText); a TTL ≤ 0, below MinTTL or above MaxTTL;
+//     in a space; a TTL ≤ 0, below MinTTL or above MaxTTL;
 //     a nil database; an invalid identifier.
 //   - A key is one key on every dialect. MySQL's PAD SPACE collations
 //     (utf8mb4_bin among them) compare "a" and "a " as equal, PostgreSQL
 //     and SQLite do not: keys and holders ending in a space are refused
-//     everywhere rather than meaning one row here and two there. Use
-//     CheckText for your own text in a unique key.
+//     everywhere rather than meaning one row here and two there.
 //   - A token prints as [redacted] everywhere (fmt, slog, JSON), and never
 //     appears in an error.
-//   - RenewMany renews any number of grants of one table with one
-//     statement per MaxBatch, each loss reported on its own, each deadline
-//     from the send time: what heartbeat.Batcher uses to keep a process's
-//     leases alive with a few statements per interval. A grant holds when
-//     its token and generation match, as for Confirm; a grant given twice
-//     is sent once, and both copies get its answer. On MySQL a renewal is
-//     proved by the count of changed rows, never by a token still there
-//     (except on a declared coarse column, after a statement that saw
-//     every committed write): only when fewer rows changed than were sent
-//     does a read of which grants still hold follow, and one statement
-//     more that renews those again. With MultiPrimary that read waits
-//     under wsrep_sync_wait, and the statement follows on its connection
-//     (MariaDB does not wait inside the statement's READ COMMITTED
-//     transaction).
 //
 // # What it does not do
 //
@@ -135,7 +99,7 @@
 //
 // # Fenced transactions
 //
-// RunFenced (and WithFences) runs a side effect in a transaction that ends
+// RunFenced runs a side effect in a transaction that ends
 // by confirming every Fence — a token- and generation-checked write on each lease row
 // (Confirm) that fails unless the grant still holds — and then commits. The
 // side effect commits if and only if every grant held at the end. The lease
@@ -143,55 +107,7 @@
 // heartbeat renewing them on other connections never waits behind a long
 // side effect; and because the check is a write, a multi-primary cluster
 // (Galera) certifies it against a takeover on another node, which a
-// SELECT … FOR UPDATE would not be. On SQLite, where a write transaction
-// excludes every other writer, a FlowDB routes the flow's renewals into the
-// open transaction (and a failed side effect is rolled back to a savepoint,
-// and the renewals are made again, keeping them).
-//
-// The end of the transaction — every fence's confirmation and the writes of
-// FencedTx.Mark (a tool call's success mark, say) — is one statement on
-// PostgreSQL when the fences were made by Lease.Fence (see Joint): a tool
-// call's session fence, request fence and success mark cost one statement
-// instead of three. Each write keeps what makes it a fence: it is token-
-// and generation-checked, a confirmation requires expires_at after the
-// database's now and always changes its row (so Galera certifies it), and
-// the transaction commits only if every one was made. On MySQL/MariaDB
-// and SQLite the writes are sent one by one (with Options.MultiPrimary,
-// each miss is sent again causally first). SQLite has no statement that
-// writes several tables; MariaDB's multi-table UPDATE, which Joint sends,
-// costs the server more CPU than the writes alone (BenchmarkJointOrAlone:
-// about 320 µs against 200 µs for three confirmations on the test
-// server; on PostgreSQL the WITH costs about 80 µs against 145 µs), and in
-// the whole flow of a message sending them alone cut the server's CPU per
-// message by about a third and raised the throughput by about a quarter,
-// though it costs two round trips more. A failing end gives the same errors as one by one: "lease: <name>
-// fence: …" matching ErrLost for the first fence gone in order, a mark's
-// own *LostError.
-//
-// What the joint end does not change: the rows are locked only from that
-// statement to the commit; they are locked in the order given (session,
-// request, tool execution), which is the order MySQL reads the joined
-// rows and PostgreSQL runs the parts of the WITH — the engines' behaviour,
-// not a documented promise, so a deadlock remains possible in principle
-// against writers that lock several lease rows in another order: the
-// database breaks it, the victim took no effect, and package toolexec runs
-// its transaction again (IsTransient), as for any deadlock.
-//
-// A renewal routed into a transaction is undone if the transaction does
-// not commit, so it counts only when it does: a renewer sends it through
-// FlowDB.Route and hears how the transaction ended (package heartbeat moves
-// the trust deadline back on a rollback). RunFenced tells the renewers
-// before the rollback frees the write lock — also when the transaction
-// ends because its context did, which RunFenced handles itself instead of
-// leaving it to database/sql — so a flow whose last committed renewal is
-// too old stops its work before anyone else can take its leases. A routed
-// transaction takes the write lock at its start, whatever the DSN's
-// transaction mode, so renewals only ever go into the one of a flow's
-// transactions that holds it. What RunFenced cannot order: when a write
-// of fn is interrupted by its context, SQLite rolls the whole transaction
-// back at once, and the renewers hear of it a moment later, when RunFenced
-// does; in that moment another holder can take a lease whose last
-// committed expiry has passed.
+// SELECT … FOR UPDATE would not be.
 //
 // # Failure handling
 //
@@ -200,21 +116,17 @@
 //   - ErrLost (*LostError): the grant no longer matches — taken over,
 //     released, or the row is in another state. Stop; write nothing more.
 //     Nothing was changed by the failed call. Every operation on a grant
-//     (Renew, Release, Transition, Verify, Delete, Confirm) checks the
+//     (Renew, Release, Transition, Delete, Confirm) checks the
 //     token and the generation: a token can be granted again (a reentry
 //     with AcquireOptions.Token, such as session.Reenter, that finds the
 //     row free is a new grant, generation+1, under the same token), and a
 //     copy of the earlier grant is then lost, never a way to renew,
-//     release, change or delete the newer one. (RenewMany, Batcher's
-//     statement, is documented on its own.)
-//   - Joint returns one error per write: nil, or the lone operation's
-//     (*LostError for a grant gone, *ValidationError for bad input, which
-//     sends nothing at all). A driver error of its joint statement is every
-//     write's error: each outcome is unknown.
+//     release, change or delete the newer one.
 //   - ErrNotFound: no row has the key. ErrState (*StateError): the row is
 //     free but in a state the operation does not accept.
-//   - ErrExists (*DuplicateKeyError): Create hit a unique key; duplicate-key
-//     errors of all three drivers are translated (see IsDuplicateKey).
+//   - ErrExists: Create hit a unique key; duplicate-key errors of all
+//     three drivers are translated (IsDuplicateKey says the same of an
+//     error of your own statements).
 //   - ErrInvalid (*ValidationError): rejected before any SQL — or, at the
 //     first use of a database handle, after the one read of the first-use
 //     check and before any write (see First use): a Lease of another
@@ -229,9 +141,9 @@
 //     caller's deadline) ran out, such as a clean-up write bounded by a
 //     ReleaseTimeout. It names the wait, its bound and its setting, and
 //     says what to do; it matches context.DeadlineExceeded. The packages
-//     above lease return it from their bounded waits (TimeoutError.Of), so
-//     that a bare "context deadline exceeded" comes only from the
-//     caller's own context.
+//     above lease return it from their bounded waits, so that a bare
+//     "context deadline exceeded" comes only from the caller's own
+//     context.
 //   - Any other error is the driver's, returned as it is: the outcome of a
 //     write that failed this way is unknown (it may have committed). Never
 //     treat it as loss, and never treat loss as a transient error; retry
@@ -239,12 +151,7 @@
 //     a deadlock or serialization victim, which took no effect;
 //     IsUnavailable a database that cannot be reached or serve for now (a
 //     broken connection, a server down, shutting down or read-only), after
-//     which a retry later may succeed. For an error of code that ran on a
-//     transaction and also called other services (a tool that sends
-//     mail), IsUnavailableIn tells the database's network error from
-//     theirs by asking the transaction's connection; a ForeignError (an
-//     error that carries another service's failure) is never looked
-//     below.
+//     which a retry later may succeed.
 //   - A deadlock, serialization or certification victim (MySQL/Galera
 //     1213, PostgreSQL 40001 or 40P01) of an operation run on a pool, in
 //     autocommit, took no effect: the operation sends it again, up to
@@ -253,14 +160,11 @@
 //     after the last. Every operation is safe to send again
 //     after such an error — Acquire with the same token, Create with the
 //     same key, the token-checked ones — because nothing of the first
-//     send was applied. Inside a transaction (a *sql.Tx, a *sql.Conn, a
-//     FlowDB routing into one) the whole transaction was rolled back: the
+//     send was applied. Inside a transaction (a *sql.Tx, a *sql.Conn) the
+//     whole transaction was rolled back: the
 //     error is returned at once, for the caller to run the transaction
 //     again (package toolexec and request.Run.InTx do). SQLite's busy
 //     errors are not sent again: the busy timeout already waited.
-//     AcquireCreate and AcquireCreateUnless are never sent again: whatever
-//     their error, their caller decides (see AcquireCreate for finding out
-//     after a driver error).
 //
 // # First use
 //
@@ -328,7 +232,7 @@
 //
 // What it costs: one statement (a catalog read or two pragma reads), once
 // per pool — a *sql.DB or *sqlx.DB (each a handle of its own, even around
-// one pool), or the pool of a FlowDB — and once for all the other handles
+// one pool) — and once for all the other handles
 // of the Lease together (*sql.Tx, *sql.Conn, *sqlx.Tx, wrappers), whose
 // pool cannot be seen: the first of them runs the check inside itself (a
 // read; on PostgreSQL it cannot fail on a PostgreSQL database), and its
@@ -340,12 +244,12 @@
 // lets the operation go on — its own statement reports the database's
 // error — and is tried again on a later operation, at most three times
 // per handle. A Lease remembers at most 64 handles; beyond them, handles
-// are not checked. Acquire, Renew, RenewMany, Release, Transition,
-// Verify, Inspect, Create, Delete and Ensure run the check, and so does
-// Joint for its TransitionOps and ReleaseOps; Confirm (and a ConfirmOp),
-// which runs inside a fenced transaction that a failed statement would
-// abort on PostgreSQL, relies on one of them (or Check) having run first. Check runs it
-// at once — at start-up, say, to fail before the first request does.
+// are not checked. Acquire, Renew, Release, Transition, Inspect, Create,
+// Delete and Ensure run the check; Confirm, which runs inside a fenced
+// transaction that a failed statement would abort on PostgreSQL, relies
+// on one of them having run first. To fail at start-up rather than at the
+// first request, run one of them then (an Inspect of any key reads
+// nothing else).
 // Options.SkipCheck turns it off (go-sqlmock tests that pin every
 // statement).
 //
@@ -385,11 +289,10 @@
 // 40-connection pool), so about 70 such pods exhaust the default and other
 // applications' prepares start failing; preparing saved about 25µs per
 // statement on loopback. PrepareAlways turns it on where the budget allows.
-// Inside a transaction, pass InTx(pool, tx) to the operations: they then
-// run the pool's kept statements bound to the transaction (RunFenced does
-// it for its fences and marks); on SQLite that cut the client's CPU per
-// message of the whole flow by about a third. Statements on a bare
-// *sql.Tx or a *sql.Conn are sent as text. Close releases the kept statements; it is safe while operations
+// Statements on a *sql.Tx or a *sql.Conn are sent as text (the library's
+// own fenced transactions run the pool's kept statements bound to the
+// transaction; on SQLite that cut the client's CPU per message of the
+// whole flow by about a third). Close releases the kept statements; it is safe while operations
 // run (one racing it finishes on its statement or sends text), and the
 // Lease sends text after it.
 //
@@ -408,13 +311,10 @@
 //     nothing changed. Either keep each pool on one node, or set
 //     wsrep_sync_wait in the DSN (&wsrep_sync_wait=7 with go-sql-driver;
 //     every read and write then waits for its node to catch up), or set
-//     Options.MultiPrimary: a token-checked write (or Verify) that matched
+//     Options.MultiPrimary: a token-checked write that matched
 //     no row is sent once more under wsrep_sync_wait (MariaDB's SET
 //     STATEMENT, one statement), and only a second miss is ErrLost;
-//     Inspect always reads that way. A joint statement (Joint, the end of
-//     RunFenced) is sent as it is; when it does not change every row, each
-//     write is sent again alone, and each miss of those is confirmed
-//     causally as above. Single servers need none of this and,
+//     Inspect always reads that way. Single servers need none of this and,
 //     without MultiPrimary, pay nothing for it.
 //   - Clocks. Expiry is judged by the clock of the node that runs the
 //     statement: keep the nodes' clocks in step (NTP) well below
@@ -447,13 +347,9 @@
 //   - Vitess (MySQL protocol). Keep a session's rows on one shard (every
 //     table carries the session key, every unique key includes it), so
 //     every lease statement and every fenced transaction stays on one
-//     shard. RenewMany (heartbeat.Batcher, request.Runner's default)
-//     renews many sessions' rows in one statement, which Vitess would
+//     shard. heartbeat.Batcher (request.Runner's default) renews many
+//     sessions' rows in one statement, which Vitess would
 //     scatter to every shard: set request.Config.SeparateHeartbeats there.
-//     Joint sends a multi-table UPDATE, which vtgate must route to the
-//     shard of the rows it writes; whether a release of vtgate accepts
-//     such an UPDATE is not known here (the end of a fenced transaction
-//     sends its writes one by one on MySQL).
 //     vtgate's handling of LAST_INSERT_ID has changed across
 //     releases (16.0 misreported LAST_INSERT_ID(expr); a later change made
 //     it match MySQL when no row is updated): keep expires_at at
@@ -486,12 +382,9 @@
 // with modernc.org/sqlite), and more than one connection; the first-use
 // check warns of the first two when they are missing and cannot see the
 // third. A transaction holds the database's only write lock
-// while it runs: renew the leases of the flow that owns it through a FlowDB
-// (package request does), or they wait behind it. RunFenced with a FlowDB
-// takes the write lock at BEGIN even without _txlock=immediate (one no-op
-// UPDATE of a fence's table, sent with its savepoint), so that several
-// fenced transactions of one flow at once (parallel tool calls) queue for
-// the lock before anything is routed into them; other transactions begun
-// deferred take it at their first write, and a writer that started as a
-// reader may then fail with SQLITE_BUSY (transient) instead of waiting.
+// while it runs: the leases of the flow that owns it must be renewed
+// inside it, or they wait behind it (package request routes a flow's
+// renewals into its open transaction). A transaction begun deferred takes
+// the lock at its first write, and a writer that started as a reader may
+// then fail with SQLITE_BUSY (transient) instead of waiting.
 package lease
