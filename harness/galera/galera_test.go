@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/harness/galera"
 	"github.com/rowlease/rowlease/internal/conformance"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/galera"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
