@@ -20,9 +20,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/harness/galera"
-	"github.com/rowlease/rowlease/internal/conformance"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/conformance"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"

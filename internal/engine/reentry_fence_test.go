@@ -10,7 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // TestFenceRefusesStaleGenerationOfReusedToken: a holder's token is
