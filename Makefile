@@ -5,7 +5,7 @@
 export PATH := $(PATH):/usr/local/go/bin
 
 # The workspace (go.work): at the root, ./... matches only the core module's
-# packages; the example, the harnesses (internal/chaos, internal/galera),
+# packages; the example, the harnesses (harness/chaos, harness/galera),
 # contrib/* and tools/* are modules of their own: NESTED are their patterns.
 # The core runs with GOWORK=off, at the versions its own go.mod selects (in
 # the workspace a nested module's newer requirement would win).
@@ -24,7 +24,7 @@ test-galera:
 	bash scripts/galera.sh
 
 # When the database itself fails over (scripts/failover.sh,
-# internal/failover): a PostgreSQL primary killed with SIGKILL at random
+# harness/failover): a PostgreSQL primary killed with SIGKILL at random
 # instants of the request flow and a standby promoted, in synchronous and
 # asynchronous replication; Galera nodes killed and cut off while clients
 # use them. Starts and stops its own servers. FAILOVER_KILLS kills per
@@ -89,7 +89,7 @@ lint:
 	GOWORK=off go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... \
 		&& go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(NESTED)
 
-# The long fault-injection run (internal/chaos): lease histories checked for
+# The long fault-injection run (harness/chaos): lease histories checked for
 # linearizability under cut connections, latency, partitions and server
 # restarts; killed and paused holders of the whole request flow. Starts its
 # own servers like make test. Size it with CHAOS_OPS and CHAOS_KILLS. Then

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/heartbeat"
-	"github.com/rowlease/rowlease/internal/conformance"
-	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/conformance"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/heartbeat"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // TestMain fails the run if the supervisor (or anything else) leaves a

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rowlease/rowlease/httpapi"
 	"github.com/rowlease/rowlease/internal/sqlitedsn"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"

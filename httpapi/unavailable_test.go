@@ -27,7 +27,7 @@ import (
 
 	"github.com/rowlease/rowlease/httpapi"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
@@ -38,9 +38,9 @@ import (
 // dyingServer stands between a client and a real database server and
 // plays a server process that dies, as a primary killed with SIGKILL:
 // the kernel closes its sockets with a FIN, so a client waiting for an
-// answer reads an end of file (not a reset, which internal/outage gives).
-// New connections still reach the server, as they would reach the standby
-// promoted in its place.
+// answer reads an end of file (not a reset, which internal/testkit/outage
+// gives). New connections still reach the server, as they would reach the
+// standby promoted in its place.
 type dyingServer struct {
 	target string
 	ln     net.Listener

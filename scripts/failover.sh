@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # When the database itself fails over (make test-failover):
 #
-# - PostgreSQL: internal/failover starts, from a fresh temp dir on free
+# - PostgreSQL: harness/failover starts, from a fresh temp dir on free
 #   loopback ports, a primary and two streaming standbys (Debian's
 #   PostgreSQL binaries, /usr/lib/postgresql/<newest>/bin, or
 #   ROWLEASE_PGBIN), kills the primary with SIGKILL at random instants of
 #   the request flow, promotes a standby and re-clones the dead node, in
 #   synchronous and in asynchronous mode.
 # - Galera: the 3-node cluster of scripts/galera-cluster.sh (as make
-#   test-galera starts it); internal/failover kills nodes with SIGKILL and
+#   test-galera starts it); harness/failover kills nodes with SIGKILL and
 #   starts them again (IST), and cuts nodes off (gmcast.isolate).
 #
 # As root with apt-get, installs what is missing (postgresql, mariadb-server,
@@ -82,7 +82,7 @@ fi
 [[ $ONLY == galera ]] && run='^TestGaleraNodeFaults$'
 
 set +e
-go test -count=1 -timeout 60m -v -tags failover -run "$run" ${GOTEST_FLAGS:-} ./internal/failover/ >"$TMP/go-test.log" 2>&1
+go test -count=1 -timeout 60m -v -tags failover -run "$run" ${GOTEST_FLAGS:-} ./harness/failover/ >"$TMP/go-test.log" 2>&1
 rc=$?
 set -e
 if ((rc != 0)); then

@@ -8,7 +8,7 @@
 #   on free loopback ports and are stopped (and the dir removed) on exit;
 #   system services are never touched.
 # - Exports ROWLEASE_GALERA_DSNS (three go-sql-driver DSNs, comma-separated)
-#   and runs GALERA_TESTS (default: the Galera tests of ./internal/galera/),
+#   and runs GALERA_TESTS (default: the Galera tests of ./harness/galera/),
 #   failing if any case skips. GALERA_KEEP=1 keeps the temp dir (node logs).
 # - ROWLEASE_SERVE=FILE runs no tests: it writes the export line to FILE and
 #   keeps the cluster up until interrupted.
@@ -41,7 +41,7 @@ if [[ -n ${ROWLEASE_SERVE:-} ]]; then
 fi
 set +e
 # shellcheck disable=SC2086
-go test -race -count=1 -timeout 20m -v -tags galera ${GOTEST_FLAGS:-} ${GALERA_TESTS:-./internal/galera/} >"$TMP/go-test.log" 2>&1
+go test -race -count=1 -timeout 20m -v -tags galera ${GOTEST_FLAGS:-} ${GALERA_TESTS:-./harness/galera/} >"$TMP/go-test.log" 2>&1
 rc=$?
 set -e
 if ((rc != 0)); then

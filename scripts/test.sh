@@ -21,9 +21,9 @@
 #   lines to source) and keeps the servers up until interrupted (make servers).
 # - ROWLEASE_MYSQL_RESTART / ROWLEASE_POSTGRES_RESTART are exported: each names
 #   a script that kills the server with SIGKILL and starts it again on the same
-#   data and port (for internal/chaos; only `make chaos` uses them, since a
+#   data and port (for harness/chaos; only `make chaos` uses them, since a
 #   restart would break the tests of every other package running meanwhile).
-# - ROWLEASE_CHAOS=1 runs the long fault-injection run of internal/chaos
+# - ROWLEASE_CHAOS=1 runs the long fault-injection run of harness/chaos
 #   instead of the suite (make chaos) and prints one summary line per
 #   dialect; ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS size it. Then the
 #   bookkeeper's kill test with a varying model (TestKill9NondeterministicModel),
@@ -194,7 +194,7 @@ CREATE USER 'rowlease'@'%' IDENTIFIED BY 'rowlease';
 GRANT ALL PRIVILEGES ON *.* TO 'rowlease'@'127.0.0.1', 'rowlease'@'localhost', 'rowlease'@'%';
 SQL
     export ROWLEASE_MYSQL_DSN="rowlease:rowlease@tcp(127.0.0.1:$port)/"
-    # kill -9, then start again on the same data and port (internal/chaos).
+    # kill -9, then start again on the same data and port (harness/chaos).
     cat >"$TMP/restart-mysql.sh" <<EOF
 #!/usr/bin/env bash
 set -euo pipefail
@@ -263,7 +263,7 @@ start_postgres() {
         -c "CREATE DATABASE rowlease OWNER rowlease" >/dev/null
     export ROWLEASE_POSTGRES_DSN="postgres://rowlease:rowlease@127.0.0.1:$port/rowlease?sslmode=disable"
     # kill -9 of the postmaster and its backends, then start again on the
-    # same data and port (internal/chaos).
+    # same data and port (harness/chaos).
     cat >"$TMP/restart-postgres.sh" <<EOF
 #!/usr/bin/env bash
 set -euo pipefail
@@ -335,12 +335,12 @@ if [[ -n ${ROWLEASE_SERVE:-} ]]; then
     log "servers up; DSNs in $ROWLEASE_SERVE; interrupt to stop them"
     while true; do sleep 3600; done
 elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
-    # The long fault-injection run: only internal/chaos, with restarts.
+    # The long fault-injection run: only harness/chaos, with restarts.
     # Without -race, for throughput: make test runs the short version with it.
     log_file="$TMP/chaos.log"
     set +e
     # shellcheck disable=SC2086
-    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -parallel 3 -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./internal/chaos 2>&1 \
+    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 4h -parallel 3 -v -run '^TestChaos$' ${GOTEST_FLAGS:-} ./harness/chaos 2>&1 \
         | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress|kills)'
     rc=${PIPESTATUS[0]}
     # The bookkeeper killed at random points of its flow, with a model that

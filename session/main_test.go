@@ -3,7 +3,7 @@ package session_test
 import (
 	"testing"
 
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // TestMain fails the run if any goroutine is left behind.

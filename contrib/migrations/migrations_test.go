@@ -18,7 +18,7 @@ import (
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/pressly/goose/v3"
 
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
@@ -220,7 +220,7 @@ func TestGolangMigrate(t *testing.T) {
 // TestPureGoSQLite: the module uses golang-migrate's pure-Go SQLite
 // driver (database/sqlite, on modernc.org/sqlite), never its cgo one
 // (database/sqlite3). (mattn/go-sqlite3 itself is linked into the tests by
-// internal/testdb, which also runs the library on that driver.)
+// internal/testkit/testdb, which also runs the library on that driver.)
 func TestPureGoSQLite(t *testing.T) {
 	gobin, err := exec.LookPath("go")
 	if err != nil {

@@ -11,7 +11,8 @@ import (
 )
 
 // newRunner wires the adapter as the core module's docs/observability.md
-// shows it (internal/readme checks that its block is this function's body).
+// shows it (internal/testkit/readme checks that its block is this
+// function's body).
 func newRunner(db *sql.DB, tools *toolexec.Registry) (*request.Runner, error) {
 	obs, err := rowleaseotel.New(rowleaseotel.Options{}) // the global tracer and meter providers
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/api"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )

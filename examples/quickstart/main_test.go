@@ -1,7 +1,7 @@
 package main
 
 // README's quick start (its first Go block is this directory's main.go,
-// byte for byte: internal/readme checks that), run as it stands.
+// byte for byte: internal/testkit/readme checks that), run as it stands.
 func Example() {
 	main()
 	// Output:

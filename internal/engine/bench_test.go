@@ -27,10 +27,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/rowlease/rowlease/internal/conformance"
-	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/conformance"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 const (

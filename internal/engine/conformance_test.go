@@ -3,8 +3,8 @@ package engine_test
 import (
 	"testing"
 
-	"github.com/rowlease/rowlease/internal/conformance"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/conformance"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // TestConformance runs the lease conformance suite, unchanged, on every

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // sentDB counts the statements that reach the database.

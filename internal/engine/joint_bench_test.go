@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/proccpu"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/proccpu"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // BenchmarkJointOrAlone confirms three grants on three tables per

@@ -6,9 +6,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // TestMain fails the run if any goroutine is left behind.

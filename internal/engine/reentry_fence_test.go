@@ -10,7 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // TestFenceRefusesStaleGenerationOfReusedToken: a holder's token is
@@ -18,7 +18,7 @@ import (
 // that finds the row free is a new grant, generation+1, under the same
 // token). A copy of the holder's first grant — say, in a side effect that
 // started before the takeover — must not pass the fence: a takeover
-// happened since its generation. Found by internal/chaos (porcupine: a
+// happened since its generation. Found by harness/chaos (porcupine: a
 // fenced write with generation 8 committed while the row was at 10).
 func TestFenceRefusesStaleGenerationOfReusedToken(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {

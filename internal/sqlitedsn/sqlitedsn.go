@@ -1,8 +1,8 @@
 // Package sqlitedsn builds the DSN of a SQLite database file with the
 // settings rowlease runs SQLite with, in the spelling of either driver:
 // WAL, a busy timeout, _txlock=immediate, and on request synchronous=NORMAL
-// and foreign keys. schema.SQLiteDSN (for users), internal/testdb and the
-// harnesses build theirs with it, each stating only what differs.
+// and foreign keys. schema.SQLiteDSN (for users), internal/testkit/testdb
+// and the harnesses build theirs with it, each stating only what differs.
 package sqlitedsn
 
 import (

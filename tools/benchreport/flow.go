@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rowlease/rowlease/internal/conformance"
 	"github.com/rowlease/rowlease/internal/engine"
+	"github.com/rowlease/rowlease/internal/testkit/conformance"
 	"github.com/rowlease/rowlease/lease"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/rowlease/rowlease/internal/conformance"
-	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/testkit/conformance"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/lease"
 )
 

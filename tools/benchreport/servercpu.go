@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/rowlease/rowlease/internal/proccpu"
+	"github.com/rowlease/rowlease/internal/testkit/proccpu"
 	"github.com/rowlease/rowlease/lease"
 )
 

@@ -16,9 +16,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/proccpu"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
+	"github.com/rowlease/rowlease/internal/testkit/proccpu"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"

@@ -18,7 +18,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/schema"

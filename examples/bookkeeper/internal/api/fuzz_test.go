@@ -14,7 +14,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/api"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
 

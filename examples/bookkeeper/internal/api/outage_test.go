@@ -13,8 +13,8 @@ import (
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/api"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
-	"github.com/rowlease/rowlease/internal/outage"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/outage"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // gatedModel is the rule model, except that its first call waits until

@@ -13,8 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // RunLease runs the lease conformance suite on dialect d. Every case opens
@@ -364,7 +363,7 @@ func createAndDuplicate(t *testing.T, e Env) {
 	before := e.ReadRow(t, "c")
 	_, err = e.Lease.Create(ctx, e.DB, "c", "b", 5*time.Second, engine.CreateOptions{State: "processing"})
 	assert.ErrorIs(t, err, engine.ErrExists)
-	assert.True(t, lease.IsDuplicateKey(err))
+	assert.True(t, engine.IsDuplicateKey(err))
 	assert.Equal(t, before, e.ReadRow(t, "c"))
 	require.NoError(t, e.Lease.Ensure(ctx, e.DB, "c", engine.CreateOptions{}), "ensure on an existing row is a no-op")
 	assert.Equal(t, before, e.ReadRow(t, "c"))

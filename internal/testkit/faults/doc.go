@@ -1,5 +1,5 @@
 // Package faults injects faults between rowlease and its database server,
-// for the tests that prove its guarantees under failure (internal/chaos):
+// for the tests that prove its guarantees under failure (harness/chaos):
 //
 //   - Proxy, a TCP proxy in front of MariaDB or PostgreSQL that cuts a
 //     connection in the middle of a statement or of a COMMIT (so the client

@@ -19,7 +19,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 // Proxy forwards TCP connections to a server. Its goroutines end when it

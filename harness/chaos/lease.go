@@ -19,8 +19,8 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/faults"
 	wait "github.com/rowlease/rowlease/internal/retry"
+	"github.com/rowlease/rowlease/internal/testkit/faults"
 	"github.com/rowlease/rowlease/lease"
 )
 

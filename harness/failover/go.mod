@@ -1,11 +1,11 @@
-module github.com/rowlease/rowlease/internal/failover
+module github.com/rowlease/rowlease/harness/failover
 
 go 1.26.0
 
 require (
 	github.com/rowlease/rowlease v0.1.0
-	github.com/rowlease/rowlease/internal/chaos v0.1.0
-	github.com/rowlease/rowlease/internal/galera v0.1.0
+	github.com/rowlease/rowlease/harness/chaos v0.1.0
+	github.com/rowlease/rowlease/harness/galera v0.1.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0
 	github.com/jmoiron/sqlx v1.4.0

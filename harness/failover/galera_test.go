@@ -16,9 +16,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/rowlease/rowlease/harness/chaos"
+	"github.com/rowlease/rowlease/harness/galera"
 	"github.com/rowlease/rowlease/httpapi"
-	"github.com/rowlease/rowlease/internal/chaos"
-	"github.com/rowlease/rowlease/internal/galera"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )

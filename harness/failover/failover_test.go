@@ -17,7 +17,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/rowlease/rowlease/internal/chaos"
+	"github.com/rowlease/rowlease/harness/chaos"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rowlease/rowlease/internal/faults"
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/faults"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 
-	"github.com/rowlease/rowlease/internal/faults"
+	"github.com/rowlease/rowlease/internal/testkit/faults"
 )
 
 // PGCluster is a throwaway PostgreSQL primary with two streaming standbys

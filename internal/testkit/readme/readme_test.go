@@ -497,15 +497,15 @@ func TestReadmeCheckFindsBrokenBlocks(t *testing.T) {
 		"```go",                              // 16
 		"runner, err := request.New(request.Config{DB: db, ...})", // 17: elision
 		"```", // 18
-		"<!-- readme: same as internal/readme/doc.go -->", // 19
+		"<!-- readme: same as internal/testkit/readme/doc.go -->", // 19
 		"```go",          // 20
 		"package readme", // 21: appears there
 		"```",            // 22
-		"<!-- readme: same as internal/readme/doc.go -->", // 23
+		"<!-- readme: same as internal/testkit/readme/doc.go -->", // 23
 		"```go",             // 24
 		"package elsewhere", // 25: does not
 		"```",               // 26
-		"<!-- readme: file internal/readme/doc.go -->", // 27
+		"<!-- readme: file internal/testkit/readme/doc.go -->", // 27
 		"```go",          // 28
 		"package readme", // 29: one line of it, not the whole file
 		"```",            // 30

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rowlease/rowlease/internal/testdb"
+	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rowlease/rowlease/internal/countdb"
 	"github.com/rowlease/rowlease/internal/engine"
+	"github.com/rowlease/rowlease/internal/testkit/countdb"
 )
 
 func badInputWritesNothing(t *testing.T, e Env) {
