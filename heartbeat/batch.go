@@ -151,11 +151,11 @@ type Batcher struct {
 	reserved bool
 }
 
-// NewBatcher validates cfg and returns a Batcher. Bad input gives a
-// *lease.ValidationError.
+// NewBatcher validates cfg and returns a Batcher. Bad input gives an
+// error matching lease.ErrInvalid.
 func NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if cfg.Interval <= 0 {
-		return nil, &lease.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
+		return nil, &engine.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
 	}
 	clock := cfg.Clock
 	if clock == nil {

@@ -50,7 +50,7 @@
 // Hold returns fn's error, or a *LostError (matching lease.ErrLost) joined
 // with it when the lease was lost while fn ran — even if fn returned nil.
 // A release at the end that runs past HoldOptions.ReleaseTimeout is joined
-// as a *lease.TimeoutError (matching context.DeadlineExceeded) that says
+// as an error matching context.DeadlineExceeded that says
 // so: fn's work is done, and the lease stays held until its TTL.
 //
 // # Guarantees

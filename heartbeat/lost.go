@@ -41,8 +41,8 @@ const (
 type LostError struct {
 	Lease  string // the Renewer's name
 	Reason string // ReasonGone, ReasonDeadline, ReasonPoolExhausted or ReasonInvalid
-	// Err is the renewal's error: the *lease.LostError for ReasonGone, the
-	// *lease.ValidationError for ReasonInvalid, the last failed renewal's
+	// Err is the renewal's error: the *lease.LostError for ReasonGone, an
+	// error matching lease.ErrInvalid for ReasonInvalid, the last failed renewal's
 	// error (nil if none was tried) for ReasonDeadline, an error matching
 	// lease.ErrPoolExhausted for ReasonPoolExhausted.
 	Err error

@@ -87,7 +87,7 @@
 // ErrAgentFailed when the agent returns it: the request was marked error
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
-// A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
+// An invalid input (lease.ErrInvalid) inside ErrAgentFailed is the agent's own bug,
 // not bad client input, so row 16 comes before row 17. A transient
 // database error (row 2), an unknown external outcome (row 13), a taken
 // effect key (row 14) or a tool that wrote outside its transaction (row
@@ -207,7 +207,7 @@
 //     interrupted, the 409 cancelled, the 409 effect-key-taken and the 410
 //     expired do not: a retry answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
-//     token. The one error text shown is a *lease.ValidationError's, for a
+//     token. The one error text shown is that of lease.ErrInvalid, for a
 //     400, and it never contains a token.
 //
 // # What it does not do

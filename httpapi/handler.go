@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/request"
 )
 
@@ -417,15 +417,15 @@ type MessageBody struct {
 
 // JSONMessage returns a MessageConfig.Message that reads a MessageBody
 // (unknown fields refused, at most maxBytes bytes; 0 means 64 KiB), with
-// the session key from the path wildcard named session. Bad input is a
-// *lease.ValidationError (400 invalid-request); the Runner checks the
+// the session key from the path wildcard named session. Bad input is an
+// error matching lease.ErrInvalid (400 invalid-request); the Runner checks the
 // keys and the content further.
 func JSONMessage(session string, maxBytes int64) func(w http.ResponseWriter, r *http.Request) (request.Message, error) {
 	if maxBytes <= 0 {
 		maxBytes = 64 << 10
 	}
 	invalid := func(field, reason string) error {
-		return &lease.ValidationError{Package: "httpapi", Field: field, Reason: reason}
+		return &engine.ValidationError{Package: "httpapi", Field: field, Reason: reason}
 	}
 	return func(w http.ResponseWriter, r *http.Request) (request.Message, error) {
 		key := r.PathValue(session)

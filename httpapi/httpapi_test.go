@@ -80,8 +80,8 @@ func TestProblemFor(t *testing.T) {
 		{"request not found", request.ErrNotFound, 404, httpapi.TypeNotFound, 0},
 		{"session not found", session.ErrNotFound, 404, httpapi.TypeSessionNotFound, 0},
 		{"agent failed", wrap(request.ErrAgentFailed, errors.New("boom")), 500, httpapi.TypeAgentFailed, 0},
-		{"the agent's own validation error", wrap(request.ErrAgentFailed, &lease.ValidationError{Field: "ttl", Reason: "0"}), 500, httpapi.TypeAgentFailed, 0},
-		{"validation", &lease.ValidationError{Field: "client request id", Reason: "empty"}, 400, httpapi.TypeInvalidRequest, 0},
+		{"the agent's own validation error", wrap(request.ErrAgentFailed, &engine.ValidationError{Field: "ttl", Reason: "0"}), 500, httpapi.TypeAgentFailed, 0},
+		{"validation", &engine.ValidationError{Field: "client request id", Reason: "empty"}, 400, httpapi.TypeInvalidRequest, 0},
 		{"invalid tool arguments", wrap(toolexec.ErrInvalidArguments, errors.New("not JSON")), 400, httpapi.TypeInvalidRequest, 0},
 		{"unknown agent", &request.UnknownAgentError{Name: "chat"}, 400, httpapi.TypeInvalidRequest, 0},
 		{"metadata too large", &request.MetadataTooLargeError{Size: 70000, Limit: 65536}, 400, httpapi.TypeInvalidRequest, 0},
@@ -89,7 +89,7 @@ func TestProblemFor(t *testing.T) {
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, 409, httpapi.TypeLeaseLost, time.Second},
 		{"lease not found", lease.ErrNotFound, 404, httpapi.TypeNotFound, 0},
 		{"lease exists", &engine.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, 409, httpapi.TypeAlreadyExists, 0},
-		{"lease state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, 409, httpapi.TypeWrongState, 0},
+		{"lease state", &engine.StateError{Key: "k", State: "success", Want: []string{"error"}}, 409, httpapi.TypeWrongState, 0},
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
 		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
@@ -131,7 +131,7 @@ func TestProblemFor(t *testing.T) {
 }
 
 func TestProblemForShowsOnlyValidationText(t *testing.T) {
-	p := httpapi.ProblemFor(fmt.Errorf("handler %s: %w", "secret-context", &lease.ValidationError{Field: "key", Reason: "empty"}))
+	p := httpapi.ProblemFor(fmt.Errorf("handler %s: %w", "secret-context", &engine.ValidationError{Field: "key", Reason: "empty"}))
 	assert.Equal(t, "lease: invalid key: empty", p.Detail)
 }
 
@@ -351,7 +351,7 @@ func TestRetryAfterOfEvery409(t *testing.T) {
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, "1"},
 		{"interrupted", &request.InterruptedError{By: "m-2"}, ""},
 		{"already exists", &engine.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
-		{"wrong state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
+		{"wrong state", &engine.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
 		{"effect key taken", wrap(request.ErrAgentFailed, keyTaken()), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/session"
@@ -41,7 +42,7 @@ func StatusCode(err error) int { return ProblemFor(err).Status }
 // the first that matches decides. Errors it does not know, and nil, are
 // 500 internal, whose detail says nothing about the error.
 func ProblemFor(err error) Problem {
-	var ve *lease.ValidationError
+	var ve *engine.ValidationError
 	switch {
 	case err == nil:
 		// No problem to report: a caller that writes one has a bug.

@@ -54,7 +54,7 @@ func NewAgents() *Agents { return &Agents{agents: map[string]Agent{}} }
 // Register adds an agent under name. The name must be non-empty text of
 // at most schema.MaxAgentNameLen bytes, by the rule of session keys and
 // client request ids (valid UTF-8, no NUL, no trailing space); a bad name,
-// a nil agent or a name registered twice is a *lease.ValidationError.
+// a nil agent or a name registered twice is an error matching lease.ErrInvalid.
 func (a *Agents) Register(name string, agent Agent) error {
 	if err := valid.Text("request", "agent name", name, schema.MaxAgentNameLen); err != nil {
 		return err

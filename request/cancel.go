@@ -85,7 +85,7 @@ func (run *Run) stopCause(cause error) error {
 //
 // Every resend of a cancelled request's id gets ErrCancelled (with the
 // same fingerprint; another one still gets ErrFingerprintMismatch). An
-// unknown request gives ErrNotFound; bad input a *lease.ValidationError.
+// unknown request gives ErrNotFound; bad input an error matching lease.ErrInvalid.
 // A request that an interrupting message asked to stop first ends
 // interrupted, not cancelled.
 func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {

@@ -311,8 +311,8 @@
 // ErrFingerprintMismatch; a message without metadata keeps the fingerprint
 // of the content alone, as stored rows have it. Metadata larger than
 // Config.MaxMetadata (default 64 KiB) is a *MetadataTooLargeError
-// (ErrMetadataTooLarge), and anything but one JSON object a
-// *lease.ValidationError: both before any SQL. The sweeper empties it
+// (ErrMetadataTooLarge), and anything but one JSON object an error
+// matching lease.ErrInvalid: both before any SQL. The sweeper empties it
 // with the content.
 //
 // # Cancel
@@ -495,7 +495,7 @@
 //     loss, the leases given back, the request left processing and free.
 //     Nobody took it over: the pool is too small (README, "Sizing the
 //     pool"; Config.SeparateHeartbeats). A retry resumes.
-//   - *lease.TimeoutError (matching context.DeadlineExceeded): one of the
+//   - an error matching context.DeadlineExceeded: one of the
 //     Runner's own bounded waits ran out, whatever ctx's deadline — the
 //     final mark of the request (its outcome and the session's release,
 //     bounded by Config.ReleaseTimeout: the database, or on SQLite its one

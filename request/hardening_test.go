@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -275,7 +276,7 @@ func TestAnswerResultMustBeJSON(t *testing.T) {
 		})
 		require.ErrorIs(t, err, ErrAgentFailed)
 		require.ErrorIs(t, err, lease.ErrInvalid)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		require.ErrorAs(t, err, &ve)
 		st, held := e.status(t, "s", "c")
 		assert.Equal(t, "error", st)
@@ -404,7 +405,7 @@ func TestBadTableNames(t *testing.T) {
 		"tool table":    {DB: db, ToolExecutionTable: "a.b.c"},
 	} {
 		_, err := New(cfg)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		assert.ErrorAs(t, err, &ve, name)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -113,7 +114,7 @@ func TestMessageMetadata(t *testing.T) {
 		assert.ErrorIs(t, err, lease.ErrInvalid)
 		for _, bad := range []string{`{"a":`, `["a"]`, `"text"`, `{"a":1} {}`, `{"a":1,"a":2}`} {
 			_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c3", Content: "x", Metadata: json.RawMessage(bad)}, nil)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.ErrorAs(t, err, &ve, bad)
 			assert.Equal(t, "metadata", ve.Field, bad)
 		}

@@ -52,7 +52,7 @@ func (p Policy) String() string {
 }
 
 // ParsePolicy maps "reject", "queue" and "interrupt" (and "" to Reject);
-// anything else is a *lease.ValidationError.
+// anything else is an error matching lease.ErrInvalid.
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "", "reject":

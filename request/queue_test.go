@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -293,7 +294,7 @@ func TestPolicyValidation(t *testing.T) {
 			{SessionKey: "s", ClientRequestID: "c", Content: "x", OnBusy: Interrupt}, // nor here
 		} {
 			_, err := e.r.Handle(ctx, msg, answerOK)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.ErrorAs(t, err, &ve, "%v", msg.OnBusy)
 		}
 		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -348,7 +349,7 @@ type Message struct {
 	// too), handed to the agent (Run.Metadata, also in a resumed run) and
 	// shown by Status. It must be one JSON object of at most
 	// Config.MaxMetadata bytes: larger is a *MetadataTooLargeError, not an
-	// object a *lease.ValidationError, both before any SQL.
+	// object an error matching lease.ErrInvalid, both before any SQL.
 	Metadata json.RawMessage
 	// Fingerprint identifies the message; empty means the hex SHA-256 of
 	// Content, and with Metadata of Content, a NUL byte and the
@@ -377,7 +378,7 @@ type Answer struct {
 	// Result is optional JSON stored with the reply (e.g. result ids). If
 	// it is not valid JSON, nothing is stored: the request is marked error
 	// and Handle returns an error matching ErrAgentFailed and
-	// lease.ErrInvalid (a *lease.ValidationError).
+	// lease.ErrInvalid.
 	Result json.RawMessage
 }
 
@@ -499,9 +500,9 @@ func validate(m *Message) error {
 	return nil
 }
 
-// invalid is the *lease.ValidationError of bad input to this package.
+// invalid is the *engine.ValidationError of bad input to this package.
 func invalid(field, reason string) error {
-	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
+	return &engine.ValidationError{Package: "request", Field: field, Reason: reason}
 }
 
 // holder names a new run in the holder columns: this process

@@ -128,7 +128,7 @@ func (s Status) Outcome() (Outcome, error) {
 // Status reads the state of the request (sessionKey, clientRequestID)
 // and its stored outcome, in one statement and without taking any lock.
 // An unknown request gives an error matching ErrNotFound (and
-// lease.ErrNotFound); bad input a *lease.ValidationError.
+// lease.ErrNotFound); bad input an error matching lease.ErrInvalid.
 func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {
 	if err := validateKeys(sessionKey, clientRequestID); err != nil {
 		return Status{}, err

@@ -97,7 +97,7 @@ type stepRecord struct {
 //
 // Steps of one run are taken one after the other: a Step called while
 // another one runs (from fn itself, or from another goroutine) is refused
-// with a *lease.ValidationError, since positions would then depend on
+// with an error matching lease.ErrInvalid, since positions would then depend on
 // timing. A resumed run that asks for the step of a recorded position
 // under another name gets a *StepDivergedError (ErrStepDiverged), and the
 // run fails with it even if the agent goes on. (A resumed run that ends

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -130,7 +131,7 @@ func TestLeaseColumnsDDLStatements(t *testing.T) {
 	assert.ErrorIs(t, err, schema.ErrUnknownDialect)
 	_, err = schema.LeaseColumnsDDL(lease.MySQL, lease.Table{})
 	assert.ErrorIs(t, err, lease.ErrInvalid)
-	var ve *lease.ValidationError
+	var ve *engine.ValidationError
 	assert.True(t, errors.As(err, &ve))
 }
 

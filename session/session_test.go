@@ -378,7 +378,7 @@ func TestNewInvalid(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l, err := session.New(cfg)
 			assert.ErrorIs(t, err, lease.ErrInvalid)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			assert.ErrorAs(t, err, &ve)
 			assert.Nil(t, l)
 		})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -117,7 +118,7 @@ func TestByRequestBadInputSendsNoSQL(t *testing.T) {
 	requests := lease.MustTable(schema.RequestTable, requestColumns)
 	refused := func(what string, err error) {
 		t.Helper()
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		if assert.ErrorAs(t, err, &ve, what) {
 			assert.Equal(t, "toolexec", ve.Package, what)
 		}

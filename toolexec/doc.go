@@ -231,7 +231,7 @@
 //     another session gives an error matching lease.ErrExists too.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.
-//   - *lease.TimeoutError (matching context.DeadlineExceeded), joined to
+//   - an error matching context.DeadlineExceeded, joined to
 //     the call's error: the write that records a failed call (marking it
 //     error, or giving its lease back) ran past ExecOptions.ReleaseTimeout.
 //     The call stays held until its lease expires; a retry before then

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -201,7 +202,7 @@ func TestClientRequestIDChecked(t *testing.T) {
 			call := f.call(`{"a":1}`)
 			call.ClientRequestID = bad
 			_, err := e.store.Execute(bg(t), db, call, e.opts(f, ttl), e.ledger)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.True(t, errors.As(err, &ve), "%q: %v", bad, err)
 			assert.Equal(t, "client request id", ve.Field)
 		}

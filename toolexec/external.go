@@ -143,7 +143,7 @@ type ExternalOptions struct {
 // now to reconcile.
 func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o ExecOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
+		return Result{}, &engine.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/internal/countdb"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -105,7 +106,7 @@ func TestReleaseForRequestBadInputSendsNoSQL(t *testing.T) {
 		"long request":     {db, "s", strings.Repeat("r", 37)},
 	} {
 		_, err := s.ReleaseForRequest(bg(t), tc.db, tc.session, tc.reqID)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		assert.ErrorAs(t, err, &ve, name)
 		assert.ErrorIs(t, err, lease.ErrInvalid, name)
 	}

@@ -269,10 +269,10 @@ func validateCall(c Call) error {
 		}
 	}
 	if c.StepSeq < 0 {
-		return &lease.ValidationError{Package: "toolexec", Field: "step seq", Reason: "negative"}
+		return &engine.ValidationError{Package: "toolexec", Field: "step seq", Reason: "negative"}
 	}
 	if c.Occurrence < 0 || c.Occurrence > math.MaxInt32 {
-		return &lease.ValidationError{Package: "toolexec", Field: "occurrence", Reason: "negative or above math.MaxInt32"}
+		return &engine.ValidationError{Package: "toolexec", Field: "occurrence", Reason: "negative or above math.MaxInt32"}
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
 	return valid.Text("toolexec", "tool name", c.Tool, schema.MaxToolNameLen)
@@ -300,7 +300,7 @@ func validateCall(c Call) error {
 // nothing.
 func (s *Store) Execute(ctx context.Context, db Beginner, call Call, o ExecOptions, fn SideEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
+		return Result{}, &engine.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {
@@ -351,7 +351,7 @@ func (c claimed) result(err error) (Result, error) {
 // fills in o's defaults.
 func (s *Store) start(ctx context.Context, db Beginner, call Call, o *ExecOptions) (claimed, error) {
 	if db == nil {
-		return claimed{}, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
+		return claimed{}, &engine.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	}
 	if err := validateCall(call); err != nil {
 		return claimed{}, err
