@@ -38,10 +38,10 @@ func contractErrors() map[string]error {
 	_, _, notObject := toolexec.CanonicalArguments([]byte("[1]"))
 	keyTaken := &toolexec.KeyTakenError{Tool: "pay", EffectKey: "e-1", RequestID: "r-old",
 		Err: &engine.DuplicateKeyError{Key: "e-1", Err: errors.New("1062")}}
-	sessionBusy := fmt.Errorf("%w: %w", session.ErrBusy, conflict(2100*time.Millisecond)) // session.wrap
-	sessionNotFound := fmt.Errorf("%w: %w", session.ErrNotFound, lease.ErrNotFound)       // session.wrap
-	toolBusy := fmt.Errorf("%w: %w", toolexec.ErrConflict, conflict(7*time.Second))       // toolexec's claim
-	toolChanging := fmt.Errorf("%w: the call kept changing state", toolexec.ErrConflict)  // toolexec's claim
+	sessionBusy := &session.BusyError{Key: "s", Err: conflict(2100 * time.Millisecond)}             // session.wrap
+	sessionNotFound := &session.NotFoundError{Key: "s"}                                             // session.wrap
+	toolBusy := &toolexec.BusyError{Tool: "t", Err: conflict(7 * time.Second)}                      // toolexec's claim
+	toolChanging := &toolexec.BusyError{Tool: "t", Err: errors.New("the call kept changing state")} // toolexec's claim
 	takenOver := fmt.Errorf("%w: %w", request.ErrTakenOver, &heartbeat.LostError{Lease: "request", Reason: heartbeat.ReasonGone, Err: lost})
 	return map[string]error{
 		"nil": nil,
@@ -71,8 +71,8 @@ func contractErrors() map[string]error {
 		"session busy":            sessionBusy,
 		"session not found":       sessionNotFound,
 		"session lost on touch":   lost,
-		"session busy, request":   fmt.Errorf("%w: %w", request.ErrSessionBusy, sessionBusy),                                                        // request's claim
-		"session busy, queued":    fmt.Errorf("%w: %w", request.ErrSessionBusy, fmt.Errorf("%w: %w", session.ErrBusy, errors.New("queue ahead"))),   // request's claim, messages ahead
+		"session busy, request":   sessionBusy,                                                                                                      // request's claim
+		"session busy, queued":    &session.BusyError{Key: "s", Err: errors.New("queue ahead")},                                                     // request's claim, messages ahead
 		"in flight":               fmt.Errorf("%w: %w", request.ErrInFlight, conflict(2100*time.Millisecond)),                                       // request's onExisting
 		"in flight, long lease":   fmt.Errorf("%w: %w", request.ErrInFlight, conflict(25*time.Second)),                                              // request's onExisting
 		"in flight, changing":     fmt.Errorf("%w: the request kept changing state", request.ErrInFlight),                                           // request's claim
@@ -94,8 +94,8 @@ func contractErrors() map[string]error {
 		"interrupted":              &request.InterruptedError{By: "m-2"},
 		"interrupted, unknown":     &request.InterruptedError{},
 		"cancelled":                request.ErrCancelled,
-		"cancelled, joined":        errors.Join(request.ErrCancelled, errors.New("mark failed")), // markStopped
-		"request not found":        request.ErrNotFound,                                          // Status
+		"cancelled, joined":        errors.Join(request.ErrCancelled, errors.New("mark failed")),                        // markStopped
+		"request not found":        fmt.Errorf("request: no message %q in session %q: %w", "m", "s", lease.ErrNotFound), // Status
 		"runner closed":            request.ErrClosed,
 		"agent failed":             agentFailed(errors.New("model exploded")),
 		"agent failed, stored":     fmt.Errorf("%w: %s", request.ErrAgentFailed, "model exploded"), // Status.Outcome

@@ -55,7 +55,7 @@
 //	18  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
 //	19  lease.ErrLost                               409    lease-lost                1 s            retry
 //	20  lease.ErrNotFound (also                     404    not-found                 –
-//	    request.ErrNotFound)
+//	    lease.ErrNotFound)
 //	21  lease.ErrExists                             409    already-exists            –
 //	22  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –

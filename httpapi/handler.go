@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rowlease/rowlease/internal/engine"
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 )
 
@@ -388,13 +389,13 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // PathKeys reads the session key and the client request id from the
 // path wildcards named session and clientRequestID (http.Request.PathValue,
-// as net/http.ServeMux sets them). A missing one is request.ErrNotFound
-// (404); the Runner checks the rest.
+// as net/http.ServeMux sets them). A missing one is lease.ErrNotFound
+// (404 not-found); the Runner checks the rest.
 func PathKeys(session, clientRequestID string) func(w http.ResponseWriter, r *http.Request) (string, string, error) {
 	return func(_ http.ResponseWriter, r *http.Request) (string, string, error) {
 		s, c := r.PathValue(session), r.PathValue(clientRequestID)
 		if s == "" || c == "" {
-			return "", "", request.ErrNotFound
+			return "", "", fmt.Errorf("httpapi: no session key or client request id in the path: %w", lease.ErrNotFound)
 		}
 		return s, c, nil
 	}

@@ -20,8 +20,8 @@
 //	switch {
 //	case err == nil && out.Queued:
 //		// 202: queued at out.Position (Message.OnBusy: request.Queue)
-//	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, request.ErrInFlight),
-//		errors.Is(err, request.ErrTakenOver), errors.Is(err, request.ErrInterrupted),
+//	case errors.As(err, new(*session.BusyError)), errors.Is(err, request.ErrInFlight),
+//		errors.Is(err, request.ErrTakenOver), errors.As(err, new(*request.InterruptedError)),
 //		errors.Is(err, request.ErrCancelled):
 //		// 409
 //	case errors.Is(err, request.ErrFingerprintMismatch):
@@ -565,7 +565,7 @@
 //     (Status.Error says so); a resend retries it.
 //   - ErrExpired: the request finished before the retention and was swept;
 //     final (410).
-//   - ErrNotFound (Status, Wait): no such request (404).
+//   - lease.ErrNotFound (Status, Wait): no such request (404).
 //   - An interrupting Handle whose ctx ends before its message could run:
 //     the message stays queued at the head and runs later; the error
 //     matches ctx's cause (or ErrInFlight, if it is running elsewhere).

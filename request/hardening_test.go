@@ -127,10 +127,10 @@ func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {
 		before := snapshot(t, e)
 
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, answerOK)
-		assert.ErrorIs(t, err, session.ErrNotFound, "takeover path")
+		assert.ErrorAs(t, err, new(*session.NotFoundError), "takeover path")
 		assert.NotErrorIs(t, err, ErrInFlight)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "new", Content: "y"}, answerOK)
-		assert.ErrorIs(t, err, session.ErrNotFound, "new-request path")
+		assert.ErrorAs(t, err, new(*session.NotFoundError), "new-request path")
 		assert.Equal(t, before, snapshot(t, e), "nothing changed")
 		_, err = r.find(ctx, Message{SessionKey: "s", ClientRequestID: "new"})
 		assert.ErrorIs(t, err, sql.ErrNoRows)

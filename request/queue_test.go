@@ -49,13 +49,13 @@ func TestQueuedMessagesRunInOrder(t *testing.T) {
 		}
 		rows := requestRows(t, e)
 		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "q-full", Content: "x", OnBusy: Queue}, nil)
-		require.ErrorIs(t, err, ErrQueueFull)
+		require.ErrorAs(t, err, new(*QueueFullError))
 		var full *QueueFullError
 		require.ErrorAs(t, err, &full)
 		assert.Equal(t, DefaultQueueMax, full.Max)
 		assert.Equal(t, rows, requestRows(t, e), "a refused message writes nothing")
 		_, err = r.Status(ctx, "s", "q-full")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, lease.ErrNotFound)
 		require.ErrorIs(t, err, lease.ErrNotFound)
 
 		// A resend of a queued message, whatever its policy, answers its
@@ -278,7 +278,7 @@ func TestTwoWaitersInTwoProcesses(t *testing.T) {
 		}
 		assert.Equal(t, 1, e.ledgerRows(t))
 		_, err = a.Wait(ctx, "s", "unknown")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, lease.ErrNotFound)
 	})
 }
 
@@ -373,10 +373,10 @@ func TestConcurrentQueueing(t *testing.T) {
 				_, dup := byPos[x.out.Position]
 				require.False(t, dup, "position %d given twice", x.out.Position)
 				byPos[x.out.Position] = x.id
-			case errors.Is(x.err, ErrQueueFull):
+			case errors.As(x.err, new(*QueueFullError)):
 				full++
 				_, err := r.Status(ctx, "s", x.id)
-				require.ErrorIs(t, err, ErrNotFound, "a refused message writes nothing")
+				require.ErrorIs(t, err, lease.ErrNotFound, "a refused message writes nothing")
 			default:
 				t.Fatalf("%s: %v", x.id, x.err)
 			}

@@ -72,7 +72,7 @@ func TestSessionRowRequiredWhereAsked(t *testing.T) {
 			t.Cleanup(func() { _ = runner.Close(context.Background()) })
 			before := snapshot(t, e)
 			_, err = runner.Handle(ctx, Message{SessionKey: "unknown", ClientRequestID: "c1", Content: "x"}, nil)
-			require.ErrorIs(t, err, session.ErrNotFound, name)
+			require.ErrorAs(t, err, new(*session.NotFoundError), name)
 			require.Equal(t, before, snapshot(t, e), "%s: nothing written", name)
 			require.Zero(t, countOwn(), name)
 		}

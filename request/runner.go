@@ -25,9 +25,6 @@ import (
 
 // Errors a web handler maps to a status code. Test with errors.Is.
 var (
-	// ErrSessionBusy: the session is running another request (409, "session
-	// busy"). Also matches session.ErrBusy and lease.ErrHeld.
-	ErrSessionBusy = errors.New("request: session busy")
 	// ErrInFlight: the same request is running elsewhere (409, "request in
 	// flight"). Also matches lease.ErrHeld.
 	ErrInFlight = errors.New("request: request in flight")

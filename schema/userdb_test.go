@@ -96,7 +96,7 @@ func leaseColumnsOnUserTables(t *testing.T, d lease.Dialect, db *sqlx.DB) {
 	sg, err := locker.Acquire(ctx, db, "s1", "request-1", time.Minute)
 	require.NoError(t, err)
 	_, err = locker.Acquire(ctx, db, "s1", "request-2", time.Minute)
-	assert.ErrorIs(t, err, session.ErrBusy)
+	assert.ErrorAs(t, err, new(*session.BusyError))
 	require.NoError(t, locker.Release(ctx, db, sg))
 
 	// Run twice, the database refuses: the columns exist.

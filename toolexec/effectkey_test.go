@@ -147,7 +147,7 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 			})
 		var kt *toolexec.KeyTakenError
 		require.ErrorAs(t, err, &kt)
-		assert.ErrorIs(t, err, toolexec.ErrKeyTaken)
+		assert.ErrorAs(t, err, new(*toolexec.KeyTakenError))
 		assert.ErrorIs(t, err, lease.ErrExists)
 		assert.Equal(t, first, kt.EffectKey)
 		assert.NotEqual(t, f.requestID, kt.RequestID)
@@ -159,7 +159,7 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 
 		// The same in the database: Execute refuses it alike.
 		_, err = e.store.Execute(ctx, db, call, e.opts(f, ttl), e.ledger)
-		assert.ErrorIs(t, err, toolexec.ErrKeyTaken)
+		assert.ErrorAs(t, err, new(*toolexec.KeyTakenError))
 		assert.Equal(t, 0, e.ledgerRows(t))
 	})
 }

@@ -9,7 +9,7 @@ func releaseTimeout(o ExecOptions) engine.TimeoutError {
 	return engine.TimeoutError{
 		Wait:  "toolexec: recording the failed tool call (marking it error, or giving its lease back)",
 		Limit: o.ReleaseTimeout, Setting: "toolexec.ExecOptions.ReleaseTimeout, which request.Config.ReleaseTimeout sets",
-		Advice: "the call stays held until its lease expires (its TTL): a retry before then gets ErrConflict, after it runs the call again. " +
+		Advice: "the call stays held until its lease expires (its TTL): a retry before then finds it busy (lease.ErrHeld), after it runs the call again. " +
 			"Raise ReleaseTimeout if the database is often this slow",
 	}
 }
