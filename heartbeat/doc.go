@@ -126,6 +126,11 @@
 //
 // # Failure handling
 //
+// Every loss is a *LostError, which matches lease.ErrLost whatever its
+// Reason, and unwraps to the renewal's error (another kind of lease's,
+// then, too). ErrStopped and ErrStarted are the Supervisor's own
+// life cycle, none of lease's kinds.
+//
 //   - lease.ErrLost from a renewal (the token no longer matches: taken
 //     over, released, or moved to another state) → lost at once, reason
 //     ReasonGone.

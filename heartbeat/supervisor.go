@@ -13,10 +13,12 @@ import (
 )
 
 // ErrStopped is the cause of the work context after Stop, and the error of
-// a Start called after Stop.
+// a Start called after Stop. It is none of lease's kinds: the caller's
+// own stop, not a lease lost.
 var ErrStopped = errors.New("heartbeat: stopped")
 
-// ErrStarted is the error of a second Start.
+// ErrStarted is the error of a second Start: a misuse of the Supervisor,
+// none of lease's kinds.
 var ErrStarted = errors.New("heartbeat: already started")
 
 // entry is one added Renewer. Its fields are guarded by Supervisor.mu.

@@ -269,7 +269,7 @@ type claim struct {
 // PostgreSQL is first claimed in one statement with no transaction
 // (claimAtOnce); the transaction is for when that did not take the
 // session. A busy session is an error matching
-// ErrSessionBusy (and session.ErrBusy); a request held by a live run, one
+// *session.BusyError (lease.ErrHeld); a request held by a live run, one
 // matching ErrInFlight (and lease.ErrHeld); either way the transaction
 // rolls back and nothing was written, so no session is left held by a
 // request that does not exist.
@@ -425,7 +425,7 @@ func (r *Runner) atOnce(msg Message) bool {
 // autocommit statement (engine.AcquireCreate), no transaction. done is
 // false when the session was not taken — busy, or its lock row missing —
 // and nothing was written: claim's transaction then gives the answer,
-// exactly as for every other message (ErrSessionBusy, session.ErrNotFound
+// exactly as for every other message (*session.BusyError, *session.NotFoundError
 // and AutoCreate, and so on). A duplicate request fails the statement as
 // a whole: lease.ErrExists, nothing written.
 //

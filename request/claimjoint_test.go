@@ -38,7 +38,7 @@ func (e *env) requestRows(t *testing.T, sessionKey, clientID string) int {
 // request, takes its session and inserts its request in one statement with
 // no transaction on PostgreSQL; on MySQL and SQLite it reads the request,
 // then takes the session and inserts the request in a transaction of two. A message
-// of a busy session is refused (ErrSessionBusy) and writes nothing; the
+// of a busy session is refused (*session.BusyError) and writes nothing; the
 // same message sent again while it runs is ErrInFlight, at once.
 func TestNewRequestClaimStatements(t *testing.T) {
 	eachCounted(t, 30*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {

@@ -109,7 +109,7 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 }
 
 // TestMissingSessionIsNotFoundOnBothPaths (issue 8, item 8): a failed
-// request whose session row is gone reports session.ErrNotFound (404)
+// request whose session row is gone reports *session.NotFoundError (404)
 // when retried, as a new request in that session does; it is not retried
 // as if the request had changed state, nor reported in flight.
 func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {

@@ -20,7 +20,7 @@ type Policy int
 
 // The busy-session policies.
 const (
-	// Reject answers ErrSessionBusy and changes nothing: the client
+	// Reject answers *session.BusyError and changes nothing: the client
 	// retries. The default.
 	Reject Policy = iota
 	// Queue stores the message as queued for its session and returns at
@@ -31,7 +31,7 @@ const (
 	// Config.Agents.
 	Queue
 	// Interrupt asks the running request of the session to stop (its
-	// context is cancelled with a cause matching ErrInterrupted), queues
+	// context is cancelled with an *InterruptedError as its cause), queues
 	// the message ahead of the plain queued ones, and waits until it has
 	// run: Handle returns its outcome. Needs the message's agent, as
 	// Queue does.
@@ -124,7 +124,7 @@ const (
 // zero value means the defaults.
 type QueueConfig struct {
 	// Max is the most messages queued per session; a message beyond it is
-	// refused with ErrQueueFull. 0 means DefaultQueueMax.
+	// refused with *QueueFullError. 0 means DefaultQueueMax.
 	Max int
 	// DispatchInterval is the time between two polls of the dispatcher
 	// that Start runs (jittered); 0 means DefaultDispatchInterval.

@@ -20,7 +20,7 @@ import (
 
 // TestQueuedMessagesRunInOrder: 20 messages queued behind a slow one run
 // in arrival order, each once, one at a time, started by the runs that
-// free the session; the 21st is refused with ErrQueueFull and writes
+// free the session; the 21st is refused with *QueueFullError and writes
 // nothing; a resend of a queued message answers its position again.
 func TestQueuedMessagesRunInOrder(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
@@ -324,7 +324,7 @@ func TestPolicyValidation(t *testing.T) {
 
 // TestConcurrentQueueing: 30 messages queued at once, from as many
 // goroutines, behind a running one, with room for 12: exactly 12 are
-// queued, with the positions 0 to 11, the rest get ErrQueueFull and write
+// queued, with the positions 0 to 11, the rest get *QueueFullError and write
 // nothing; the 12 then run once each, one at a time, in the order of
 // their positions.
 func TestConcurrentQueueing(t *testing.T) {

@@ -23,20 +23,26 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// Errors a web handler maps to a status code. Test with errors.Is.
+// Errors a web handler maps to a status code. Test with errors.Is. Each
+// is an outcome of a request that none of lease's kinds names.
 var (
 	// ErrInFlight: the same request is running elsewhere (409, "request in
-	// flight"). Also matches lease.ErrHeld.
+	// flight"). Also matches lease.ErrHeld when a live lease is in the
+	// way. Kept beside that kind: this very message's reply is coming
+	// (wait for it), which a busy session's is not.
 	ErrInFlight = errors.New("request: request in flight")
 	// ErrTakenOver: this run lost its lease while running (409, "taken
 	// over"); its work context was cancelled and it wrote nothing more.
-	// Also matches lease.ErrLost.
+	// Also matches lease.ErrLost. Kept beside that kind: the message is
+	// another run's now, and a resend gets that run's reply.
 	ErrTakenOver = errors.New("request: taken over")
 	// ErrFingerprintMismatch: the client request id was used before with
-	// different content (422). Nothing was changed.
+	// different content (422). Nothing was changed. None of lease's
+	// kinds: the request exists, for another message.
 	ErrFingerprintMismatch = errors.New("request: client request id reused with different content")
 	// ErrAgentFailed: the agent function returned an error. The request is
 	// marked error and can be retried with the same client request id.
+	// None of lease's kinds: it wraps the agent's own error.
 	ErrAgentFailed = errors.New("request: agent failed")
 )
 
@@ -82,7 +88,7 @@ type Config struct {
 	Session session.Config
 	// RequireSession keeps a missing session row an error on the shipped
 	// session table: a message for a session key without a row gets
-	// session.ErrNotFound (404) and nothing is written, for a service that
+	// *session.NotFoundError (404) and nothing is written, for a service that
 	// creates its sessions itself (Sessions().Create) and wants any other
 	// key refused. Without it, on the shipped table (Session.Table empty),
 	// a new session's first message creates its row, as if
@@ -400,7 +406,7 @@ type Outcome struct {
 // Agent is the caller's work: model rounds and tool calls. ctx dies as
 // soon as any lease of the flow is lost (cause matches lease.ErrLost), or
 // another message of the session interrupts it (cause matches
-// ErrInterrupted).
+// *InterruptedError).
 type Agent func(ctx context.Context, run *Run) (Answer, error)
 
 // Handle runs one message through the whole flow:
@@ -409,10 +415,10 @@ type Agent func(ctx context.Context, run *Run) (Answer, error)
 //  2. a stored success is replayed, taking no lock; another fingerprint
 //     is ErrFingerprintMismatch; a live run is ErrInFlight; a queued
 //     message answers its position (Outcome.Queued), an interrupted one
-//     ErrInterrupted, a swept one ErrExpired;
+//     *InterruptedError, a swept one ErrExpired;
 //  3. take the session, then the request — a new one inserted, an
 //     existing one taken over — in one transaction, so they succeed or
-//     fail together; a busy session is ErrSessionBusy, or, as
+//     fail together; a busy session is *session.BusyError, or, as
 //     msg.OnBusy says, the message is queued (Queue: Handle returns at
 //     once) or interrupts the running one (Interrupt: Handle waits to
 //     run it);

@@ -88,12 +88,12 @@ type stepRecord struct {
 // another one runs (from fn itself, or from another goroutine) is refused
 // with an error matching lease.ErrInvalid, since positions would then depend on
 // timing. A resumed run that asks for the step of a recorded position
-// under another name gets a *StepDivergedError (ErrStepDiverged), and the
+// under another name gets a *StepDivergedError, and the
 // run fails with it even if the agent goes on. (A resumed run that ends
 // before asking for every recorded step is not refused: the steps it did
 // not ask for are left unused.) fn's output must be valid JSON (nil
 // records null) of at most Config.MaxStepOutput bytes (else a
-// *StepTooLargeError, ErrStepTooLarge, and nothing is recorded); it is
+// *StepTooLargeError, and nothing is recorded); it is
 // returned as recorded. name must be non-empty UTF-8 of at most
 // MaxStepNameLen bytes. fn's error is returned as it is, and nothing is
 // recorded.

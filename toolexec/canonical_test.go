@@ -69,7 +69,7 @@ func TestCanonicalArgumentsNotObject(t *testing.T) {
 
 // TestCanonicalErrors: toolexec's two functions give jcs's canonical form
 // and refusals, under toolexec's names. Canonicalize's errors say
-// "toolexec: canonicalize JSON: " and are not ErrInvalidArguments;
+// "toolexec: canonicalize JSON: " and are not *ArgumentsError;
 // CanonicalArguments' say "toolexec: invalid tool arguments: " and are;
 // a refusal returns no bytes and no hash. Whatever CanonicalArguments
 // accepts is an object, canonicalized as Canonicalize does, with the

@@ -53,7 +53,7 @@ func ExecutionID(sessionKey, clientRequestID, tool, argsHash string, occurrence 
 	return uuid.NewSHA1(effectKeyNamespace, name).String()
 }
 
-// ErrKeyTaken means the id a call derives from its client request id
+// *KeyTakenError means the id a call derives from its client request id
 // (ExecutionID) is already the id of a call of another request: the same
 // session, client request id, tool, arguments and occurrence, under a
 // request id that is not this call's. The library makes one request per

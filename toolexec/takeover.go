@@ -22,7 +22,7 @@ import (
 // transaction that took it (package request calls it there). A run that
 // died leaves its tool lease live for up to one heartbeat interval after
 // its request lease expired; without this, the new owner repeating the
-// same call would be refused with ErrConflict. Freed, the call is claimed
+// same call would be refused with *BusyError. Freed, the call is claimed
 // at once by the new owner, and the old holder's token-checked mark fails
 // with lease.ErrLost (its side effect is fenced by the request token as
 // well, which it no longer holds). It checks no token itself: call it only

@@ -286,7 +286,7 @@ func validateCall(c Call) error {
 //   - a previous success returns its stored result without running fn;
 //   - a previous error is retried;
 //   - a call left processing by a holder whose lease expired is taken over;
-//   - a call processing under a live lease gives ErrConflict;
+//   - a call processing under a live lease gives *BusyError;
 //   - a call whose external effect was announced and never recorded
 //     (started) gives *UnknownOutcomeError: running it here could do it twice.
 //
@@ -299,7 +299,7 @@ func validateCall(c Call) error {
 // fn works. If fn fails, the transaction rolls back and the failure is
 // recorded (status error) and returned as *FailedError; a transient
 // database error is run again a few times, then returned as
-// *TransientError. Invalid arguments give ErrInvalidArguments and write
+// *TransientError. Invalid arguments give *ArgumentsError and write
 // nothing.
 func (s *Store) Execute(ctx context.Context, db Beginner, call Call, o ExecOptions, fn SideEffect) (Result, error) {
 	if fn == nil {

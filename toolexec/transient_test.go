@@ -55,7 +55,7 @@ func failInTx(ctx context.Context, x toolexec.Exec, d lease.Dialect, mysql, post
 
 // Item: a transient database error inside a side effect is not the tool's
 // failure. It is retried (the transaction rolled back entirely), and if it
-// persists it is reported as ErrTransient, the call left free to retry.
+// persists it is reported as *TransientError, the call left free to retry.
 func TestTransientErrorsInASideEffect(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db)
