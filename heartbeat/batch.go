@@ -16,7 +16,8 @@ import (
 // ErrWriteLocked is the transient error a batched renewal reports when it
 // was put off because, on SQLite, another flow's fenced transaction holds
 // the database's only write lock (see Batcher). It is retried like any
-// transient error.
+// transient error. It stays inside the Batcher's rounds (OnEvent, the
+// log): it is never a run's error, so it is not lease's transient kind.
 var ErrWriteLocked = errors.New("heartbeat: renewal put off: a flow's transaction holds the SQLite write lock")
 
 // BatchConfig configures a Batcher.
@@ -151,11 +152,11 @@ type Batcher struct {
 	reserved bool
 }
 
-// NewBatcher validates cfg and returns a Batcher. Bad input gives a
-// *lease.ValidationError.
+// NewBatcher validates cfg and returns a Batcher. Bad input gives an
+// error matching lease.ErrInvalid.
 func NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if cfg.Interval <= 0 {
-		return nil, &lease.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
+		return nil, &engine.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
 	}
 	clock := cfg.Clock
 	if clock == nil {

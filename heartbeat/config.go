@@ -45,19 +45,19 @@ type Config struct {
 	Batcher *Batcher
 }
 
-// Validate reports a Config that New would reject, as a
-// *lease.ValidationError.
+// Validate reports a Config that New would reject, as an error
+// matching lease.ErrInvalid.
 func (c Config) Validate() error {
 	if err := engine.ValidateTTL(c.TTL); err != nil {
 		return err
 	}
 	switch {
 	case c.Interval <= 0:
-		return &lease.ValidationError{Package: "heartbeat", Field: "interval", Reason: "must be positive"}
+		return &engine.ValidationError{Package: "heartbeat", Field: "interval", Reason: "must be positive"}
 	case c.Interval > c.TTL/3:
-		return &lease.ValidationError{Package: "heartbeat", Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
+		return &engine.ValidationError{Package: "heartbeat", Field: "interval", Reason: "above TTL/3 (" + (c.TTL / 3).String() + ")"}
 	case c.Batcher != nil && c.Batcher.Interval() > c.Interval:
-		return &lease.ValidationError{Package: "heartbeat", Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
+		return &engine.ValidationError{Package: "heartbeat", Field: "batcher", Reason: "its interval " + c.Batcher.Interval().String() + " is above the supervisor's " + c.Interval.String()}
 	}
 	return nil
 }

@@ -50,7 +50,7 @@
 // Hold returns fn's error, or a *LostError (matching lease.ErrLost) joined
 // with it when the lease was lost while fn ran — even if fn returned nil.
 // A release at the end that runs past HoldOptions.ReleaseTimeout is joined
-// as a *lease.TimeoutError (matching context.DeadlineExceeded) that says
+// as an error matching context.DeadlineExceeded that says
 // so: fn's work is done, and the lease stays held until its TTL.
 //
 // # Guarantees
@@ -125,6 +125,11 @@
 // ErrStopped. A Supervisor is not restarted: Start works once.
 //
 // # Failure handling
+//
+// Every loss is a *LostError, which matches lease.ErrLost whatever its
+// Reason, and unwraps to the renewal's error (another kind of lease's,
+// then, too). ErrStopped and ErrStarted are the Supervisor's own
+// life cycle, none of lease's kinds.
 //
 //   - lease.ErrLost from a renewal (the token no longer matches: taken
 //     over, released, or moved to another state) → lost at once, reason

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -47,10 +48,10 @@ type HoldOptions struct {
 // panics, the lease is released and the panic goes on.
 func Hold[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, key K, holder string, o HoldOptions, fn func(ctx context.Context, g lease.Grant[K]) error) (err error) {
 	if l == nil {
-		return &lease.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
+		return &engine.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
 	}
 	if fn == nil {
-		return &lease.ValidationError{Package: "heartbeat", Field: "fn", Reason: "nil"}
+		return &engine.ValidationError{Package: "heartbeat", Field: "fn", Reason: "nil"}
 	}
 	if o.Interval == 0 {
 		o.Interval = o.TTL / 3
@@ -98,7 +99,7 @@ func Hold[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, key 
 func release[K lease.Key](ctx context.Context, l *lease.Lease[K], db lease.DB, g lease.Grant[K], o HoldOptions) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ReleaseTimeout)
 	defer cancel()
-	err := lease.TimeoutError{
+	err := engine.TimeoutError{
 		Wait:  "heartbeat: Hold's release of the lease",
 		Limit: o.ReleaseTimeout, Setting: "heartbeat.HoldOptions.ReleaseTimeout",
 		Advice: "fn's work is done; the lease stays held until its TTL runs out, and then anyone may take it",

@@ -11,7 +11,9 @@ import (
 // ErrRolledBack is the error in a *LostError (ReasonDeadline) when a
 // lease's renewals made inside one of the flow's transactions (SQLite, see
 // engine.FlowDB) were undone because that transaction did not commit, and
-// the lease's last committed renewal was too old to trust any more.
+// the lease's last committed renewal was too old to trust any more. It
+// is the detail of a loss (lease.ErrLost through the *LostError), not a
+// kind of its own.
 var ErrRolledBack = errors.New("heartbeat: the renewals made inside the flow's transaction were rolled back with it")
 
 // Reasons a lease is lost, as found in LostError.Reason.
@@ -41,8 +43,8 @@ const (
 type LostError struct {
 	Lease  string // the Renewer's name
 	Reason string // ReasonGone, ReasonDeadline, ReasonPoolExhausted or ReasonInvalid
-	// Err is the renewal's error: the *lease.LostError for ReasonGone, the
-	// *lease.ValidationError for ReasonInvalid, the last failed renewal's
+	// Err is the renewal's error: the *lease.LostError for ReasonGone, an
+	// error matching lease.ErrInvalid for ReasonInvalid, the last failed renewal's
 	// error (nil if none was tried) for ReasonDeadline, an error matching
 	// lease.ErrPoolExhausted for ReasonPoolExhausted.
 	Err error

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -197,7 +198,7 @@ func TestExpiredAtStart(t *testing.T) {
 
 func TestInvalidRenewalIsLoss(t *testing.T) {
 	f := newFake("request", life, func(ctx context.Context, n int) error {
-		return &lease.ValidationError{Field: "ttl", Reason: "must be positive"}
+		return &engine.ValidationError{Field: "ttl", Reason: "must be positive"}
 	})
 	_, work, _ := start(t, heartbeat.Config{}, f)
 	waitDone(t, work)

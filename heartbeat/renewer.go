@@ -69,7 +69,7 @@ func ForLease[K lease.Key](name string, l *lease.Lease[K], db lease.DB, g lease.
 // check reports a LeaseRenewer that cannot renew, before any SQL.
 func (r *LeaseRenewer[K]) check() error {
 	if r.l == nil {
-		return &lease.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
+		return &engine.ValidationError{Package: "heartbeat", Field: "lease", Reason: "nil"}
 	}
 	return nil
 }

@@ -8,14 +8,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
 // ErrStopped is the cause of the work context after Stop, and the error of
-// a Start called after Stop.
+// a Start called after Stop. It is none of lease's kinds: the caller's
+// own stop, not a lease lost.
 var ErrStopped = errors.New("heartbeat: stopped")
 
-// ErrStarted is the error of a second Start.
+// ErrStarted is the error of a second Start: a misuse of the Supervisor,
+// none of lease's kinds.
 var ErrStarted = errors.New("heartbeat: already started")
 
 // entry is one added Renewer. Its fields are guarded by Supervisor.mu.
@@ -27,7 +30,7 @@ type entry struct {
 	due      time.Time // next renewal
 	failures int       // failed renewals in a row
 	lastErr  error     // the last failed renewal's error
-	invalid  error     // why Add refused it (a *lease.ValidationError), or nil
+	invalid  error     // why Add refused it (a *engine.ValidationError), or nil
 	member   *member   // kept by Config.Batcher, which renews it; nil: renewed here
 	result   *result   // the Batcher's latest result, not yet applied
 }
@@ -54,7 +57,7 @@ type Supervisor struct {
 }
 
 // New validates cfg and returns a Supervisor that is not yet running. Bad
-// input gives a *lease.ValidationError, matching lease.ErrInvalid.
+// input gives an error matching lease.ErrInvalid.
 func New(cfg Config) (*Supervisor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -94,7 +97,7 @@ func (s *Supervisor) Add(r Renewer) (remove func()) {
 	if tr, ok := r.(ttlRenewer); ok {
 		ttl, err := tr.leaseTTL()
 		if err == nil && ttl != s.cfg.TTL {
-			err = &lease.ValidationError{Package: "heartbeat", Field: "ttl",
+			err = &engine.ValidationError{Package: "heartbeat", Field: "ttl",
 				Reason: fmt.Sprintf("lease %q is renewed for %v, but the supervisor's TTL is %v", e.name, ttl, s.cfg.TTL)}
 		}
 		e.invalid = err
@@ -210,7 +213,7 @@ func (s *Supervisor) signal() {
 // ErrStarted; a Start after Stop returns ErrStopped.
 func (s *Supervisor) Start(parent context.Context) (context.Context, error) {
 	if parent == nil {
-		return nil, &lease.ValidationError{Package: "heartbeat", Field: "parent context", Reason: "nil"}
+		return nil, &engine.ValidationError{Package: "heartbeat", Field: "parent context", Reason: "nil"}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

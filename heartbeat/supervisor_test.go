@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -74,7 +75,7 @@ func TestNewValidates(t *testing.T) {
 		s, err := heartbeat.New(cfg)
 		assert.Nil(t, s, name)
 		assert.ErrorIs(t, err, lease.ErrInvalid, name)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		assert.ErrorAs(t, err, &ve, name)
 	}
 	for _, cfg := range []heartbeat.Config{

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/conformance"
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/lease"
@@ -49,7 +50,7 @@ func TestOneTTL(t *testing.T) {
 				le := lostError(t, context.Cause(work))
 				assert.Equal(t, heartbeat.ReasonInvalid, le.Reason)
 				assert.ErrorIs(t, le, lease.ErrInvalid)
-				var ve *lease.ValidationError
+				var ve *engine.ValidationError
 				require.ErrorAs(t, le, &ve)
 				assert.Equal(t, "ttl", ve.Field)
 				assert.Same(t, le, lostError(t, s.Lost()))

@@ -28,34 +28,34 @@
 //	 #  error (errors.Is / errors.As)              status  type                      Retry-After    the client's move
 //	 1  IsUnavailable(err): lease.ErrPoolExhausted  503    pool-exhausted            1 s            resend later, same id: nothing was taken over
 //	    IsUnavailable(err): the rest                503    unavailable               1 s            resend later, same client request id
-//	 2  lease.IsTransient(err),                     503    database-busy             1 s            resend later, same id: nothing committed
-//	    toolexec.ErrTransient
+//	 2  lease.IsTransient(err)                      503    database-busy             1 s            resend later, same id: nothing committed
+//	    (*toolexec.TransientError)
 //	 3  request.ErrFingerprintMismatch              422    client-request-id-reused  –              use a new id for new content
 //	 4  request.ErrExpired                          410    expired                   –              use a new id: the old one never runs again
-//	 5  request.ErrQueueFull                        429    queue-full                1 s            resend after Retry-After, same id
-//	 6  request.ErrInterrupted                      409    interrupted               –              nothing: final (a resend answers the same)
+//	 5  *request.QueueFullError                     429    queue-full                1 s            resend after Retry-After, same id
+//	 6  *request.InterruptedError                   409    interrupted               –              nothing: final (a resend answers the same)
 //	 7  request.ErrCancelled                        409    cancelled                 –              nothing: final (a resend answers the same)
-//	 8  request.ErrSessionBusy, session.ErrBusy     409    session-busy              time left      resend after Retry-After, same id
+//	 8  *session.BusyError (lease.ErrHeld)          409    session-busy              time left      resend after Retry-After, same id
 //	 9  request.ErrInFlight                         409    request-in-flight         heartbeat      resend after Retry-After, or with Prefer: wait, same id: get its reply
-//	10  toolexec.ErrConflict (also inside           409    tool-in-flight            time left      resend after Retry-After, same id
-//	    request.ErrAgentFailed)
+//	10  *toolexec.BusyError (lease.ErrHeld;         409    tool-in-flight            time left      resend after Retry-After, same id
+//	    also inside request.ErrAgentFailed)
 //	11  request.ErrTakenOver                        409    taken-over                1 s            resend, same id: get the new run's reply
-//	12  session.ErrNotFound                         404    session-not-found         –              create the session
-//	13  toolexec.ErrUnknownOutcome (also inside     502    outcome-unknown           1 s            resend, same id: the effect is reconciled
+//	12  *session.NotFoundError                      404    session-not-found         –              create the session
+//	    (lease.ErrNotFound)
+//	13  *toolexec.UnknownOutcomeError (also         502    outcome-unknown           1 s            resend, same id: the effect is reconciled
+//	    inside request.ErrAgentFailed)
+//	14  *toolexec.KeyTakenError (also inside        409    effect-key-taken          –              use a new id: a resend answers the same
 //	    request.ErrAgentFailed)
-//	14  toolexec.ErrKeyTaken (also inside           409    effect-key-taken          –              use a new id: a resend answers the same
-//	    request.ErrAgentFailed)
-//	15  toolexec.ErrWriteOutsideTx (also inside     500    tool-write-outside-tx     –              none: the service's tool must be fixed
+//	15  *toolexec.OutsideTxError (also inside       500    tool-write-outside-tx     –              none: the service's tool must be fixed
 //	    request.ErrAgentFailed)
 //	16  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	17  lease.ErrInvalid (*lease.ValidationError,   400    invalid-request           –              fix the input
-//	    request.ErrUnknownAgent,
-//	    request.ErrMetadataTooLarge),
-//	    toolexec.ErrInvalidArguments
+//	17  lease.ErrInvalid (the library's own         400    invalid-request           –              fix the input
+//	    refusals, *request.UnknownAgentError,
+//	    *request.MetadataTooLargeError,
+//	    *toolexec.ArgumentsError)
 //	18  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
 //	19  lease.ErrLost                               409    lease-lost                1 s            retry
-//	20  lease.ErrNotFound (also                     404    not-found                 –
-//	    request.ErrNotFound)
+//	20  lease.ErrNotFound                           404    not-found                 –
 //	21  lease.ErrExists                             409    already-exists            –
 //	22  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
@@ -83,11 +83,11 @@
 // Why this order. A run that failed because the database went away comes
 // back wrapped in request.ErrAgentFailed or request.ErrTakenOver; the
 // answer that helps is "the database is down, try again", so row 1 comes
-// first. toolexec.ErrConflict reaches a web handler wrapped in
+// first. *toolexec.BusyError reaches a web handler wrapped in
 // ErrAgentFailed when the agent returns it: the request was marked error
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
-// A *lease.ValidationError inside ErrAgentFailed is the agent's own bug,
+// An invalid input (lease.ErrInvalid) inside ErrAgentFailed is the agent's own bug,
 // not bad client input, so row 16 comes before row 17. A transient
 // database error (row 2), an unknown external outcome (row 13), a taken
 // effect key (row 14) or a tool that wrote outside its transaction (row
@@ -98,7 +98,10 @@
 // derived from the client request id, is the old request's call. Nothing
 // was performed, and a resend with the same id derives the same key, so it
 // is a 409 without Retry-After, before row 21 (it also matches
-// lease.ErrExists); the client's move is a new client request id.
+// lease.ErrExists); the client's move is a new client request id. In
+// the same way, every detail of a package matches lease's kind too (a
+// busy session is lease.ErrHeld, a missing one lease.ErrNotFound), so its
+// row comes before the kind's.
 //
 // Row 15 is a 500 without Retry-After, not row 2's 503: on SQLite a side
 // effect that writes through the pool instead of its transaction
@@ -207,7 +210,7 @@
 //     interrupted, the 409 cancelled, the 409 effect-key-taken and the 410
 //     expired do not: a retry answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
-//     token. The one error text shown is a *lease.ValidationError's, for a
+//     token. The one error text shown is that of lease.ErrInvalid, for a
 //     400, and it never contains a token.
 //
 // # What it does not do

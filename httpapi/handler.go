@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 )
@@ -388,13 +389,13 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // PathKeys reads the session key and the client request id from the
 // path wildcards named session and clientRequestID (http.Request.PathValue,
-// as net/http.ServeMux sets them). A missing one is request.ErrNotFound
-// (404); the Runner checks the rest.
+// as net/http.ServeMux sets them). A missing one is lease.ErrNotFound
+// (404 not-found); the Runner checks the rest.
 func PathKeys(session, clientRequestID string) func(w http.ResponseWriter, r *http.Request) (string, string, error) {
 	return func(_ http.ResponseWriter, r *http.Request) (string, string, error) {
 		s, c := r.PathValue(session), r.PathValue(clientRequestID)
 		if s == "" || c == "" {
-			return "", "", request.ErrNotFound
+			return "", "", fmt.Errorf("httpapi: no session key or client request id in the path: %w", lease.ErrNotFound)
 		}
 		return s, c, nil
 	}
@@ -417,15 +418,15 @@ type MessageBody struct {
 
 // JSONMessage returns a MessageConfig.Message that reads a MessageBody
 // (unknown fields refused, at most maxBytes bytes; 0 means 64 KiB), with
-// the session key from the path wildcard named session. Bad input is a
-// *lease.ValidationError (400 invalid-request); the Runner checks the
+// the session key from the path wildcard named session. Bad input is an
+// error matching lease.ErrInvalid (400 invalid-request); the Runner checks the
 // keys and the content further.
 func JSONMessage(session string, maxBytes int64) func(w http.ResponseWriter, r *http.Request) (request.Message, error) {
 	if maxBytes <= 0 {
 		maxBytes = 64 << 10
 	}
 	invalid := func(field, reason string) error {
-		return &lease.ValidationError{Package: "httpapi", Field: field, Reason: reason}
+		return &engine.ValidationError{Package: "httpapi", Field: field, Reason: reason}
 	}
 	return func(w http.ResponseWriter, r *http.Request) (request.Message, error) {
 		key := r.PathValue(session)

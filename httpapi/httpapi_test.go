@@ -59,15 +59,15 @@ func TestProblemFor(t *testing.T) {
 		typ        string
 		retryAfter time.Duration
 	}{
-		{"session busy", wrap(request.ErrSessionBusy, busy), 409, httpapi.TypeSessionBusy, 2100 * time.Millisecond},
-		{"session busy without time", request.ErrSessionBusy, 409, httpapi.TypeSessionBusy, time.Second},
-		{"session.ErrBusy alone", wrap(session.ErrBusy, busy), 409, httpapi.TypeSessionBusy, 2100 * time.Millisecond},
+		{"session busy", &session.BusyError{Key: "s", Err: busy}, 409, httpapi.TypeSessionBusy, 2100 * time.Millisecond},
+		{"session busy without time", &session.BusyError{Key: "s", Err: errors.New("queue ahead")}, 409, httpapi.TypeSessionBusy, time.Second},
+		{"session busy, wrapped", fmt.Errorf("request: %w", &session.BusyError{Key: "s", Err: busy}), 409, httpapi.TypeSessionBusy, 2100 * time.Millisecond},
 		{"in flight", wrap(request.ErrInFlight, busy), 409, httpapi.TypeRequestInFlight, 2100 * time.Millisecond},
 		{"in flight, expired just now", wrap(request.ErrInFlight, &lease.ConflictError{Remaining: 0}), 409, httpapi.TypeRequestInFlight, time.Second},
 		{"in flight, a long lease left", wrap(request.ErrInFlight, &lease.ConflictError{Remaining: 25 * time.Second}), 409, httpapi.TypeRequestInFlight,
 			httpapi.DefaultInFlightRetryAfter},
-		{"tool conflict", wrap(toolexec.ErrConflict, toolBusy), 409, httpapi.TypeToolInFlight, 7 * time.Second},
-		{"tool conflict returned by the agent", errors.Join(wrap(request.ErrAgentFailed, wrap(toolexec.ErrConflict, toolBusy)), nil),
+		{"tool conflict", &toolexec.BusyError{Tool: "t", Err: toolBusy}, 409, httpapi.TypeToolInFlight, 7 * time.Second},
+		{"tool conflict returned by the agent", errors.Join(wrap(request.ErrAgentFailed, &toolexec.BusyError{Tool: "t", Err: toolBusy}), nil),
 			409, httpapi.TypeToolInFlight, 7 * time.Second},
 		{"taken over", wrap(request.ErrTakenOver, &heartbeat.LostError{Lease: "request", Reason: heartbeat.ReasonGone, Err: &lease.LostError{Key: "r", Op: "renew"}}),
 			409, httpapi.TypeTakenOver, time.Second},
@@ -77,19 +77,19 @@ func TestProblemFor(t *testing.T) {
 		{"interrupted", &request.InterruptedError{By: "m-2"}, 409, httpapi.TypeInterrupted, 0},
 		{"cancelled", request.ErrCancelled, 409, httpapi.TypeCancelled, 0},
 		{"cancelled, as the run's error", fmt.Errorf("run: %w", request.ErrCancelled), 409, httpapi.TypeCancelled, 0},
-		{"request not found", request.ErrNotFound, 404, httpapi.TypeNotFound, 0},
-		{"session not found", session.ErrNotFound, 404, httpapi.TypeSessionNotFound, 0},
+		{"request not found", lease.ErrNotFound, 404, httpapi.TypeNotFound, 0},
+		{"session not found", &session.NotFoundError{Key: "s"}, 404, httpapi.TypeSessionNotFound, 0},
 		{"agent failed", wrap(request.ErrAgentFailed, errors.New("boom")), 500, httpapi.TypeAgentFailed, 0},
-		{"the agent's own validation error", wrap(request.ErrAgentFailed, &lease.ValidationError{Field: "ttl", Reason: "0"}), 500, httpapi.TypeAgentFailed, 0},
-		{"validation", &lease.ValidationError{Field: "client request id", Reason: "empty"}, 400, httpapi.TypeInvalidRequest, 0},
-		{"invalid tool arguments", wrap(toolexec.ErrInvalidArguments, errors.New("not JSON")), 400, httpapi.TypeInvalidRequest, 0},
+		{"the agent's own validation error", wrap(request.ErrAgentFailed, &engine.ValidationError{Field: "ttl", Reason: "0"}), 500, httpapi.TypeAgentFailed, 0},
+		{"validation", &engine.ValidationError{Field: "client request id", Reason: "empty"}, 400, httpapi.TypeInvalidRequest, 0},
+		{"invalid tool arguments", &toolexec.ArgumentsError{Err: errors.New("not JSON")}, 400, httpapi.TypeInvalidRequest, 0},
 		{"unknown agent", &request.UnknownAgentError{Name: "chat"}, 400, httpapi.TypeInvalidRequest, 0},
 		{"metadata too large", &request.MetadataTooLargeError{Size: 70000, Limit: 65536}, 400, httpapi.TypeInvalidRequest, 0},
 		{"lease held", busy, 409, httpapi.TypeLeaseHeld, 2100 * time.Millisecond},
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, 409, httpapi.TypeLeaseLost, time.Second},
 		{"lease not found", lease.ErrNotFound, 404, httpapi.TypeNotFound, 0},
 		{"lease exists", &engine.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, 409, httpapi.TypeAlreadyExists, 0},
-		{"lease state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, 409, httpapi.TypeWrongState, 0},
+		{"lease state", &engine.StateError{Key: "k", State: "success", Want: []string{"error"}}, 409, httpapi.TypeWrongState, 0},
 		{"unknown", errors.New("whatever"), 500, httpapi.TypeInternal, 0},
 		{"transient", wrap(request.ErrAgentFailed, &toolexec.TransientError{Tool: "t", Err: errors.New("deadlock")}), 503, httpapi.TypeDatabaseBusy, time.Second},
 		{"outcome unknown", wrap(request.ErrAgentFailed, &toolexec.UnknownOutcomeError{Tool: "notify", EffectKey: "k"}), 502, httpapi.TypeOutcomeUnknown, time.Second},
@@ -131,7 +131,7 @@ func TestProblemFor(t *testing.T) {
 }
 
 func TestProblemForShowsOnlyValidationText(t *testing.T) {
-	p := httpapi.ProblemFor(fmt.Errorf("handler %s: %w", "secret-context", &lease.ValidationError{Field: "key", Reason: "empty"}))
+	p := httpapi.ProblemFor(fmt.Errorf("handler %s: %w", "secret-context", &engine.ValidationError{Field: "key", Reason: "empty"}))
 	assert.Equal(t, "lease: invalid key: empty", p.Detail)
 }
 
@@ -343,15 +343,15 @@ func TestRetryAfterOfEvery409(t *testing.T) {
 		err    error
 		header string
 	}{
-		{"session busy", wrap(request.ErrSessionBusy, wrap(session.ErrBusy, left)), "3"},
+		{"session busy", &session.BusyError{Key: "s", Err: left}, "3"},
 		{"request in flight", wrap(request.ErrInFlight, left), "3"},
-		{"tool in flight", wrap(request.ErrAgentFailed, wrap(toolexec.ErrConflict, left)), "3"},
+		{"tool in flight", wrap(request.ErrAgentFailed, &toolexec.BusyError{Tool: "t", Err: left}), "3"},
 		{"taken over", wrap(request.ErrTakenOver, &lease.LostError{Key: "r", Op: "renew"}), "1"},
 		{"lease held", left, "3"},
 		{"lease lost", &lease.LostError{Key: "k", Op: "renew"}, "1"},
 		{"interrupted", &request.InterruptedError{By: "m-2"}, ""},
 		{"already exists", &engine.DuplicateKeyError{Key: "k", Err: errors.New("1062")}, ""},
-		{"wrong state", &lease.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
+		{"wrong state", &engine.StateError{Key: "k", State: "success", Want: []string{"error"}}, ""},
 		{"effect key taken", wrap(request.ErrAgentFailed, keyTaken()), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,7 +55,7 @@ func TestToolWriteOutsideTxOnSQLite(t *testing.T) {
 			return request.Answer{}, err
 		})
 	require.Error(t, err)
-	assert.ErrorIs(t, err, toolexec.ErrWriteOutsideTx)
+	assert.ErrorAs(t, err, new(*toolexec.OutsideTxError))
 	assert.Contains(t, err.Error(), "write through x.Tx", "the logged error says what to fix")
 	p := check(t, "a tool that wrote through the pool", err, want{500, httpapi.TypeToolWriteOutsideTx})
 	assert.Zero(t, p.RetryAfter, "no Retry-After: a resend fails the same way")

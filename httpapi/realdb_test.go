@@ -230,7 +230,7 @@ func TestProblemForRemoteSideDown(t *testing.T) {
 			})
 		var oe *net.OpError
 		require.ErrorAs(t, err, &oe, "the remote side's refusal")
-		assert.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
+		assert.ErrorAs(t, err, new(*toolexec.UnknownOutcomeError))
 		assert.False(t, httpapi.IsUnavailable(err), "%v", err)
 		p := check(t, "the remote side refused", err, want{502, httpapi.TypeOutcomeUnknown})
 		assert.Equal(t, time.Second, p.RetryAfter)

@@ -10,7 +10,9 @@ import (
 
 // ErrUnavailable marks an error as "the database cannot be reached" when
 // nothing in the error itself says so (see Unavailable and Ping).
-// IsUnavailable reports true for any error that matches it.
+// IsUnavailable reports true for any error that matches it. It marks
+// lease's unavailable kind where only the caller knows it, since that
+// kind has no sentinel of its own.
 var ErrUnavailable = errors.New("httpapi: database unavailable")
 
 type unavailableError struct{ err error }

@@ -513,7 +513,7 @@ func messageWhenServerDied(t *testing.T, d lease.Dialect, when dieWhen) {
 	var out request.Outcome
 	require.Eventually(t, func() bool {
 		out, err = r.Handle(ctx, msg, agent)
-		return !errors.Is(err, request.ErrInFlight) && !errors.Is(err, toolexec.ErrConflict)
+		return !errors.Is(err, request.ErrInFlight) && !errors.As(err, new(*toolexec.BusyError))
 	}, 60*time.Second, 100*time.Millisecond)
 	require.NoError(t, err)
 	assert.Equal(t, "posted", out.Reply)

@@ -2,10 +2,13 @@ package lease
 
 import "github.com/rowlease/rowlease/internal/engine"
 
-// The kinds of error. Test for them with errors.Is; the concrete error
-// carries the detail (the types below). Every package of rowlease returns
-// these kinds, with detail of its own, rather than sentinels that must be
-// matched beside them.
+// The kinds of error. Test for them with errors.Is: every package of
+// rowlease returns these kinds (session, toolexec and request with typed
+// detail of their own that matches them), never a sentinel that must be
+// matched beside them. Two more kinds are reported by functions, not
+// sentinels: transient (IsTransient, IsRetryable) and unavailable
+// (IsUnavailable). A held lease carries a *ConflictError and a lost one a
+// *LostError; the other kinds carry their detail in the error's text.
 var (
 	// ErrHeld: the lease is held by another holder and has not expired
 	// (409 Conflict in a web handler). The concrete error is a
@@ -20,11 +23,11 @@ var (
 	// ErrExists: a row with the key (or another unique key) already
 	// exists; every dialect's duplicate-key error becomes it.
 	ErrExists = engine.ErrExists
-	// ErrState: the row is in a state the operation does not accept. The
-	// concrete error is a *StateError.
+	// ErrState: the row is in a state the operation does not accept
+	// (Inspect reads the state it is in).
 	ErrState = engine.ErrState
 	// ErrInvalid: the input was refused before any SQL was sent; nothing
-	// was written. The concrete error is a *ValidationError.
+	// was written. The error's text names the field and why.
 	ErrInvalid = engine.ErrInvalid
 	// ErrPoolExhausted: no connection could be had from the pool before a
 	// deadline; nothing was sent. IsUnavailable reports it.
@@ -44,21 +47,6 @@ type LostError = engine.LostError
 // Remaining (time left before the holder's lease expires, by the
 // database clock).
 type ConflictError = engine.ConflictError
-
-// StateError is ErrState's detail: Key, State (the row's) and Want (the
-// states the operation accepts).
-type StateError = engine.StateError
-
-// ValidationError is ErrInvalid's detail: Package (the package that
-// refused the input; "" means lease), Field and Reason.
-type ValidationError = engine.ValidationError
-
-// TimeoutError is a wait that rowlease bounds itself, not the caller's
-// deadline, that ran out (a final write bounded by a release timeout, for
-// instance): Wait names it, Limit and Setting give its bound and where it
-// is set, Advice says what to do, Err is the wait's own error. It matches
-// context.DeadlineExceeded and unwraps to Err.
-type TimeoutError = engine.TimeoutError
 
 // IsRetryable reports a statement or transaction that the database rolled
 // back to break a deadlock or a serialization conflict, or that could not

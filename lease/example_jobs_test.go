@@ -77,11 +77,18 @@ func Example_ownTable() {
 
 	// The state is checked before the holder: a running job is not
 	// claimable, whoever holds it.
-	_, err = jobs.AcquireWith(ctx, db, 1, "worker-2", 30*time.Second, claim)
-	var state *lease.StateError
-	if errors.As(err, &state) {
-		fmt.Println("worker-2 on job 1:", errors.Is(err, lease.ErrState), "state", state.State)
+	// ErrState says so; Inspect reads the state it is in.
+	refused := func(err error) {
+		if errors.Is(err, lease.ErrState) {
+			st, err := jobs.Inspect(ctx, db, 1)
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Println("worker-2 on job 1: refused, state", st.State)
+		}
 	}
+	_, err = jobs.AcquireWith(ctx, db, 1, "worker-2", 30*time.Second, claim)
+	refused(err)
 	// Any other job is free for it.
 	g2, err := jobs.AcquireWith(ctx, db, 3, "worker-2", 30*time.Second, claim)
 	if err != nil {
@@ -106,9 +113,7 @@ func Example_ownTable() {
 
 	// A done job is free, but no longer claimable.
 	_, err = jobs.AcquireWith(ctx, db, 1, "worker-2", 30*time.Second, claim)
-	if errors.As(err, &state) {
-		fmt.Println("worker-2 on job 1:", errors.Is(err, lease.ErrState), "state", state.State)
-	}
+	refused(err)
 
 	rows, err := db.QueryContext(ctx, "SELECT id, status, COALESCE(result, '-'), COALESCE(locked_by, '-'), lock_generation FROM jobs ORDER BY id")
 	if err != nil {
@@ -128,9 +133,9 @@ func Example_ownTable() {
 	}
 	// Output:
 	// worker-1 claimed job 1 generation 1
-	// worker-2 on job 1: true state running
+	// worker-2 on job 1: refused, state running
 	// worker-2 claimed job 3
-	// worker-2 on job 1: true state done
+	// worker-2 on job 1: refused, state done
 	// 1 done invoice 35.00 - 1
 	// 2 queued - - 0
 	// 3 running - worker-2 1

@@ -2,7 +2,6 @@ package request
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,14 +12,9 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// ErrUnknownAgent: a message names an agent (Message.Agent) that is not
-// registered in Config.Agents (400 in httpapi). Nothing was written. The
-// concrete error is an *UnknownAgentError; it also matches
-// lease.ErrInvalid.
-var ErrUnknownAgent = errors.New("request: unknown agent")
-
-// UnknownAgentError reports a message whose agent is not registered. It
-// matches ErrUnknownAgent and lease.ErrInvalid.
+// UnknownAgentError reports a message that names an agent
+// (Message.Agent) not registered in Config.Agents: it matches
+// lease.ErrInvalid (400 in httpapi). Nothing was written.
 type UnknownAgentError struct {
 	Name string // the agent's name, as the message gave it
 }
@@ -30,11 +24,8 @@ func (e *UnknownAgentError) Error() string {
 	return fmt.Sprintf("request: no agent named %q is registered (Config.Agents)", e.Name)
 }
 
-// Is makes errors.Is(err, ErrUnknownAgent) and errors.Is(err,
-// lease.ErrInvalid) true.
-func (e *UnknownAgentError) Is(target error) bool {
-	return target == ErrUnknownAgent || target == lease.ErrInvalid
-}
+// Is makes errors.Is(err, lease.ErrInvalid) true.
+func (e *UnknownAgentError) Is(target error) bool { return target == lease.ErrInvalid }
 
 // Agents maps names to agents (Config.Agents), as toolexec.Registry maps
 // names to tools. A message names its agent (Message.Agent); the name is
@@ -54,7 +45,7 @@ func NewAgents() *Agents { return &Agents{agents: map[string]Agent{}} }
 // Register adds an agent under name. The name must be non-empty text of
 // at most schema.MaxAgentNameLen bytes, by the rule of session keys and
 // client request ids (valid UTF-8, no NUL, no trailing space); a bad name,
-// a nil agent or a name registered twice is a *lease.ValidationError.
+// a nil agent or a name registered twice is an error matching lease.ErrInvalid.
 func (a *Agents) Register(name string, agent Agent) error {
 	if err := valid.Text("request", "agent name", name, schema.MaxAgentNameLen); err != nil {
 		return err

@@ -228,7 +228,7 @@ func TestAgentsNamedByMessage(t *testing.T) {
 		var ua *UnknownAgentError
 		require.ErrorAs(t, err, &ua)
 		assert.Equal(t, "chat", ua.Name)
-		assert.ErrorIs(t, err, ErrUnknownAgent)
+		assert.ErrorAs(t, err, new(*UnknownAgentError))
 		assert.ErrorIs(t, err, lease.ErrInvalid)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c3", Content: "x", Agent: "chat "}, nil)
 		assert.ErrorIs(t, err, lease.ErrInvalid)

@@ -10,7 +10,8 @@ import (
 // ErrCancelled: the request was cancelled by its client (Cancel) (409,
 // "cancelled"). Its committed tool calls stay; it never runs again, and
 // every resend of its id answers this. It is also the cause of the
-// cancelled run's context.
+// cancelled run's context. None of lease's kinds: a final outcome of the
+// request, as an *InterruptedError is.
 var ErrCancelled = errors.New("request: cancelled")
 
 // localRuns are the runs executing in this Runner, by request id: Cancel
@@ -85,7 +86,7 @@ func (run *Run) stopCause(cause error) error {
 //
 // Every resend of a cancelled request's id gets ErrCancelled (with the
 // same fingerprint; another one still gets ErrFingerprintMismatch). An
-// unknown request gives ErrNotFound; bad input a *lease.ValidationError.
+// unknown request gives ErrNotFound; bad input an error matching lease.ErrInvalid.
 // A request that an interrupting message asked to stop first ends
 // interrupted, not cancelled.
 func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {

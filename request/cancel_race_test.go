@@ -271,8 +271,8 @@ func TestCancelLeavesAnInterruptAsIs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, StateInterrupted, st.State)
 		assert.Equal(t, "stop", st.InterruptedBy)
-		require.ErrorIs(t, <-done, ErrInterrupted)
-		require.ErrorIs(t, cause, ErrInterrupted)
+		require.ErrorAs(t, <-done, new(*InterruptedError))
+		require.ErrorAs(t, cause, new(*InterruptedError))
 		require.NoError(t, <-interrupter)
 	})
 }

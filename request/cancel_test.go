@@ -65,7 +65,7 @@ func TestCancelQueued(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, StateSucceeded, st.State)
 		_, err = r.Cancel(ctx, "s", "nobody")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, lease.ErrNotFound)
 		_, err = r.Cancel(ctx, "", "x")
 		require.ErrorIs(t, err, lease.ErrInvalid)
 	})

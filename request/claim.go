@@ -88,7 +88,7 @@ func (r *Runner) created(ctx context.Context, msg Message, holder string, run *R
 		return run, Outcome{}, nil
 	case errors.Is(err, lease.ErrExists):
 		return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
-	case errors.Is(err, ErrSessionBusy):
+	case errors.As(err, new(*session.BusyError)):
 		// Busy with this very message, sent a moment ago by a
 		// duplicate? Then the answer is about the request.
 		ex, ferr := r.find(ctx, msg)
@@ -149,7 +149,7 @@ func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holde
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
 	case schema.StoredQueued:
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, lease.ErrNotFound) {
 			return nil, Outcome{}, errVanished
 		}
 		if err != nil {
@@ -193,7 +193,7 @@ func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holde
 	}
 	run, err := r.claim(ctx, claim{kind: resend, msg: msg, id: ex.id, holder: holder, from: ex.status, fromQueue: ex.queued == 1})
 	switch {
-	case errors.Is(err, session.ErrNotFound):
+	case errors.As(err, new(*session.NotFoundError)):
 		// The session row is gone: that is final, and the same answer
 		// as on the new-request path (it also matches lease.ErrNotFound,
 		// so it is told apart first).
@@ -213,7 +213,7 @@ func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holde
 func (r *Runner) create(ctx context.Context, msg Message, holder string, tried bool) (*Run, error) {
 	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder, tried: tried}
 	run, err := r.claim(ctx, c)
-	if errors.Is(err, session.ErrNotFound) && r.cfg.Session.AutoCreate {
+	if errors.As(err, new(*session.NotFoundError)) && r.cfg.Session.AutoCreate {
 		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
 			return nil, err
 		}
@@ -222,7 +222,7 @@ func (r *Runner) create(ctx context.Context, msg Message, holder string, tried b
 		// On a multi-primary cluster the transaction may run on a node
 		// that has not applied the insert yet (inside a transaction
 		// wsrep_sync_wait does not wait): try again, briefly.
-		for attempt := 1; errors.Is(err, session.ErrNotFound) && r.cfg.Lease.MultiPrimary &&
+		for attempt := 1; errors.As(err, new(*session.NotFoundError)) && r.cfg.Lease.MultiPrimary &&
 			attempt < retry.MaxAttempts && retry.Backoff(ctx, attempt); attempt++ {
 			run, err = r.claim(ctx, c)
 		}
@@ -269,7 +269,7 @@ type claim struct {
 // PostgreSQL is first claimed in one statement with no transaction
 // (claimAtOnce); the transaction is for when that did not take the
 // session. A busy session is an error matching
-// ErrSessionBusy (and session.ErrBusy); a request held by a live run, one
+// *session.BusyError (lease.ErrHeld); a request held by a live run, one
 // matching ErrInFlight (and lease.ErrHeld); either way the transaction
 // rolls back and nothing was written, so no session is left held by a
 // request that does not exist.
@@ -330,16 +330,13 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		// for Interrupt, interrupting ones) go first.
 		var ahead bool
 		if ahead, err = r.ahead(ctx, tx, c.msg); err == nil && ahead {
-			err = fmt.Errorf("%w: %w", session.ErrBusy, errQueueAhead)
+			err = &session.BusyError{Key: key, Err: errQueueAhead}
 		}
 	case c.kind == queueHead:
 		_, err = tx.ExecContext(ctx, r.sql.settle, key)
 	}
 	if err != nil {
-		if errors.Is(err, session.ErrBusy) {
-			return nil, fmt.Errorf("%w: %w", ErrSessionBusy, err)
-		}
-		return nil, err
+		return nil, err // a busy session: the session's *session.BusyError
 	}
 	if c.kind != newRequest && c.from == schema.StoredProcessing {
 		// A run that still holds the request's lease, expired, died: it
@@ -428,7 +425,7 @@ func (r *Runner) atOnce(msg Message) bool {
 // autocommit statement (engine.AcquireCreate), no transaction. done is
 // false when the session was not taken — busy, or its lock row missing —
 // and nothing was written: claim's transaction then gives the answer,
-// exactly as for every other message (ErrSessionBusy, session.ErrNotFound
+// exactly as for every other message (*session.BusyError, *session.NotFoundError
 // and AutoCreate, and so on). A duplicate request fails the statement as
 // a whole: lease.ErrExists, nothing written.
 //
@@ -500,7 +497,7 @@ func (r *Runner) atOnceResult(ctx context.Context, c claim, sg session.Grant, g 
 func (r *Runner) giveBack(ctx context.Context, sg session.Grant, g lease.Grant[string]) {
 	r.releaseQuietly(ctx, func(cctx context.Context) error {
 		st, err := r.sessions.Inspect(cctx, r.db, sg.Key)
-		if errors.Is(err, session.ErrNotFound) || (err == nil && st.Holder != sg.Holder) {
+		if errors.As(err, new(*session.NotFoundError)) || (err == nil && st.Holder != sg.Holder) {
 			return nil // not taken by this claim
 		}
 		if err != nil {

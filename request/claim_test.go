@@ -17,6 +17,7 @@ import (
 
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/session"
 )
 
 func TestSameClientRequestIDRunsOnce(t *testing.T) {
@@ -116,7 +117,7 @@ func TestOneSessionNeverRunsTwoAtOnce(t *testing.T) {
 				switch {
 				case err == nil:
 					ok.Add(1)
-				case errors.Is(err, ErrSessionBusy):
+				case errors.As(err, new(*session.BusyError)):
 					busy.Add(1)
 				default:
 					errs <- err
@@ -196,7 +197,7 @@ func TestDuplicateLeavesOwnerToFinish(t *testing.T) {
 		// A different request in the same session: busy, and it changes nothing of the owner's.
 		_, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "other", Content: "x"},
 			func(context.Context, *Run) (Answer, error) { t.Error("ran while busy"); return Answer{}, nil })
-		require.ErrorIs(t, err, ErrSessionBusy)
+		require.ErrorAs(t, err, new(*session.BusyError))
 		assert.Equal(t, before, snapshotExcept(t, e, "other"), "the owner's rows are untouched")
 		close(release)
 		require.NoError(t, <-done)
@@ -266,7 +267,7 @@ func TestBusyRequestIsFreeForRetry(t *testing.T) {
 		<-entered
 		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "b", Content: "y"},
 			func(context.Context, *Run) (Answer, error) { return Answer{Reply: "b"}, nil })
-		require.ErrorIs(t, err, ErrSessionBusy)
+		require.ErrorAs(t, err, new(*session.BusyError))
 		_, err = e.r.find(ctx, Message{SessionKey: "s", ClientRequestID: "b"})
 		require.ErrorIs(t, err, sql.ErrNoRows, "the busy request left no row")
 		close(release)
@@ -404,7 +405,7 @@ func TestDuplicatesOfARefusedRequest(t *testing.T) {
 		wg.Wait()
 		close(errs)
 		for err := range errs {
-			if !errors.Is(err, ErrSessionBusy) && !errors.Is(err, ErrInFlight) {
+			if !errors.As(err, new(*session.BusyError)) && !errors.Is(err, ErrInFlight) {
 				t.Errorf("want a conflict, got %v", err)
 			}
 		}

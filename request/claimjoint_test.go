@@ -15,6 +15,7 @@ import (
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
 )
 
 // isAtOnceClaim reports whether q is the statement that takes a session
@@ -37,7 +38,7 @@ func (e *env) requestRows(t *testing.T, sessionKey, clientID string) int {
 // request, takes its session and inserts its request in one statement with
 // no transaction on PostgreSQL; on MySQL and SQLite it reads the request,
 // then takes the session and inserts the request in a transaction of two. A message
-// of a busy session is refused (ErrSessionBusy) and writes nothing; the
+// of a busy session is refused (*session.BusyError) and writes nothing; the
 // same message sent again while it runs is ErrInFlight, at once.
 func TestNewRequestClaimStatements(t *testing.T) {
 	eachCounted(t, 30*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {
@@ -76,7 +77,7 @@ func TestNewRequestClaimStatements(t *testing.T) {
 
 		// Busy: refused, nothing written.
 		_, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c2", Content: "y"}, answerOK)
-		require.ErrorIs(t, err, ErrSessionBusy)
+		require.ErrorAs(t, err, new(*session.BusyError))
 		assert.Zero(t, e.requestRows(t, "s", "c2"))
 		// The same message again, while it runs: in flight, at once.
 		_, err = e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c1", Content: "x"}, answerOK)
@@ -199,7 +200,7 @@ func TestNewRequestClaimObserved(t *testing.T) {
 		<-in
 		assert.Equal(t, []string{schema.SessionTable + ":acquire:acquired", schema.RequestTable + ":create:acquired"}, claimOps(obs.take()))
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c2", Content: "y"}, answerOK)
-		require.ErrorIs(t, err, ErrSessionBusy)
+		require.ErrorAs(t, err, new(*session.BusyError))
 		busy := claimOps(obs.take())
 		require.NotEmpty(t, busy)
 		for _, op := range busy {

@@ -135,9 +135,9 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 			}
 			r.notify()
 			continue
-		case errors.Is(err, session.ErrBusy):
+		case errors.As(err, new(*session.BusyError)):
 			return nil, nil
-		case errors.Is(err, session.ErrNotFound):
+		case errors.As(err, new(*session.NotFoundError)):
 			return nil, err
 		case errors.Is(err, lease.ErrState), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), lease.IsRetryable(err):
 			continue // the head changed under us: read it again

@@ -129,7 +129,7 @@ func TestDispatcherVisitsEverySession(t *testing.T) {
 				for i := range tc.stuck {
 					// Of a session whose lock row was deleted: a queued
 					// message, and a dead run due for a long time, whose
-					// claims fail every time (session.ErrNotFound).
+					// claims fail every time (*session.NotFoundError).
 					_, err := db.ExecContext(ctx, e.r.sql.insert, uuid.NewString(), fmt.Sprintf("gone-%02d", i), "q", "f", "y", 1, Queue.String(), nil, nil)
 					require.NoError(t, err)
 					_, err = db.ExecContext(ctx, e.d.Rebind("INSERT INTO rowlease_request (id, session_key, client_request_id, "+

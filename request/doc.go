@@ -20,8 +20,8 @@
 //	switch {
 //	case err == nil && out.Queued:
 //		// 202: queued at out.Position (Message.OnBusy: request.Queue)
-//	case errors.Is(err, request.ErrSessionBusy), errors.Is(err, request.ErrInFlight),
-//		errors.Is(err, request.ErrTakenOver), errors.Is(err, request.ErrInterrupted),
+//	case errors.As(err, new(*session.BusyError)), errors.Is(err, request.ErrInFlight),
+//		errors.Is(err, request.ErrTakenOver), errors.As(err, new(*request.InterruptedError)),
 //		errors.Is(err, request.ErrCancelled):
 //		// 409
 //	case errors.Is(err, request.ErrFingerprintMismatch):
@@ -68,7 +68,7 @@
 //	                       (a tombstone: reply, result, steps, tool calls deleted)
 //
 // A resend of a queued message answers its position; of an interrupted
-// one, ErrInterrupted; of a cancelled one, ErrCancelled; of an expired
+// one, *InterruptedError; of a cancelled one, ErrCancelled; of an expired
 // one, ErrExpired. None of them runs anything.
 //
 // # The flow
@@ -79,7 +79,7 @@
 //     ErrInFlight (409), nothing changed.
 //  3. New: in one transaction, take the session for it, then insert the
 //     request already held by this run. Session busy → the transaction
-//     rolls back, nothing was written, ErrSessionBusy (or ErrInFlight, when
+//     rolls back, nothing was written, *session.BusyError (or ErrInFlight, when
 //     the session is busy with this very message, sent a moment ago by a
 //     duplicate; with Queue or Interrupt, see below). On PostgreSQL a new
 //     message with OnBusy Reject does both in one autocommit statement
@@ -109,7 +109,7 @@
 //     recorded steps. A dead run's tool lease can
 //     outlive its request lease by up to one heartbeat interval; freed,
 //     the new run claims the same call at once instead of being refused
-//     with toolexec.ErrConflict, and the dead run can mark none of them.
+//     with *toolexec.BusyError, and the dead run can mark none of them.
 //  5. Run the agent under a heartbeat (session, request, and the running
 //     tool), with a context that is cancelled as soon as a lease is lost,
 //     or another message interrupts the run. The Runner's runs share one
@@ -218,7 +218,7 @@
 //     process died before the UPDATE) runs again. The model is asked at
 //     most once per recorded step, plus once per death inside a step.
 //   - A replay is checked: a step asked for at a recorded position under
-//     another name is a *StepDivergedError (ErrStepDiverged), never the
+//     another name is a *StepDivergedError, never the
 //     output of another step; the run fails with it, even if the agent
 //     goes on or returns an error that does not wrap it, the request is
 //     marked error with the steps from the diverged position on deleted,
@@ -280,7 +280,7 @@
 // Handle with a nil agent runs the named one; with an agent of its own it
 // runs that, and stores the message's name all the same: name the agent
 // registered for the same work. A name that is not registered is an
-// *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid), before any SQL.
+// *UnknownAgentError (lease.ErrInvalid), before any SQL.
 //
 // A Runner starts from the queue, and resumes, only the requests whose
 // agent it has, on every path: its dispatcher's sessions are those with a
@@ -311,8 +311,8 @@
 // ErrFingerprintMismatch; a message without metadata keeps the fingerprint
 // of the content alone, as stored rows have it. Metadata larger than
 // Config.MaxMetadata (default 64 KiB) is a *MetadataTooLargeError
-// (ErrMetadataTooLarge), and anything but one JSON object a
-// *lease.ValidationError: both before any SQL. The sweeper empties it
+// (*MetadataTooLargeError), and anything but one JSON object an error
+// matching lease.ErrInvalid: both before any SQL. The sweeper empties it
 // with the content.
 //
 // # Cancel
@@ -339,12 +339,12 @@
 //
 // # When the session is busy: Message.OnBusy
 //
-//   - Reject (the default): ErrSessionBusy (409), nothing written. It
+//   - Reject (the default): *session.BusyError (409), nothing written. It
 //     costs nothing more than before: no statement of the flow above reads
 //     the queue.
 //   - Queue: the message is stored as queued (one transaction: the
 //     session's queue is counted against QueueConfig.Max, beyond which it
-//     is ErrQueueFull and nothing is written, and the message gets the
+//     is *QueueFullError and nothing is written, and the message gets the
 //     next arrival number, unique per session) and Handle returns at once
 //     with Outcome.Queued and Outcome.Position (how many run before it).
 //     Its agent (Config.Agent, or the one of Config.Agents that
@@ -356,7 +356,7 @@
 //     is set; nothing else of its row is touched). The running run reads
 //     that column at each heartbeat renewal (one more statement per
 //     interval) and cancels its agent's context with an *InterruptedError
-//     (matching ErrInterrupted): within one heartbeat interval. When its
+//     (matching *InterruptedError): within one heartbeat interval. When its
 //     agent returns, the run marks itself interrupted, token-checked, and
 //     frees the session. Its tool calls that committed stay (never undone,
 //     never repeated: the request never runs again); one inside its
@@ -480,7 +480,15 @@
 //
 // # Failure handling
 //
-//   - ErrSessionBusy, ErrInFlight: someone else holds the lock; nothing
+// Handle's errors are lease's kinds with detail (a busy session is a
+// *session.BusyError, lease.ErrHeld; a missing one a
+// *session.NotFoundError, lease.ErrNotFound; bad input lease.ErrInvalid),
+// or the outcomes of a request that no lease names, which keep sentinels
+// of their own (ErrInFlight, ErrTakenOver, ErrFingerprintMismatch,
+// ErrAgentFailed, ErrExpired, ErrCancelled) or types (*InterruptedError,
+// *QueueFullError):
+//
+//   - *session.BusyError, ErrInFlight: someone else holds the lock; nothing
 //     changed; retry later (the wrapped *lease.ConflictError has the time
 //     left). ErrInFlight also ends the attempts to take the locks when
 //     each failed with a retryable database error (a deadlock, SQLite
@@ -495,7 +503,7 @@
 //     loss, the leases given back, the request left processing and free.
 //     Nobody took it over: the pool is too small (README, "Sizing the
 //     pool"; Config.SeparateHeartbeats). A retry resumes.
-//   - *lease.TimeoutError (matching context.DeadlineExceeded): one of the
+//   - an error matching context.DeadlineExceeded: one of the
 //     Runner's own bounded waits ran out, whatever ctx's deadline — the
 //     final mark of the request (its outcome and the session's release,
 //     bounded by Config.ReleaseTimeout: the database, or on SQLite its one
@@ -505,13 +513,13 @@
 //     in flight until the run's lease expires, then a run that reuses the
 //     committed tool calls). A bare context.DeadlineExceeded is ctx's own.
 //   - ErrFingerprintMismatch: the client reused an id for other content.
-//   - *UnknownAgentError (ErrUnknownAgent, lease.ErrInvalid): the message
+//   - *UnknownAgentError (lease.ErrInvalid): the message
 //     names an agent that Config.Agents does not have; nothing was
 //     written (400).
-//   - *MetadataTooLargeError (ErrMetadataTooLarge, lease.ErrInvalid): the
+//   - *MetadataTooLargeError (lease.ErrInvalid): the
 //     message's metadata is over Config.MaxMetadata; nothing was written
 //     (400).
-//   - session.ErrNotFound: the session has no lock row, and none is
+//   - *session.NotFoundError (lease.ErrNotFound): the session has no lock row, and none is
 //     created: Config.RequireSession on the shipped session table, or a
 //     table of your own (Session.Table) without Session.AutoCreate; for a
 //     new request and for the retry of an existing one alike (404);
@@ -542,19 +550,19 @@
 //     Runner resumes the request after the grace (see "Resume").
 //   - Outcome.Queued (nil error): the message is queued, not answered; its
 //     outcome comes later (Wait, Status). A resend answers the same.
-//   - ErrQueueFull (*QueueFullError): the session's queue is full; nothing
+//   - *QueueFullError: the session's queue is full; nothing
 //     was written; retry later (429).
-//   - ErrInterrupted (*InterruptedError, naming the interrupting message):
+//   - *InterruptedError (naming the interrupting message):
 //     the request stopped because another message asked it to; final: a
 //     resend answers the same (409).
 //   - ErrCancelled: the request was cancelled by its client (Cancel);
 //     final: a resend answers the same (409). It is also the cause of the
 //     cancelled run's context.
-//   - *StepDivergedError (ErrStepDiverged, inside ErrAgentFailed): a
+//   - *StepDivergedError (inside ErrAgentFailed): a
 //     resumed run asked for a recorded step under another name; the
 //     request is marked error with the steps from there on deleted; a
 //     resend replays those before it and runs the rest afresh.
-//   - *StepTooLargeError (ErrStepTooLarge): a step's output is over
+//   - *StepTooLargeError: a step's output is over
 //     Config.MaxStepOutput; nothing was recorded.
 //   - A step that cannot be recorded: ErrTakenOver (and lease.ErrLost)
 //     when the run lost its request; a database error after bounded
@@ -565,7 +573,7 @@
 //     (Status.Error says so); a resend retries it.
 //   - ErrExpired: the request finished before the retention and was swept;
 //     final (410).
-//   - ErrNotFound (Status, Wait): no such request (404).
+//   - lease.ErrNotFound (Status, Wait): no such request (404).
 //   - An interrupting Handle whose ctx ends before its message could run:
 //     the message stays queued at the head and runs later; the error
 //     matches ctx's cause (or ErrInFlight, if it is running elsewhere).

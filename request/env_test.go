@@ -107,7 +107,7 @@ func bg(t *testing.T) context.Context {
 }
 
 func isConflict(err error) bool {
-	return errors.Is(err, ErrInFlight) || errors.Is(err, ErrSessionBusy)
+	return errors.Is(err, ErrInFlight) || errors.As(err, new(*session.BusyError))
 }
 
 // waitFor polls a condition that other goroutines make true, bounded.

@@ -16,6 +16,7 @@ import (
 	"github.com/rowlease/rowlease/heartbeat"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/session"
 )
 
 // seqLog orders events of several goroutines.
@@ -101,7 +102,7 @@ func TestRolledBackRenewalsDoNotKeepTheRun(t *testing.T) {
 		}
 		for {
 			_, err := second.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "b", Content: "second"}, agent)
-			if !errors.Is(err, ErrSessionBusy) {
+			if !errors.As(err, new(*session.BusyError)) {
 				secondOut <- err
 				return
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -108,7 +109,7 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 }
 
 // TestMissingSessionIsNotFoundOnBothPaths (issue 8, item 8): a failed
-// request whose session row is gone reports session.ErrNotFound (404)
+// request whose session row is gone reports *session.NotFoundError (404)
 // when retried, as a new request in that session does; it is not retried
 // as if the request had changed state, nor reported in flight.
 func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {
@@ -126,10 +127,10 @@ func TestMissingSessionIsNotFoundOnBothPaths(t *testing.T) {
 		before := snapshot(t, e)
 
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, answerOK)
-		assert.ErrorIs(t, err, session.ErrNotFound, "takeover path")
+		assert.ErrorAs(t, err, new(*session.NotFoundError), "takeover path")
 		assert.NotErrorIs(t, err, ErrInFlight)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "new", Content: "y"}, answerOK)
-		assert.ErrorIs(t, err, session.ErrNotFound, "new-request path")
+		assert.ErrorAs(t, err, new(*session.NotFoundError), "new-request path")
 		assert.Equal(t, before, snapshot(t, e), "nothing changed")
 		_, err = r.find(ctx, Message{SessionKey: "s", ClientRequestID: "new"})
 		assert.ErrorIs(t, err, sql.ErrNoRows)
@@ -275,7 +276,7 @@ func TestAnswerResultMustBeJSON(t *testing.T) {
 		})
 		require.ErrorIs(t, err, ErrAgentFailed)
 		require.ErrorIs(t, err, lease.ErrInvalid)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		require.ErrorAs(t, err, &ve)
 		st, held := e.status(t, "s", "c")
 		assert.Equal(t, "error", st)
@@ -404,7 +405,7 @@ func TestBadTableNames(t *testing.T) {
 		"tool table":    {DB: db, ToolExecutionTable: "a.b.c"},
 	} {
 		_, err := New(cfg)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		assert.ErrorAs(t, err, &ve, name)
 	}
 }

@@ -83,7 +83,7 @@ func TestInterruptDuringASideEffect(t *testing.T) {
 		var ie *InterruptedError
 		require.ErrorAs(t, verr, &ie)
 		assert.Equal(t, "new", ie.By)
-		require.ErrorIs(t, lateWrite, ErrInterrupted, "a write after the cancellation is refused")
+		require.ErrorAs(t, lateWrite, new(*InterruptedError), "a write after the cancellation is refused")
 		victimRows := func() []string { return rowsOf(t, e, "s", "victim") }
 		after := victimRows()
 
@@ -111,7 +111,7 @@ func TestInterruptDuringASideEffect(t *testing.T) {
 		assert.Equal(t, "new", st.InterruptedBy)
 		assert.False(t, st.Live)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "victim", Content: "v"}, victim)
-		require.ErrorIs(t, err, ErrInterrupted, "a resend answers interrupted")
+		require.ErrorAs(t, err, new(*InterruptedError), "a resend answers interrupted")
 		assert.Equal(t, int64(1), victimRuns.Load(), "and never runs it again")
 		assert.Equal(t, after, victimRows(), "nothing of the interrupted run changed afterwards")
 	})
@@ -140,7 +140,7 @@ func TestInterruptDeadRun(t *testing.T) {
 		assert.Equal(t, StateInterrupted, st.State)
 		assert.Equal(t, "new", st.InterruptedBy)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"}, rc.agent)
-		require.ErrorIs(t, err, ErrInterrupted)
+		require.ErrorAs(t, err, new(*InterruptedError))
 		assert.Zero(t, rc.runsOf("dead"))
 	})
 }
@@ -210,7 +210,7 @@ func TestInterruptClaimWaitsForTheDeadRunsRequestLease(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "ok n", out.Reply)
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "dead", Content: "x"}, rc.agent)
-		require.ErrorIs(t, err, ErrInterrupted)
+		require.ErrorAs(t, err, new(*InterruptedError))
 		assert.Zero(t, rc.runsOf("dead"))
 	})
 }
@@ -251,7 +251,7 @@ func TestTwoInterrupters(t *testing.T) {
 			})
 		}
 		close(release)
-		require.ErrorIs(t, <-victimDone, ErrInterrupted)
+		require.ErrorAs(t, <-victimDone, new(*InterruptedError))
 		require.NoError(t, <-errs)
 		require.NoError(t, <-errs)
 		assert.Equal(t, []string{"i-1", "i-2"}, rc.ordered())

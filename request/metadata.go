@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/rowlease/rowlease/internal/jcs"
@@ -14,13 +13,9 @@ import (
 // DefaultMaxMetadata is Config.MaxMetadata's default: 64 KiB.
 const DefaultMaxMetadata = 64 << 10
 
-// ErrMetadataTooLarge: a message's Metadata is larger than
-// Config.MaxMetadata (400 in httpapi). Nothing was written. The concrete
-// error is a *MetadataTooLargeError; it also matches lease.ErrInvalid.
-var ErrMetadataTooLarge = errors.New("request: metadata too large")
-
-// MetadataTooLargeError reports a message's metadata over the limit. It
-// matches ErrMetadataTooLarge and lease.ErrInvalid.
+// MetadataTooLargeError reports a message's Metadata larger than
+// Config.MaxMetadata: it matches lease.ErrInvalid (400 in httpapi).
+// Nothing was written.
 type MetadataTooLargeError struct {
 	Size  int // the metadata's size, in bytes
 	Limit int // Config.MaxMetadata
@@ -32,11 +27,8 @@ func (e *MetadataTooLargeError) Error() string {
 		e.Size, e.Limit)
 }
 
-// Is makes errors.Is(err, ErrMetadataTooLarge) and errors.Is(err,
-// lease.ErrInvalid) true.
-func (e *MetadataTooLargeError) Is(target error) bool {
-	return target == ErrMetadataTooLarge || target == lease.ErrInvalid
-}
+// Is makes errors.Is(err, lease.ErrInvalid) true.
+func (e *MetadataTooLargeError) Is(target error) bool { return target == lease.ErrInvalid }
 
 // Metadata is the JSON object the client sent with the message
 // (Message.Metadata: the user, attachments' references, model settings),

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -109,11 +110,11 @@ func TestMessageMetadata(t *testing.T) {
 		var tooBig *MetadataTooLargeError
 		require.ErrorAs(t, err, &tooBig)
 		assert.Equal(t, MetadataTooLargeError{Size: len(big), Limit: 256}, *tooBig)
-		assert.ErrorIs(t, err, ErrMetadataTooLarge)
+		assert.ErrorAs(t, err, new(*MetadataTooLargeError))
 		assert.ErrorIs(t, err, lease.ErrInvalid)
 		for _, bad := range []string{`{"a":`, `["a"]`, `"text"`, `{"a":1} {}`, `{"a":1,"a":2}`} {
 			_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c3", Content: "x", Metadata: json.RawMessage(bad)}, nil)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.ErrorAs(t, err, &ve, bad)
 			assert.Equal(t, "metadata", ve.Field, bad)
 		}

@@ -64,11 +64,11 @@ func handleEnd(out Outcome, err error) []lease.Attr {
 		verdict = VerdictAnswered
 	case errors.Is(err, ErrFingerprintMismatch):
 		verdict, conflict = VerdictConflict, "fingerprint_mismatch"
-	case errors.Is(err, ErrSessionBusy), errors.Is(err, session.ErrBusy):
+	case errors.As(err, new(*session.BusyError)):
 		verdict, conflict = VerdictConflict, "session_busy"
 	case errors.Is(err, ErrInFlight):
 		verdict, conflict = VerdictConflict, "in_flight"
-	case errors.Is(err, toolexec.ErrConflict):
+	case errors.As(err, new(*toolexec.BusyError)):
 		verdict, conflict = VerdictConflict, "tool_conflict"
 	case errors.Is(err, ErrTakenOver):
 		verdict = VerdictTakenOver
@@ -94,13 +94,13 @@ func toolEnd(res toolexec.Result, err error) []lease.Attr {
 	case err == nil && res.Reused:
 		verdict = "reused"
 	case err == nil:
-	case errors.Is(err, toolexec.ErrToolFailed):
+	case errors.As(err, new(*toolexec.FailedError)):
 		verdict = "failed"
-	case errors.Is(err, toolexec.ErrUnknownOutcome):
+	case errors.As(err, new(*toolexec.UnknownOutcomeError)):
 		verdict = "unknown_outcome"
-	case errors.Is(err, toolexec.ErrConflict):
+	case errors.As(err, new(*toolexec.BusyError)):
 		verdict = "conflict"
-	case errors.Is(err, toolexec.ErrTransient):
+	case errors.As(err, new(*toolexec.TransientError)):
 		verdict = "transient"
 	case errors.Is(err, lease.ErrLost):
 		verdict = "lost"

@@ -262,7 +262,7 @@ func TestParallelIdenticalCallsAreNumberedByArrival(t *testing.T) {
 					go func() {
 						for {
 							_, err := b.call(ctx, run)
-							if !errors.Is(err, toolexec.ErrTransient) {
+							if !errors.As(err, new(*toolexec.TransientError)) {
 								errs <- err // a transient error gave its occurrence back: retry it
 								return
 							}

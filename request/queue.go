@@ -20,7 +20,7 @@ type Policy int
 
 // The busy-session policies.
 const (
-	// Reject answers ErrSessionBusy and changes nothing: the client
+	// Reject answers *session.BusyError and changes nothing: the client
 	// retries. The default.
 	Reject Policy = iota
 	// Queue stores the message as queued for its session and returns at
@@ -31,7 +31,7 @@ const (
 	// Config.Agents.
 	Queue
 	// Interrupt asks the running request of the session to stop (its
-	// context is cancelled with a cause matching ErrInterrupted), queues
+	// context is cancelled with an *InterruptedError as its cause), queues
 	// the message ahead of the plain queued ones, and waits until it has
 	// run: Handle returns its outcome. Needs the message's agent, as
 	// Queue does.
@@ -52,7 +52,7 @@ func (p Policy) String() string {
 }
 
 // ParsePolicy maps "reject", "queue" and "interrupt" (and "" to Reject);
-// anything else is a *lease.ValidationError.
+// anything else is an error matching lease.ErrInvalid.
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
 	case "", "reject":
@@ -67,27 +67,21 @@ func ParsePolicy(s string) (Policy, error) {
 
 // Errors of the queue, interrupts and retention. Test with errors.Is.
 var (
-	// ErrQueueFull: the session already has QueueConfig.Max messages
-	// queued (429). Nothing was written. The concrete error is a
-	// *QueueFullError.
-	ErrQueueFull = errors.New("request: queue full")
-	// ErrInterrupted: the request was interrupted by another message of
-	// its session (409). Its committed tool calls stay; it never runs
-	// again, and every resend of its id answers this. The concrete error
-	// is an *InterruptedError; it is also the cause of the run's context.
-	ErrInterrupted = errors.New("request: interrupted")
 	// ErrExpired: the request finished longer ago than the retention and
-	// its outcome was swept (410). It never runs again.
+	// its outcome was swept (410). It never runs again. It is none of
+	// lease's kinds: the request existed and is final, so neither
+	// ErrNotFound nor a state to wait out.
 	ErrExpired = errors.New("request: expired")
-	// ErrNotFound: no request has this (session, client request id)
-	// (Status, Wait). It wraps, and so matches, lease.ErrNotFound.
-	ErrNotFound = fmt.Errorf("request: not found: %w", lease.ErrNotFound)
 	// ErrClosed is the cause with which Close cancels the runs that the
-	// Runner started from the queue.
+	// Runner started from the queue: the caller's own shutdown, none of
+	// lease's kinds.
 	ErrClosed = errors.New("request: runner closed")
 )
 
-// QueueFullError reports a full queue. It matches ErrQueueFull.
+// QueueFullError reports a full queue: the session already has
+// QueueConfig.Max messages queued (429). Nothing was written. It is none
+// of lease's kinds: the session is not held by this message's lease, and a
+// retry later may find room.
 type QueueFullError struct {
 	Max int // the limit, QueueConfig.Max
 }
@@ -97,11 +91,11 @@ func (e *QueueFullError) Error() string {
 	return fmt.Sprintf("request: queue full (%d messages already queued for the session)", e.Max)
 }
 
-// Is makes errors.Is(err, ErrQueueFull) true.
-func (e *QueueFullError) Is(target error) bool { return target == ErrQueueFull }
-
-// InterruptedError reports an interrupted request. It matches
-// ErrInterrupted.
+// InterruptedError reports a request interrupted by another message of
+// its session (409). Its committed tool calls stay; it never runs again,
+// and every resend of its id answers this. It is also the cause of the
+// run's context. It is none of lease's kinds: a final outcome of the
+// request, not of a lease.
 type InterruptedError struct {
 	// By is the client request id of the message that interrupted it
 	// ("" when it is not known).
@@ -117,9 +111,6 @@ func (e *InterruptedError) Error() string {
 	return fmt.Sprintf("request: interrupted by message %q of the session", e.By)
 }
 
-// Is makes errors.Is(err, ErrInterrupted) true.
-func (e *InterruptedError) Is(target error) bool { return target == ErrInterrupted }
-
 // Defaults of QueueConfig.
 const (
 	DefaultQueueMax         = 20
@@ -133,7 +124,7 @@ const (
 // zero value means the defaults.
 type QueueConfig struct {
 	// Max is the most messages queued per session; a message beyond it is
-	// refused with ErrQueueFull. 0 means DefaultQueueMax.
+	// refused with *QueueFullError. 0 means DefaultQueueMax.
 	Max int
 	// DispatchInterval is the time between two polls of the dispatcher
 	// that Start runs (jittered); 0 means DefaultDispatchInterval.

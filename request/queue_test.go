@@ -14,12 +14,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
 // TestQueuedMessagesRunInOrder: 20 messages queued behind a slow one run
 // in arrival order, each once, one at a time, started by the runs that
-// free the session; the 21st is refused with ErrQueueFull and writes
+// free the session; the 21st is refused with *QueueFullError and writes
 // nothing; a resend of a queued message answers its position again.
 func TestQueuedMessagesRunInOrder(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
@@ -48,13 +49,13 @@ func TestQueuedMessagesRunInOrder(t *testing.T) {
 		}
 		rows := requestRows(t, e)
 		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "q-full", Content: "x", OnBusy: Queue}, nil)
-		require.ErrorIs(t, err, ErrQueueFull)
+		require.ErrorAs(t, err, new(*QueueFullError))
 		var full *QueueFullError
 		require.ErrorAs(t, err, &full)
 		assert.Equal(t, DefaultQueueMax, full.Max)
 		assert.Equal(t, rows, requestRows(t, e), "a refused message writes nothing")
 		_, err = r.Status(ctx, "s", "q-full")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, lease.ErrNotFound)
 		require.ErrorIs(t, err, lease.ErrNotFound)
 
 		// A resend of a queued message, whatever its policy, answers its
@@ -277,7 +278,7 @@ func TestTwoWaitersInTwoProcesses(t *testing.T) {
 		}
 		assert.Equal(t, 1, e.ledgerRows(t))
 		_, err = a.Wait(ctx, "s", "unknown")
-		require.ErrorIs(t, err, ErrNotFound)
+		require.ErrorIs(t, err, lease.ErrNotFound)
 	})
 }
 
@@ -293,7 +294,7 @@ func TestPolicyValidation(t *testing.T) {
 			{SessionKey: "s", ClientRequestID: "c", Content: "x", OnBusy: Interrupt}, // nor here
 		} {
 			_, err := e.r.Handle(ctx, msg, answerOK)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.ErrorAs(t, err, &ve, "%v", msg.OnBusy)
 		}
 		_, err := e.r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, nil)
@@ -323,7 +324,7 @@ func TestPolicyValidation(t *testing.T) {
 
 // TestConcurrentQueueing: 30 messages queued at once, from as many
 // goroutines, behind a running one, with room for 12: exactly 12 are
-// queued, with the positions 0 to 11, the rest get ErrQueueFull and write
+// queued, with the positions 0 to 11, the rest get *QueueFullError and write
 // nothing; the 12 then run once each, one at a time, in the order of
 // their positions.
 func TestConcurrentQueueing(t *testing.T) {
@@ -372,10 +373,10 @@ func TestConcurrentQueueing(t *testing.T) {
 				_, dup := byPos[x.out.Position]
 				require.False(t, dup, "position %d given twice", x.out.Position)
 				byPos[x.out.Position] = x.id
-			case errors.Is(x.err, ErrQueueFull):
+			case errors.As(x.err, new(*QueueFullError)):
 				full++
 				_, err := r.Status(ctx, "s", x.id)
-				require.ErrorIs(t, err, ErrNotFound, "a refused message writes nothing")
+				require.ErrorIs(t, err, lease.ErrNotFound, "a refused message writes nothing")
 			default:
 				t.Fatalf("%s: %v", x.id, x.err)
 			}

@@ -16,7 +16,7 @@ import (
 // TestReadmeQueueConfigTakesANewSession: the Config of the queue block of
 // docs/flow.md (moved there from README), copied as it stands (no Session config: the shipped session
 // table), answers the first message of a session that has no lock row
-// yet, with each OnBusy policy, instead of 404 (session.ErrNotFound).
+// yet, with each OnBusy policy, instead of 404 (*session.NotFoundError).
 func TestReadmeQueueConfigTakesANewSession(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db, 5*time.Second)
@@ -40,7 +40,7 @@ func TestReadmeQueueConfigTakesANewSession(t *testing.T) {
 }
 
 // TestSessionRowRequiredWhereAsked: a missing session row is still 404
-// (session.ErrNotFound) with nothing written where the service asks for
+// (*session.NotFoundError) with nothing written where the service asks for
 // it: on the shipped table with RequireSession, and on a session table of
 // the user's own (Session.Table set) without AutoCreate, whose rows the
 // user's code creates.
@@ -72,7 +72,7 @@ func TestSessionRowRequiredWhereAsked(t *testing.T) {
 			t.Cleanup(func() { _ = runner.Close(context.Background()) })
 			before := snapshot(t, e)
 			_, err = runner.Handle(ctx, Message{SessionKey: "unknown", ClientRequestID: "c1", Content: "x"}, nil)
-			require.ErrorIs(t, err, session.ErrNotFound, name)
+			require.ErrorAs(t, err, new(*session.NotFoundError), name)
 			require.Equal(t, before, snapshot(t, e), "%s: nothing written", name)
 			require.Zero(t, countOwn(), name)
 		}

@@ -28,7 +28,7 @@ func (r *Runner) runAndContinue(ctx context.Context, run *Run, agent Agent) (Out
 		return out, err
 	}
 	r.notify()
-	if run.fromQueue || errors.Is(err, ErrInterrupted) || r.hinted(run.msg.SessionKey) {
+	if run.fromQueue || errors.As(err, new(*InterruptedError)) || r.hinted(run.msg.SessionKey) {
 		r.continueQueue(run.msg.SessionKey)
 	}
 	return out, err

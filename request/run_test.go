@@ -70,15 +70,15 @@ func TestToolErrorsAndUnknownTool(t *testing.T) {
 				_, err := run.CallTool(ctx, "nope", json.RawMessage(`{}`))
 				assert.ErrorIs(t, err, toolexec.ErrUnknownTool)
 				_, err = run.CallTool(ctx, "write", json.RawMessage(`[1]`))
-				assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
+				assert.ErrorAs(t, err, new(*toolexec.ArgumentsError))
 				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"amount":`))
-				assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
+				assert.ErrorAs(t, err, new(*toolexec.ArgumentsError))
 				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"note":"no amount"}`))
 				var fe *toolexec.FailedError
 				assert.ErrorAs(t, err, &fe)
 				// Retried after an error: the same call runs again.
 				_, err = run.CallTool(ctx, "write", json.RawMessage(`{"note":"no amount"}`))
-				assert.ErrorIs(t, err, toolexec.ErrToolFailed)
+				assert.ErrorAs(t, err, new(*toolexec.FailedError))
 				res, err := run.CallTool(ctx, "read", json.RawMessage(`{"b":1,"a":{"y":2,"x":1}}`))
 				require.NoError(t, err)
 				// The same canonical arguments, asked again in the run: the
@@ -122,7 +122,7 @@ func TestDatabaseGoneInASideEffect(t *testing.T) {
 		agent := func(ctx context.Context, run *Run) (Answer, error) {
 			calls++
 			_, err := run.CallTool(ctx, "book", json.RawMessage(`{"amount":1}`))
-			if errors.Is(err, toolexec.ErrToolFailed) {
+			if errors.As(err, new(*toolexec.FailedError)) {
 				return Answer{Reply: "could not book it"}, nil // what an agent does with a tool's failure
 			}
 			if err != nil {
@@ -175,7 +175,7 @@ func TestAnotherServiceDownInASideEffect(t *testing.T) {
 		var shown error
 		agent := func(ctx context.Context, run *Run) (Answer, error) {
 			_, err := run.CallTool(ctx, "book", json.RawMessage(`{"amount":1}`))
-			if errors.Is(err, toolexec.ErrToolFailed) {
+			if errors.As(err, new(*toolexec.FailedError)) {
 				shown = err
 				return Answer{Reply: "could not book it"}, nil // what an agent does with a tool's failure
 			}

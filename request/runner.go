@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -22,23 +23,26 @@ import (
 	"github.com/rowlease/rowlease/toolexec"
 )
 
-// Errors a web handler maps to a status code. Test with errors.Is.
+// Errors a web handler maps to a status code. Test with errors.Is. Each
+// is an outcome of a request that none of lease's kinds names.
 var (
-	// ErrSessionBusy: the session is running another request (409, "session
-	// busy"). Also matches session.ErrBusy and lease.ErrHeld.
-	ErrSessionBusy = errors.New("request: session busy")
 	// ErrInFlight: the same request is running elsewhere (409, "request in
-	// flight"). Also matches lease.ErrHeld.
+	// flight"). Also matches lease.ErrHeld when a live lease is in the
+	// way. Kept beside that kind: this very message's reply is coming
+	// (wait for it), which a busy session's is not.
 	ErrInFlight = errors.New("request: request in flight")
 	// ErrTakenOver: this run lost its lease while running (409, "taken
 	// over"); its work context was cancelled and it wrote nothing more.
-	// Also matches lease.ErrLost.
+	// Also matches lease.ErrLost. Kept beside that kind: the message is
+	// another run's now, and a resend gets that run's reply.
 	ErrTakenOver = errors.New("request: taken over")
 	// ErrFingerprintMismatch: the client request id was used before with
-	// different content (422). Nothing was changed.
+	// different content (422). Nothing was changed. None of lease's
+	// kinds: the request exists, for another message.
 	ErrFingerprintMismatch = errors.New("request: client request id reused with different content")
 	// ErrAgentFailed: the agent function returned an error. The request is
 	// marked error and can be retried with the same client request id.
+	// None of lease's kinds: it wraps the agent's own error.
 	ErrAgentFailed = errors.New("request: agent failed")
 )
 
@@ -84,7 +88,7 @@ type Config struct {
 	Session session.Config
 	// RequireSession keeps a missing session row an error on the shipped
 	// session table: a message for a session key without a row gets
-	// session.ErrNotFound (404) and nothing is written, for a service that
+	// *session.NotFoundError (404) and nothing is written, for a service that
 	// creates its sessions itself (Sessions().Create) and wants any other
 	// key refused. Without it, on the shipped table (Session.Table empty),
 	// a new session's first message creates its row, as if
@@ -348,7 +352,7 @@ type Message struct {
 	// too), handed to the agent (Run.Metadata, also in a resumed run) and
 	// shown by Status. It must be one JSON object of at most
 	// Config.MaxMetadata bytes: larger is a *MetadataTooLargeError, not an
-	// object a *lease.ValidationError, both before any SQL.
+	// object an error matching lease.ErrInvalid, both before any SQL.
 	Metadata json.RawMessage
 	// Fingerprint identifies the message; empty means the hex SHA-256 of
 	// Content, and with Metadata of Content, a NUL byte and the
@@ -377,7 +381,7 @@ type Answer struct {
 	// Result is optional JSON stored with the reply (e.g. result ids). If
 	// it is not valid JSON, nothing is stored: the request is marked error
 	// and Handle returns an error matching ErrAgentFailed and
-	// lease.ErrInvalid (a *lease.ValidationError).
+	// lease.ErrInvalid.
 	Result json.RawMessage
 }
 
@@ -402,7 +406,7 @@ type Outcome struct {
 // Agent is the caller's work: model rounds and tool calls. ctx dies as
 // soon as any lease of the flow is lost (cause matches lease.ErrLost), or
 // another message of the session interrupts it (cause matches
-// ErrInterrupted).
+// *InterruptedError).
 type Agent func(ctx context.Context, run *Run) (Answer, error)
 
 // Handle runs one message through the whole flow:
@@ -411,10 +415,10 @@ type Agent func(ctx context.Context, run *Run) (Answer, error)
 //  2. a stored success is replayed, taking no lock; another fingerprint
 //     is ErrFingerprintMismatch; a live run is ErrInFlight; a queued
 //     message answers its position (Outcome.Queued), an interrupted one
-//     ErrInterrupted, a swept one ErrExpired;
+//     *InterruptedError, a swept one ErrExpired;
 //  3. take the session, then the request — a new one inserted, an
 //     existing one taken over — in one transaction, so they succeed or
-//     fail together; a busy session is ErrSessionBusy, or, as
+//     fail together; a busy session is *session.BusyError, or, as
 //     msg.OnBusy says, the message is queued (Queue: Handle returns at
 //     once) or interrupts the running one (Interrupt: Handle waits to
 //     run it);
@@ -499,9 +503,9 @@ func validate(m *Message) error {
 	return nil
 }
 
-// invalid is the *lease.ValidationError of bad input to this package.
+// invalid is the *engine.ValidationError of bad input to this package.
 func invalid(field, reason string) error {
-	return &lease.ValidationError{Package: "request", Field: field, Reason: reason}
+	return &engine.ValidationError{Package: "request", Field: field, Reason: reason}
 }
 
 // holder names a new run in the holder columns: this process

@@ -81,7 +81,7 @@ func TestInterruptReachesTheRunThatTookOver(t *testing.T) {
 		assert.Equal(t, "ok", out.Reply)
 		second := <-secondDone
 		assert.True(t, second.out.Resumed, "the second run took the request over")
-		require.ErrorIs(t, second.err, ErrInterrupted, "the run that took over was interrupted")
+		require.ErrorAs(t, second.err, new(*InterruptedError), "the run that took over was interrupted")
 	})
 }
 

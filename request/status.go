@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/rowlease/rowlease/internal/retry"
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -128,7 +129,7 @@ func (s Status) Outcome() (Outcome, error) {
 // Status reads the state of the request (sessionKey, clientRequestID)
 // and its stored outcome, in one statement and without taking any lock.
 // An unknown request gives an error matching ErrNotFound (and
-// lease.ErrNotFound); bad input a *lease.ValidationError.
+// lease.ErrNotFound); bad input an error matching lease.ErrInvalid.
 func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {
 	if err := validateKeys(sessionKey, clientRequestID); err != nil {
 		return Status{}, err
@@ -139,7 +140,7 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 	err := r.db.QueryRowContext(ctx, r.sql.status, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
 		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position, &st.Agent, &metadata)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Status{}, ErrNotFound
+		return Status{}, fmt.Errorf("request: no message %q in session %q: %w", clientRequestID, sessionKey, lease.ErrNotFound)
 	}
 	if err != nil {
 		return Status{}, fmt.Errorf("request: reading the request's status: %w", err)

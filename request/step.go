@@ -14,15 +14,12 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// ErrStepDiverged: a resumed run asked for a step under another name than
-// the one its request recorded at that position: the agent's code between
-// steps did not replay deterministically. The run fails with it (the
-// request is marked error); nothing recorded is handed to the wrong step.
-// The concrete error is a *StepDivergedError.
-var ErrStepDiverged = errors.New("request: replay diverged from the recorded steps")
-
-// StepDivergedError reports a divergent replay. It matches
-// ErrStepDiverged.
+// StepDivergedError reports a divergent replay: a resumed run asked for a
+// step under another name than the one its request recorded at that
+// position, so the agent's code between steps did not replay
+// deterministically. The run fails with it (the request is marked error);
+// nothing recorded is handed to the wrong step. It is none of lease's
+// kinds: the agent's bug, which a retry repeats.
 type StepDivergedError struct {
 	Position int    // the step's position in the run, from 0
 	Recorded string // the name recorded at that position
@@ -35,21 +32,16 @@ func (e *StepDivergedError) Error() string {
 		e.Position, e.Recorded, e.Asked)
 }
 
-// Is makes errors.Is(err, ErrStepDiverged) true.
-func (e *StepDivergedError) Is(target error) bool { return target == ErrStepDiverged }
-
 // MaxStepNameLen bounds a step's name, in bytes.
 const MaxStepNameLen = 128
 
 // DefaultMaxStepOutput is Config.MaxStepOutput's default: 1 MiB.
 const DefaultMaxStepOutput = 1 << 20
 
-// ErrStepTooLarge: a step's output is larger than Config.MaxStepOutput;
-// nothing was recorded. The concrete error is a *StepTooLargeError.
-var ErrStepTooLarge = errors.New("request: step output too large")
-
-// StepTooLargeError reports a step output over the limit. It matches
-// ErrStepTooLarge.
+// StepTooLargeError reports a step's output larger than
+// Config.MaxStepOutput; nothing was recorded. It is none of lease's
+// kinds: the agent's output, not the client's input, so not ErrInvalid
+// (a web handler answers 500).
 type StepTooLargeError struct {
 	Name  string // the step's name
 	Size  int    // the output's size, in bytes
@@ -61,9 +53,6 @@ func (e *StepTooLargeError) Error() string {
 	return fmt.Sprintf("request: step %q output is %d bytes, more than the limit of %d (Config.MaxStepOutput); nothing was recorded",
 		e.Name, e.Size, e.Limit)
 }
-
-// Is makes errors.Is(err, ErrStepTooLarge) true.
-func (e *StepTooLargeError) Is(target error) bool { return target == ErrStepTooLarge }
 
 // stepRecord is one recorded step, as a row of the step table holds it
 // (Output is kept only for the steps a run loaded, to replay them).
@@ -97,14 +86,14 @@ type stepRecord struct {
 //
 // Steps of one run are taken one after the other: a Step called while
 // another one runs (from fn itself, or from another goroutine) is refused
-// with a *lease.ValidationError, since positions would then depend on
+// with an error matching lease.ErrInvalid, since positions would then depend on
 // timing. A resumed run that asks for the step of a recorded position
-// under another name gets a *StepDivergedError (ErrStepDiverged), and the
+// under another name gets a *StepDivergedError, and the
 // run fails with it even if the agent goes on. (A resumed run that ends
 // before asking for every recorded step is not refused: the steps it did
 // not ask for are left unused.) fn's output must be valid JSON (nil
 // records null) of at most Config.MaxStepOutput bytes (else a
-// *StepTooLargeError, ErrStepTooLarge, and nothing is recorded); it is
+// *StepTooLargeError, and nothing is recorded); it is
 // returned as recorded. name must be non-empty UTF-8 of at most
 // MaxStepNameLen bytes. fn's error is returned as it is, and nothing is
 // recorded.

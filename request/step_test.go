@@ -219,7 +219,7 @@ func TestStepDivergence(t *testing.T) {
 		var de *StepDivergedError
 		require.ErrorAs(t, stepErr, &de)
 		assert.Equal(t, StepDivergedError{Position: 0, Recorded: "plan", Asked: "classify"}, *de)
-		require.ErrorIs(t, err, ErrStepDiverged)
+		require.ErrorAs(t, err, new(*StepDivergedError))
 		require.ErrorIs(t, err, ErrAgentFailed)
 		st, err := e.r.Status(ctx, "s", "c")
 		require.NoError(t, err)

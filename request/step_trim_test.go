@@ -188,7 +188,7 @@ func TestStepTooLarge(t *testing.T) {
 		var tl *StepTooLargeError
 		require.ErrorAs(t, stepErr, &tl)
 		assert.Equal(t, StepTooLargeError{Name: "big", Size: 1001, Limit: 1000}, *tl)
-		assert.ErrorIs(t, stepErr, ErrStepTooLarge)
+		assert.ErrorAs(t, stepErr, new(*StepTooLargeError))
 		assert.Contains(t, stepErr.Error(), "1000")
 		assert.Contains(t, stepErr.Error(), "MaxStepOutput")
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -53,7 +54,7 @@ func TestFinalMarkTimeoutNamesTheWait(t *testing.T) {
 	})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	var te *lease.TimeoutError
+	var te *engine.TimeoutError
 	require.ErrorAs(t, err, &te, "%v", err)
 	assert.Equal(t, "request.Config.ReleaseTimeout", te.Setting)
 	assert.Equal(t, 200*time.Millisecond, te.Limit)

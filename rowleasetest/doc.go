@@ -60,8 +60,8 @@
 // A set-up that fails — the database cannot be opened or the schema
 // applied, a bad option (nil, a tool registered twice), a Config that
 // request.New refuses — fails the test with t.Fatalf and the cause. The
-// agent's errors and Handle's (request.ErrAgentFailed, ErrTakenOver, a
-// *lease.ValidationError for a bad message, ...) are returned in
+// agent's errors and Handle's (request.ErrAgentFailed, ErrTakenOver,
+// lease.ErrInvalid for a bad message, ...) are returned in
 // Result.Err and fail nothing by themselves. The runner logs through
 // t.Logf, so use it only while the test runs (as testing requires).
 package rowleasetest

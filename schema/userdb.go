@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/sqlitedsn"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -92,14 +93,14 @@ func SQLiteForeignKeys() SQLiteOption {
 // UpdatedAt columns are not added: they name columns of your table.
 //
 // An unknown dialect gives an error wrapping ErrUnknownDialect; the zero
-// Table a *lease.ValidationError (lease.ErrInvalid). The names are those
+// Table an error matching lease.ErrInvalid. The names are those
 // lease.NewTable validated, quoted for dialect.
 func LeaseColumnsDDL(dialect lease.Dialect, t lease.Table) ([]string, error) {
 	if _, err := canonicalDialect(dialect); err != nil {
 		return nil, err
 	}
 	if t.Name() == "" {
-		return nil, &lease.ValidationError{Field: "table", Reason: "the zero Table (build it with lease.NewTable)"}
+		return nil, &engine.ValidationError{Field: "table", Reason: "the zero Table (build it with lease.NewTable)"}
 	}
 	table := t.Quoted(dialect)
 	cols := t.Columns()

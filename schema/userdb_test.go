@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -95,7 +96,7 @@ func leaseColumnsOnUserTables(t *testing.T, d lease.Dialect, db *sqlx.DB) {
 	sg, err := locker.Acquire(ctx, db, "s1", "request-1", time.Minute)
 	require.NoError(t, err)
 	_, err = locker.Acquire(ctx, db, "s1", "request-2", time.Minute)
-	assert.ErrorIs(t, err, session.ErrBusy)
+	assert.ErrorAs(t, err, new(*session.BusyError))
 	require.NoError(t, locker.Release(ctx, db, sg))
 
 	// Run twice, the database refuses: the columns exist.
@@ -130,7 +131,7 @@ func TestLeaseColumnsDDLStatements(t *testing.T) {
 	assert.ErrorIs(t, err, schema.ErrUnknownDialect)
 	_, err = schema.LeaseColumnsDDL(lease.MySQL, lease.Table{})
 	assert.ErrorIs(t, err, lease.ErrInvalid)
-	var ve *lease.ValidationError
+	var ve *engine.ValidationError
 	assert.True(t, errors.As(err, &ve))
 }
 

@@ -28,7 +28,7 @@
 // # Guarantees
 //
 // Acquire, Touch and Release are each one statement. A session held by a
-// live request gives ErrBusy (also lease.ErrHeld; HTTP 409 "session busy"),
+// live request gives a *BusyError (lease.ErrHeld; HTTP 409 "session busy"),
 // and changes nothing. Release and Touch are token-checked: a process that
 // lost the session can neither free nor extend it for the new holder.
 // Fence gives a check that a side effect's transaction can run.
@@ -43,8 +43,15 @@
 //
 // # Failure handling
 //
-// ErrBusy: another request runs; retry later (its Remaining says roughly
-// when). ErrNotFound: no lock row (create it with Create, or set
-// AutoCreate). lease.ErrLost from Touch or Release: the session was taken
-// over; stop. Other errors are the driver's: the outcome is unknown.
+// Every error is one of lease's kinds; the session's own carry its key.
+//
+//   - *BusyError (lease.ErrHeld): another request runs; retry later (the
+//     *lease.ConflictError it unwraps to says roughly when).
+//   - *NotFoundError (lease.ErrNotFound): no lock row (create it with
+//     Create, or set AutoCreate).
+//   - lease.ErrLost from Touch or Release: the session was taken over;
+//     stop.
+//   - lease.ErrInvalid: bad input, refused before any SQL.
+//   - Other errors are the driver's (lease.IsTransient, lease.IsUnavailable
+//     say which may be retried): the outcome is unknown.
 package session

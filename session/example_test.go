@@ -56,7 +56,7 @@ func Example() {
 
 	_, err = sessions.Acquire(ctx, db, "chat-42", "request-2", 30*time.Second)
 	var conflict *lease.ConflictError
-	if errors.Is(err, session.ErrBusy) && errors.As(err, &conflict) {
+	if errors.As(err, new(*session.BusyError)) && errors.As(err, &conflict) {
 		fmt.Println("request-2: session busy with", conflict.Holder) // HTTP 409
 	}
 
@@ -126,7 +126,7 @@ func Example_userTable() {
 	}
 
 	_, err = sessions.Acquire(ctx, db, "chat-7", "request-1", 30*time.Second)
-	fmt.Println("no such session:", errors.Is(err, session.ErrNotFound))
+	fmt.Println("no such session:", errors.As(err, new(*session.NotFoundError)))
 
 	g, err := sessions.Acquire(ctx, db, "chat-42", "request-1", 30*time.Second)
 	if err != nil {

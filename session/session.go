@@ -10,14 +10,38 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// ErrBusy means the session is running another request. A web handler maps
-// it to 409 Conflict ("session busy"). Errors that match it also match
-// lease.ErrHeld and unwrap to a *lease.ConflictError naming the holder (the
-// request id) and the time left.
-var ErrBusy = errors.New("session: busy")
+// BusyError is a session running another request: it matches
+// lease.ErrHeld, and a web handler maps it to 409 Conflict ("session
+// busy"). Err is the *lease.ConflictError that names the holder (the
+// request id) and the time left, or, for a free session that messages
+// queued before this one go first to (package request), why it is not
+// taken.
+type BusyError struct {
+	Key string // the session key
+	Err error
+}
 
-// ErrNotFound means the session has no lock row (and AutoCreate is off).
-var ErrNotFound = errors.New("session: not found")
+// Error names the session; it never contains a token.
+func (e *BusyError) Error() string { return fmt.Sprintf("session %q busy: %v", e.Key, e.Err) }
+
+// Is makes errors.Is(err, lease.ErrHeld) true.
+func (e *BusyError) Is(target error) bool { return target == lease.ErrHeld }
+
+// Unwrap returns Err.
+func (e *BusyError) Unwrap() error { return e.Err }
+
+// NotFoundError is a session without a lock row (and AutoCreate off): it
+// matches lease.ErrNotFound, and a web handler maps it to 404 ("session
+// not found"), not the 404 of another row.
+type NotFoundError struct {
+	Key string // the session key
+}
+
+// Error names the session.
+func (e *NotFoundError) Error() string { return fmt.Sprintf("session %q not found", e.Key) }
+
+// Is makes errors.Is(err, lease.ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == lease.ErrNotFound }
 
 // Grant is a held session lock. Its Holder is the request id running in
 // the session.
@@ -88,20 +112,21 @@ func (s *Locker) Create(ctx context.Context, db lease.DB, sessionKey string) err
 }
 
 // Acquire takes the session for requestID. It is one statement when the row
-// exists. A session held by another request (live) gives an error matching
-// ErrBusy. A missing row gives ErrNotFound unless AutoCreate is set.
+// exists. A session held by another request (live) gives a *BusyError
+// (lease.ErrHeld). A missing row gives a *NotFoundError (lease.ErrNotFound)
+// unless AutoCreate is set.
 func (s *Locker) Acquire(ctx context.Context, db lease.DB, sessionKey, requestID string, ttl time.Duration) (Grant, error) {
 	return s.acquire(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
 }
 
 // AcquireExisting is Acquire without AutoCreate: a missing lock row gives
-// ErrNotFound whatever Config.AutoCreate says. It is for use inside a
+// a *NotFoundError whatever Config.AutoCreate says. It is for use inside a
 // transaction, where inserting the row would keep the insert's locks until
 // the commit (on MySQL, two first requests of one session could then
 // deadlock on them); create the row with Create outside it.
 func (s *Locker) AcquireExisting(ctx context.Context, db lease.DB, sessionKey, requestID string, ttl time.Duration) (Grant, error) {
 	g, err := s.l.AcquireWith(ctx, db, sessionKey, requestID, ttl, lease.AcquireOptions{})
-	return g, wrap(err)
+	return g, wrap(sessionKey, err)
 }
 
 // Reenter re-takes a session the caller already holds with g (same
@@ -118,17 +143,18 @@ func (s *Locker) acquire(ctx context.Context, db lease.DB, key, holder string, t
 		}
 		g, err = s.l.AcquireWith(ctx, db, key, holder, ttl, o)
 	}
-	return g, wrap(err)
+	return g, wrap(key, err)
 }
 
-func wrap(err error) error {
+// wrap gives the lease's held and not-found errors the session's detail.
+func wrap(key string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, lease.ErrHeld):
-		return fmt.Errorf("%w: %w", ErrBusy, err)
+		return &BusyError{Key: key, Err: err}
 	case errors.Is(err, lease.ErrNotFound):
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return &NotFoundError{Key: key}
 	}
 	return err
 }
@@ -153,7 +179,7 @@ func (s *Locker) Fence(g Grant) lease.Fence { return s.l.Fence("session", g) }
 // Inspect reads who holds the session and for how long.
 func (s *Locker) Inspect(ctx context.Context, db lease.DB, sessionKey string) (lease.Snapshot, error) {
 	st, err := s.l.Inspect(ctx, db, sessionKey)
-	return st, wrap(err)
+	return st, wrap(sessionKey, err)
 }
 
 // Close closes the prepared statements the Locker's lease keeps (see

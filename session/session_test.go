@@ -92,7 +92,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	before := row.snapshot(t, db, d, key)
 	_, err = l.Acquire(ctx, db, key, reqB, 5*time.Second)
 	require.Error(t, err)
-	assert.ErrorIs(t, err, session.ErrBusy)
+	assert.ErrorAs(t, err, new(*session.BusyError))
 	assert.ErrorIs(t, err, lease.ErrHeld)
 	var ce *lease.ConflictError
 	require.ErrorAs(t, err, &ce)
@@ -131,7 +131,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	require.NoError(t, err)
 	before = row.snapshot(t, db, d, key)
 	_, err = l.Reenter(ctx, db, forged, 60*time.Second)
-	assert.ErrorIs(t, err, session.ErrBusy)
+	assert.ErrorAs(t, err, new(*session.BusyError))
 	assert.Equal(t, before, row.snapshot(t, db, d, key))
 
 	// Touch extends.
@@ -165,7 +165,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	err = l.Release(ctx, db, gA3)
 	assert.ErrorIs(t, err, lease.ErrLost)
 	_, err = l.Reenter(ctx, db, gA3, 30*time.Second)
-	assert.ErrorIs(t, err, session.ErrBusy, "a stale reentry is a conflict")
+	assert.ErrorAs(t, err, new(*session.BusyError), "a stale reentry is a conflict")
 	assert.Equal(t, before, row.snapshot(t, db, d, key), "the old holder changed nothing")
 	st, err = l.Inspect(ctx, db, key)
 	require.NoError(t, err)
@@ -212,10 +212,10 @@ func TestMissingRow(t *testing.T) {
 
 		// Without AutoCreate: ErrNotFound, and nothing is inserted.
 		_, err = plain.Acquire(ctx, db, "missing", "request-a", 5*time.Second)
-		assert.ErrorIs(t, err, session.ErrNotFound)
+		assert.ErrorAs(t, err, new(*session.NotFoundError))
 		assert.ErrorIs(t, err, lease.ErrNotFound)
 		_, err = plain.Inspect(ctx, db, "missing")
-		assert.ErrorIs(t, err, session.ErrNotFound)
+		assert.ErrorAs(t, err, new(*session.NotFoundError))
 
 		// With AutoCreate: created and acquired.
 		g, err := auto.Acquire(ctx, db, "missing", "request-a", 5*time.Second)
@@ -229,15 +229,15 @@ func TestMissingRow(t *testing.T) {
 
 		// AutoCreate does not turn a busy session into anything else.
 		_, err = auto.Acquire(ctx, db, "missing", "request-b", 5*time.Second)
-		assert.ErrorIs(t, err, session.ErrBusy)
+		assert.ErrorAs(t, err, new(*session.BusyError))
 
 		// AcquireExisting never creates the row, AutoCreate or not.
 		_, err = auto.AcquireExisting(ctx, db, "other", "request-c", 5*time.Second)
-		assert.ErrorIs(t, err, session.ErrNotFound)
+		assert.ErrorAs(t, err, new(*session.NotFoundError))
 		_, err = plain.Inspect(ctx, db, "other")
-		assert.ErrorIs(t, err, session.ErrNotFound, "nothing inserted")
+		assert.ErrorAs(t, err, new(*session.NotFoundError), "nothing inserted")
 		_, err = auto.AcquireExisting(ctx, db, "missing", "request-c", 5*time.Second)
-		assert.ErrorIs(t, err, session.ErrBusy)
+		assert.ErrorAs(t, err, new(*session.BusyError))
 	})
 }
 
@@ -307,7 +307,7 @@ func TestUserTable(t *testing.T) {
 
 		// A session the user never created: not found (no AutoCreate).
 		_, err = l.Acquire(ctx, db, "chat-404", "request-a", 5*time.Second)
-		assert.ErrorIs(t, err, session.ErrNotFound)
+		assert.ErrorAs(t, err, new(*session.NotFoundError))
 	})
 }
 
@@ -342,7 +342,7 @@ func TestOneWinner(t *testing.T) {
 						switch {
 						case err == nil:
 							wins = append(wins, g)
-						case errors.Is(err, session.ErrBusy):
+						case errors.As(err, new(*session.BusyError)):
 							busy++
 						default:
 							others = append(others, err)
@@ -378,7 +378,7 @@ func TestNewInvalid(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			l, err := session.New(cfg)
 			assert.ErrorIs(t, err, lease.ErrInvalid)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			assert.ErrorAs(t, err, &ve)
 			assert.Nil(t, l)
 		})

@@ -33,7 +33,7 @@ type Record struct {
 // occurrence): one statement. It is for the flow that has
 // just taken the request over, in the transaction that took it (package
 // request calls it there, to hand the calls to the agent as Run.Prior).
-// No success gives nil. Bad input gives a *lease.ValidationError before
+// No success gives nil. Bad input gives an error matching lease.ErrInvalid before
 // any SQL.
 func (s *Store) Succeeded(ctx context.Context, db lease.DB, sessionKey, requestID string) ([]Record, error) {
 	if err := s.checkRequest(db, sessionKey, requestID); err != nil {
@@ -73,7 +73,7 @@ func (s *Store) succeededQuery() string {
 // may have happened: succeeded, or started (an external effect whose
 // intent was recorded). No such call gives 0. Package request keeps that
 // many of a failed request's steps: the ones that decided an effect.
-// Bad input gives a *lease.ValidationError before any SQL.
+// Bad input gives an error matching lease.ErrInvalid before any SQL.
 func (s *Store) StepsBefore(ctx context.Context, db lease.DB, sessionKey, requestID string) (int, error) {
 	if err := s.checkRequest(db, sessionKey, requestID); err != nil {
 		return 0, err
@@ -95,8 +95,8 @@ func (s *Store) StepsBefore(ctx context.Context, db lease.DB, sessionKey, reques
 // expired (resent and running again) keeps its tool executions.
 //
 // It is for the sweeper (package request), in the transaction that made
-// the tombstones. No ids send nothing. Bad input gives a
-// *lease.ValidationError before any SQL.
+// the tombstones. No ids send nothing. Bad input gives an
+// error matching lease.ErrInvalid before any SQL.
 func (s *Store) DeleteExpired(ctx context.Context, db lease.DB, requests lease.Table, requestIDs []string) (int64, error) {
 	if err := valid.DB("toolexec", db); err != nil {
 		return 0, err

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -117,7 +118,7 @@ func TestByRequestBadInputSendsNoSQL(t *testing.T) {
 	requests := lease.MustTable(schema.RequestTable, requestColumns)
 	refused := func(what string, err error) {
 		t.Helper()
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		if assert.ErrorAs(t, err, &ve, what) {
 			assert.Equal(t, "toolexec", ve.Package, what)
 		}

@@ -3,18 +3,29 @@ package toolexec
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 
 	"github.com/rowlease/rowlease/internal/jcs"
+	"github.com/rowlease/rowlease/lease"
 )
 
-// ErrInvalidArguments is returned, wrapped, by [CanonicalArguments] when the
-// tool-call arguments are not valid JSON, cannot be canonicalized under
-// RFC 8785 (for example because of duplicate keys or an out-of-range
-// number), hold an integer that a double does not hold exactly, or are not
-// a JSON object. Use [errors.Is] to test for it.
-var ErrInvalidArguments = errors.New("toolexec: invalid tool arguments")
+// ArgumentsError is what [CanonicalArguments] returns when the tool-call
+// arguments are not valid JSON, cannot be canonicalized under RFC 8785
+// (for example because of duplicate keys or an out-of-range number), hold
+// an integer that a double does not hold exactly, or are not a JSON
+// object. It matches lease.ErrInvalid; Err says what is wrong.
+type ArgumentsError struct {
+	Err error
+}
+
+// Error describes the arguments' fault.
+func (e *ArgumentsError) Error() string { return "toolexec: invalid tool arguments: " + e.Err.Error() }
+
+// Is makes errors.Is(err, lease.ErrInvalid) true.
+func (e *ArgumentsError) Is(target error) bool { return target == lease.ErrInvalid }
+
+// Unwrap returns Err.
+func (e *ArgumentsError) Unwrap() error { return e.Err }
 
 // Canonicalize returns the RFC 8785 (JSON Canonicalization Scheme) form of
 // the JSON text data.
@@ -59,14 +70,14 @@ func Canonicalize(data []byte) ([]byte, error) {
 // 3.5e1 are one value. No call accepted before changes its hash; the only
 // calls refused now are those whose integer was being silently changed.
 //
-// Any failure is reported as an error wrapping [ErrInvalidArguments].
+// Any failure is reported as an [*ArgumentsError] (lease.ErrInvalid).
 func CanonicalArguments(data []byte) (canonical []byte, hash string, err error) {
 	out, kind, err := jcs.CanonicalizeExact(data)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %w", ErrInvalidArguments, err)
+		return nil, "", &ArgumentsError{Err: err}
 	}
 	if kind != jcs.KindObject {
-		return nil, "", fmt.Errorf("%w: not a JSON object (got %s)", ErrInvalidArguments, kind)
+		return nil, "", &ArgumentsError{Err: fmt.Errorf("not a JSON object (got %s)", kind)}
 	}
 	sum := sha256.Sum256(out)
 	return out, hex.EncodeToString(sum[:]), nil

@@ -61,7 +61,7 @@ func TestCanonicalArgumentsNotObject(t *testing.T) {
 		t.Run(tt.kind, func(t *testing.T) {
 			_, _, err := toolexec.CanonicalArguments([]byte(tt.in))
 			require.Error(t, err)
-			assert.ErrorIs(t, err, toolexec.ErrInvalidArguments)
+			assert.ErrorAs(t, err, new(*toolexec.ArgumentsError))
 			assert.Equal(t, "toolexec: invalid tool arguments: not a JSON object (got "+tt.kind+")", err.Error())
 		})
 	}
@@ -69,7 +69,7 @@ func TestCanonicalArgumentsNotObject(t *testing.T) {
 
 // TestCanonicalErrors: toolexec's two functions give jcs's canonical form
 // and refusals, under toolexec's names. Canonicalize's errors say
-// "toolexec: canonicalize JSON: " and are not ErrInvalidArguments;
+// "toolexec: canonicalize JSON: " and are not *ArgumentsError;
 // CanonicalArguments' say "toolexec: invalid tool arguments: " and are;
 // a refusal returns no bytes and no hash. Whatever CanonicalArguments
 // accepts is an object, canonicalized as Canonicalize does, with the
@@ -93,7 +93,7 @@ func TestCanonicalErrors(t *testing.T) {
 		if jerr != nil {
 			require.Error(t, err, in)
 			assert.Equal(t, "toolexec: canonicalize JSON: "+jerr.Error(), err.Error(), in)
-			assert.NotErrorIs(t, err, toolexec.ErrInvalidArguments, in)
+			assert.NotErrorAs(t, err, new(*toolexec.ArgumentsError), in)
 			assert.Empty(t, out, in)
 		} else {
 			require.NoError(t, err, in)
@@ -114,7 +114,7 @@ func TestCanonicalErrors(t *testing.T) {
 			assert.Equal(t, hex.EncodeToString(sum[:]), hash, in)
 			continue
 		}
-		assert.ErrorIs(t, aerr, toolexec.ErrInvalidArguments, in)
+		assert.ErrorAs(t, aerr, new(*toolexec.ArgumentsError), in)
 		assert.Empty(t, canon, in)
 		assert.Empty(t, hash, in)
 	}
@@ -149,7 +149,7 @@ func TestCanonicalArgumentsKeys(t *testing.T) {
 	if err == nil && h2 == h3 {
 		t.Fatalf("{\"id\":9007199254740992} and {\"id\":9007199254740993} share the key %s", h2)
 	}
-	require.ErrorIs(t, err, toolexec.ErrInvalidArguments)
+	require.ErrorAs(t, err, new(*toolexec.ArgumentsError))
 	assert.Contains(t, err.Error(), "9007199254740993")
 	assert.Contains(t, err.Error(), "send it as a string")
 

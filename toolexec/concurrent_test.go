@@ -49,7 +49,7 @@ func TestConcurrentSameCall(t *testing.T) {
 					reused++
 				case err == nil:
 					ran++
-				case errors.Is(err, toolexec.ErrConflict):
+				case errors.As(err, new(*toolexec.BusyError)):
 					conflicts++
 				default:
 					others = append(others, err)

@@ -18,7 +18,7 @@
 // number written as an integer — digits only, no fraction, no exponent — is
 // accepted only if a double holds it exactly: any integer of magnitude up
 // to 2^53 (9007199254740992), and a larger one only if it is a double (such
-// as 2^54). {"id":9007199254740993} gives ErrInvalidArguments, saying to
+// as 2^54). {"id":9007199254740993} gives *ArgumentsError, saying to
 // send the value as a string ({"id":"9007199254740993"}), because RFC 8785
 // would read it as 9007199254740992 and give it the key of that id. A number
 // written with a fraction or an exponent is a real number and is rounded to
@@ -52,7 +52,7 @@
 // under the same key. Without a client request id the key is random and
 // lives only as long as the row. A run that finds the intent without a
 // result does not know whether the effect happened: it gets
-// ErrUnknownOutcome unless the tool was registered with a way to reconcile
+// *UnknownOutcomeError unless the tool was registered with a way to reconcile
 // (ExternalOptions.Reconcile asks the remote side; Repeat acts again under
 // the same key, for remote sides that honour it). It never acts again
 // under another key.
@@ -69,12 +69,12 @@
 //	                                 same key   │  │  │
 //	          lease expired: taken over ────────┘  │  └── lease expired or given back: taken over
 //	                                               │      (Again: Reconcile, Repeat, or
-//	                                               └───── ErrUnknownOutcome; never a new key)
+//	                                               └───── *UnknownOutcomeError; never a new key)
 //
 // Execute and ExecuteExternal take these branches on an existing row: success → the
 // stored result, nothing run; error → run again; processing and expired →
 // taken over; started and free or expired → reconciled (ExecuteExternal) or
-// ErrUnknownOutcome (Execute); any live lease → ErrConflict.
+// *UnknownOutcomeError (Execute); any live lease → *BusyError.
 //
 // # Guarantees
 //
@@ -113,7 +113,7 @@
 //     (deadlock, serialization failure, lock wait timeout, SQLite busy
 //     other than a write outside Exec.Tx, below) is
 //     not the tool's failure: the transaction is run again, a few times
-//     with backoff, and then reported as ErrTransient. Each run is watched
+//     with backoff, and then reported as *TransientError. Each run is watched
 //     (ExecOptions.Watch) until its final mark, so a run after a transient
 //     error at the mark or at the commit is supervised as the first was.
 //   - Nor is a database that cannot be reached (the connection broke, the
@@ -131,7 +131,7 @@
 //     (*FailedError), shown to the model.
 //   - Invalid arguments (not JSON, not an object, duplicate keys, lone
 //     surrogates, an integer a double does not hold exactly) give
-//     ErrInvalidArguments and write nothing. An unknown
+//     *ArgumentsError and write nothing. An unknown
 //     tool gives ErrUnknownTool, never a success.
 //
 // # What it does not do
@@ -161,7 +161,7 @@
 //     schema.SQLiteDSN's default) and fails with SQLITE_BUSY. Inside that
 //     transaction Exec.Tx never waits for the lock, so a busy error from
 //     the side effect can only be such a write: Execute returns it at
-//     once as *OutsideTxError (ErrWriteOutsideTx), "write through x.Tx",
+//     once as *OutsideTxError, "write through x.Tx",
 //     without running the transaction again and without calling it
 //     transient. Nothing committed; the call is not marked error and is
 //     left free. The one busy timeout is still waited: it is the pool's
@@ -179,7 +179,7 @@
 //     already written waits for that transaction, which waits for the
 //     side effect: on PostgreSQL until ctx ends (or lock_timeout), on
 //     MySQL until innodb_lock_wait_timeout, whose error is transient (the
-//     transaction is run again, then ErrTransient).
+//     transaction is run again, then *TransientError).
 //
 // An external effect is exactly-once only if the remote side honours the
 // effect key (or is reconciled); toolexec cannot undo an effect whose
@@ -192,23 +192,28 @@
 //
 // # Failure handling
 //
-//   - *FailedError (ErrToolFailed): the tool itself failed (or the remote
+// A call's error is one of lease's kinds (a busy call lease.ErrHeld, bad
+// arguments lease.ErrInvalid, a failed fence lease.ErrLost, transient
+// lease.IsTransient, unavailable lease.IsUnavailable) with this package's
+// detail, or one of the outcomes only a tool has (the first three below):
+//
+//   - *FailedError: the tool itself failed (or the remote
 //     side refused: NotPerformed), a network error of another service it
 //     called included; nothing committed, the call is marked error, and
 //     the text is for the model. A retry runs it again. It is a
 //     lease.ForeignError: lease.IsUnavailable (httpapi's 503) does not
 //     look below it.
-//   - *UnknownOutcomeError (ErrUnknownOutcome): an external effect may have
+//   - *UnknownOutcomeError: an external effect may have
 //     happened; the call is left started and free. It carries the effect
 //     key; reconcile before acting again. It is a lease.ForeignError: the
 //     error it wraps is the remote side's, even a refused or reset
 //     connection, and lease.IsUnavailable does not look below it.
-//   - *OutsideTxError (ErrWriteOutsideTx), on SQLite: the side effect
+//   - *OutsideTxError, on SQLite: the side effect
 //     wrote through another connection instead of Exec.Tx (see "Writes
 //     outside Exec.Tx"); nothing committed, the call is left free, and
 //     every run fails the same way until the tool is fixed. Not
 //     transient; httpapi answers it 500 without Retry-After.
-//   - *TransientError (ErrTransient): the database kept failing
+//   - *TransientError (lease.IsTransient): the database kept failing
 //     transiently; nothing committed, the call is left free; retry.
 //   - An error lease.IsUnavailableIn finds the database's, returned by
 //     the side effect: the database went away mid-transaction; nothing
@@ -223,17 +228,22 @@
 //     (the joint statement locks the session, request and tool rows
 //     together) is transient like any other: the transaction is run
 //     again, as above.
-//   - ErrConflict: another live flow is running the same call.
-//   - *KeyTakenError (ErrKeyTaken, also lease.ErrExists): the key derived
+//   - *BusyError (lease.ErrHeld): another live flow is running the same
+//     call; it unwraps to the *lease.ConflictError that says how long.
+//   - *ArgumentsError (lease.ErrInvalid): the arguments are not one JSON
+//     object, or hold an integer a double does not hold exactly; nothing
+//     is written.
+//   - ErrUnknownTool: the name is not registered; nothing is written.
+//   - *KeyTakenError (lease.ErrExists): the key derived
 //     from the client request id is another request's call — the client
 //     request id was used again after its request row was deleted.
 //     Nothing is written and nothing acts. A request id that belongs to
 //     another session gives an error matching lease.ErrExists too.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.
-//   - *lease.TimeoutError (matching context.DeadlineExceeded), joined to
+//   - an error matching context.DeadlineExceeded, joined to
 //     the call's error: the write that records a failed call (marking it
 //     error, or giving its lease back) ran past ExecOptions.ReleaseTimeout.
 //     The call stays held until its lease expires; a retry before then
-//     gets ErrConflict.
+//     gets a *BusyError.
 package toolexec

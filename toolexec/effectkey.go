@@ -53,7 +53,7 @@ func ExecutionID(sessionKey, clientRequestID, tool, argsHash string, occurrence 
 	return uuid.NewSHA1(effectKeyNamespace, name).String()
 }
 
-// ErrKeyTaken means the id a call derives from its client request id
+// *KeyTakenError means the id a call derives from its client request id
 // (ExecutionID) is already the id of a call of another request: the same
 // session, client request id, tool, arguments and occurrence, under a
 // request id that is not this call's. The library makes one request per
@@ -62,14 +62,12 @@ func ExecutionID(sessionKey, clientRequestID, tool, argsHash string, occurrence 
 // the sweeper keeps a tombstone), or when a request's tool calls were
 // written with another idempotency key. Nothing is written and nothing acts: acting under that
 // key would be answered, by a remote side that honours it, with the other
-// request's outcome. It also matches lease.ErrExists, as a call whose
-// request id belongs to another session does. The concrete error is a
-// *KeyTakenError.
-var ErrKeyTaken = errors.New("toolexec: effect key taken by another request's call")
-
+// request's outcome. The error is a *KeyTakenError.
+//
 // KeyTakenError reports a call whose derived id (its effect key) is
-// another request's call. It matches ErrKeyTaken, and lease.ErrExists
-// through the duplicate-key error it unwraps to.
+// another request's call. It matches lease.ErrExists, as a call whose
+// request id belongs to another session does, through the duplicate-key
+// error it unwraps to.
 type KeyTakenError struct {
 	Tool string
 	// EffectKey is the derived id, the other call's execution id.
@@ -85,9 +83,6 @@ func (e *KeyTakenError) Error() string {
 	return fmt.Sprintf("tool %s: effect key %s is the key of a call of request %s: the client request id was used again for another request",
 		e.Tool, e.EffectKey, e.RequestID)
 }
-
-// Is makes errors.Is(err, ErrKeyTaken) true.
-func (e *KeyTakenError) Is(target error) bool { return target == ErrKeyTaken }
 
 // Unwrap returns the insert's duplicate-key error (lease.ErrExists).
 func (e *KeyTakenError) Unwrap() error { return e.Err }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -146,7 +147,7 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 			})
 		var kt *toolexec.KeyTakenError
 		require.ErrorAs(t, err, &kt)
-		assert.ErrorIs(t, err, toolexec.ErrKeyTaken)
+		assert.ErrorAs(t, err, new(*toolexec.KeyTakenError))
 		assert.ErrorIs(t, err, lease.ErrExists)
 		assert.Equal(t, first, kt.EffectKey)
 		assert.NotEqual(t, f.requestID, kt.RequestID)
@@ -158,7 +159,7 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 
 		// The same in the database: Execute refuses it alike.
 		_, err = e.store.Execute(ctx, db, call, e.opts(f, ttl), e.ledger)
-		assert.ErrorIs(t, err, toolexec.ErrKeyTaken)
+		assert.ErrorAs(t, err, new(*toolexec.KeyTakenError))
 		assert.Equal(t, 0, e.ledgerRows(t))
 	})
 }
@@ -201,7 +202,7 @@ func TestClientRequestIDChecked(t *testing.T) {
 			call := f.call(`{"a":1}`)
 			call.ClientRequestID = bad
 			_, err := e.store.Execute(bg(t), db, call, e.opts(f, ttl), e.ledger)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.True(t, errors.As(err, &ve), "%q: %v", bad, err)
 			assert.Equal(t, "client request id", ve.Field)
 		}

@@ -16,7 +16,7 @@ func ExampleCanonicalArguments() {
 	fmt.Println(string(b))
 	fmt.Println(hashA == hashB)
 	_, _, err := toolexec.CanonicalArguments([]byte(`["not", "an", "object"]`))
-	fmt.Println(errors.Is(err, toolexec.ErrInvalidArguments))
+	fmt.Println(errors.As(err, new(*toolexec.ArgumentsError)))
 	// Output:
 	// {"amount":35,"meta":{"a":[1,"x"],"z":1},"type":"expense"}
 	// {"amount":35,"meta":{"a":[1,"x"],"z":1},"type":"expense"}

@@ -12,16 +12,11 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// ErrUnknownOutcome means an effect outside the database was announced for
-// a call (its intent recorded with its effect key) and no result was ever
-// recorded: it may or may not have happened. The call is left started and
-// free, and is never run again under another key. Reconcile it (see
-// ExternalOptions). The concrete error is an *UnknownOutcomeError.
-var ErrUnknownOutcome = errors.New("toolexec: outcome of an external effect unknown")
-
 // ErrNotPerformed, wrapped by an external effect's error (see NotPerformed),
 // says the remote side did not perform the effect: the call is then marked
-// error and can be retried, with the same effect key.
+// error and can be retried, with the same effect key. It is none of
+// lease's kinds: a definite answer of the remote side, which only the
+// effect can give.
 var ErrNotPerformed = errors.New("toolexec: effect not performed")
 
 // NotPerformed marks err as a definite answer that the effect did not
@@ -42,8 +37,12 @@ func (e notPerformed) Unwrap() error        { return e.err }
 func (e notPerformed) Is(target error) bool { return target == ErrNotPerformed }
 
 // UnknownOutcomeError reports a call whose external effect may or may not
-// have happened. It matches ErrUnknownOutcome and unwraps to the error that
-// left it unknown (nil when an earlier run did).
+// have happened: an effect outside the database was announced for the
+// call (its intent recorded with its effect key) and no result was ever
+// recorded. The call is left started and free, and is never run again
+// under another key. Reconcile it (see ExternalOptions). It is none of
+// lease's kinds (502 in httpapi), and unwraps to the error that left it
+// unknown (nil when an earlier run did).
 type UnknownOutcomeError struct {
 	Tool        string
 	ExecutionID string
@@ -62,9 +61,6 @@ func (e *UnknownOutcomeError) Error() string {
 	}
 	return s
 }
-
-// Is makes errors.Is(err, ErrUnknownOutcome) true.
-func (e *UnknownOutcomeError) Is(target error) bool { return target == ErrUnknownOutcome }
 
 // Unwrap returns the error that left the outcome unknown.
 func (e *UnknownOutcomeError) Unwrap() error { return e.Err }
@@ -143,7 +139,7 @@ type ExternalOptions struct {
 // now to reconcile.
 func (s *Store) ExecuteExternal(ctx context.Context, db Beginner, call Call, o ExecOptions, eo ExternalOptions, fn ExternalEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
+		return Result{}, &engine.ValidationError{Package: "toolexec", Field: "external effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {

@@ -120,7 +120,7 @@ func TestNetworkErrorsOfAnotherServiceInASideEffect(t *testing.T) {
 				require.True(t, lease.IsUnavailable(sendErr), "the kind of error that a database gone also gives: %v", sendErr)
 				assert.True(t, tc.is(sendErr), "%T %v", sendErr, sendErr)
 
-				require.ErrorIs(t, err, toolexec.ErrToolFailed, "the tool's failure, for the model: %v", err)
+				require.ErrorAs(t, err, new(*toolexec.FailedError), "the tool's failure, for the model: %v", err)
 				assert.ErrorIs(t, err, sendErr)
 				assert.False(t, lease.IsUnavailable(err), "not the database's: %v", err)
 				var id string
@@ -150,7 +150,7 @@ func TestNetworkErrorsOfAnotherServiceInASideEffect(t *testing.T) {
 			})
 			require.Error(t, err)
 			assert.True(t, lease.IsUnavailable(err), "%v", err)
-			assert.NotErrorIs(t, err, toolexec.ErrToolFailed)
+			assert.NotErrorAs(t, err, new(*toolexec.FailedError))
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
 			row := e.toolRow(t, id)

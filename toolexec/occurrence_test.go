@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
-	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/toolexec"
 )
@@ -131,7 +131,7 @@ func TestOccurrenceChecked(t *testing.T) {
 			call := f.call(`{"a":1}`)
 			call.Occurrence = bad
 			_, err := e.store.Execute(bg(t), db, call, e.opts(f, ttl), e.ledger)
-			var ve *lease.ValidationError
+			var ve *engine.ValidationError
 			require.True(t, errors.As(err, &ve), "%d: %v", bad, err)
 			assert.Equal(t, "occurrence", ve.Field)
 		}

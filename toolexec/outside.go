@@ -1,25 +1,18 @@
 package toolexec
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/rowlease/rowlease/lease"
 )
 
-// ErrWriteOutsideTx means a side effect on SQLite wrote to the database
-// through another connection (the pool) instead of Exec.Tx, while its own
-// transaction held the database's only write lock: that write could only
-// wait for the busy timeout and fail. Nothing committed, the call is not
-// marked failed and is left free; running it again fails the same way, so
-// it is not transient. Fix the tool: write through x.Tx. The concrete
-// error is an *OutsideTxError.
-var ErrWriteOutsideTx = errors.New("toolexec: a side effect wrote outside its transaction")
-
 // OutsideTxError is a side effect on SQLite that returned SQLite's busy
 // error while its own transaction held the write lock (ExecOptions.Flow
-// set, as request.Run sets it): a write through another connection than
-// Exec.Tx. It matches ErrWriteOutsideTx.
+// set, as request.Run sets it): a write through another connection (the
+// pool) than Exec.Tx, which could only wait for the busy timeout and
+// fail. Nothing committed, the call is not marked failed and is left
+// free; running it again fails the same way. It is none of lease's kinds:
+// the tool's bug (500 in httpapi). Fix the tool: write through x.Tx.
 //
 // It does not unwrap to the database's error, so that lease.IsTransient
 // and lease.IsUnavailable are false of it: that error says "busy, try
@@ -34,9 +27,6 @@ type OutsideTxError struct {
 func (e *OutsideTxError) Error() string {
 	return fmt.Sprintf("tool %s: the side effect wrote through another connection while its own transaction held SQLite's write lock: write through x.Tx; nothing committed: %v", e.Tool, e.Err)
 }
-
-// Is makes errors.Is(err, ErrWriteOutsideTx) true.
-func (e *OutsideTxError) Is(target error) bool { return target == ErrWriteOutsideTx }
 
 // outsideTx returns an *OutsideTxError when ferr, a side effect's error,
 // is SQLite's busy and the side effect's transaction holds the write lock:

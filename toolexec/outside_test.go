@@ -46,14 +46,14 @@ func TestWriteOutsideTxOnSQLite(t *testing.T) {
 		return nil, err
 	})
 	require.Error(t, err)
-	assert.ErrorIs(t, err, toolexec.ErrWriteOutsideTx)
+	assert.ErrorAs(t, err, new(*toolexec.OutsideTxError))
 	var oe *toolexec.OutsideTxError
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, "create_transaction", oe.Tool)
 	assert.Contains(t, err.Error(), "write through x.Tx")
 	assert.False(t, lease.IsTransient(err), "running it again fails the same way: %v", err)
-	assert.NotErrorIs(t, err, toolexec.ErrTransient)
-	assert.NotErrorIs(t, err, toolexec.ErrToolFailed, "a bug of the service, not a failure for the model")
+	assert.NotErrorAs(t, err, new(*toolexec.TransientError))
+	assert.NotErrorAs(t, err, new(*toolexec.FailedError), "a bug of the service, not a failure for the model")
 	assert.Equal(t, 1, runs, "refused at once, not run again")
 
 	row := e.toolRow(t, e.onlyToolID(t))
@@ -68,8 +68,8 @@ func TestWriteOutsideTxOnSQLite(t *testing.T) {
 	_, err = e.store.Execute(ctx, db, f2.call(`{"a":2}`), e.opts(f2, ttl), func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
 		return nil, busyError{}
 	})
-	assert.ErrorIs(t, err, toolexec.ErrTransient)
-	assert.NotErrorIs(t, err, toolexec.ErrWriteOutsideTx)
+	assert.ErrorAs(t, err, new(*toolexec.TransientError))
+	assert.NotErrorAs(t, err, new(*toolexec.OutsideTxError))
 }
 
 // What the documentation says of the other dialects: on MariaDB and
@@ -99,8 +99,8 @@ func writeOutsideTxCommits(t *testing.T, db *sqlx.DB) {
 			}
 			return nil, assert.AnError
 		})
-		assert.ErrorIs(t, err, toolexec.ErrToolFailed)
-		assert.NotErrorIs(t, err, toolexec.ErrWriteOutsideTx)
+		assert.ErrorAs(t, err, new(*toolexec.FailedError))
+		assert.NotErrorAs(t, err, new(*toolexec.OutsideTxError))
 		assert.Equal(t, 1, e.ledgerRows(t), "the pool's write committed although the tool's transaction rolled back")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -14,14 +15,14 @@ import (
 // tool executions that are still running — status processing, or started
 // (an external effect's intent recorded, its result not yet): holder,
 // token and expiry become NULL; status, generation and result stay. It
-// returns how many it freed. Bad input gives a *lease.ValidationError
+// returns how many it freed. Bad input gives an error matching lease.ErrInvalid
 // before any SQL.
 //
 // It is for the flow that has just taken the request over, in the
 // transaction that took it (package request calls it there). A run that
 // died leaves its tool lease live for up to one heartbeat interval after
 // its request lease expired; without this, the new owner repeating the
-// same call would be refused with ErrConflict. Freed, the call is claimed
+// same call would be refused with *BusyError. Freed, the call is claimed
 // at once by the new owner, and the old holder's token-checked mark fails
 // with lease.ErrLost (its side effect is fenced by the request token as
 // well, which it no longer holds). It checks no token itself: call it only
@@ -29,11 +30,11 @@ import (
 func (s *Store) ReleaseForRequest(ctx context.Context, db lease.DB, sessionKey, requestID string) (int64, error) {
 	switch {
 	case db == nil || reflect.ValueOf(db).Kind() == reflect.Pointer && reflect.ValueOf(db).IsNil():
-		return 0, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
+		return 0, &engine.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	case sessionKey == "" || len(sessionKey) > schema.MaxSessionKeyLen || !utf8.ValidString(sessionKey):
-		return 0, &lease.ValidationError{Package: "toolexec", Field: "session key", Reason: "empty, too long or not UTF-8"}
+		return 0, &engine.ValidationError{Package: "toolexec", Field: "session key", Reason: "empty, too long or not UTF-8"}
 	case requestID == "" || len(requestID) > 36:
-		return 0, &lease.ValidationError{Package: "toolexec", Field: "request id", Reason: "empty or longer than 36"}
+		return 0, &engine.ValidationError{Package: "toolexec", Field: "request id", Reason: "empty or longer than 36"}
 	}
 	res, err := db.ExecContext(ctx, s.releaseForRequestQuery(), sessionKey, requestID, schema.StoredProcessing, schema.StoredStarted)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -105,7 +106,7 @@ func TestReleaseForRequestBadInputSendsNoSQL(t *testing.T) {
 		"long request":     {db, "s", strings.Repeat("r", 37)},
 	} {
 		_, err := s.ReleaseForRequest(bg(t), tc.db, tc.session, tc.reqID)
-		var ve *lease.ValidationError
+		var ve *engine.ValidationError
 		assert.ErrorAs(t, err, &ve, name)
 		assert.ErrorIs(t, err, lease.ErrInvalid, name)
 	}

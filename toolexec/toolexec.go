@@ -20,29 +20,36 @@ import (
 	"github.com/rowlease/rowlease/schema"
 )
 
-// Errors of this package; test with errors.Is.
-var (
-	// ErrUnknownTool means the tool name is not registered. Nothing is
-	// written, and it is never reported as a success.
-	ErrUnknownTool = errors.New("toolexec: unknown tool")
-	// ErrConflict means another live flow is running the same tool call.
-	// It also matches lease.ErrHeld.
-	ErrConflict = errors.New("toolexec: tool call running elsewhere")
-	// ErrToolFailed means the tool ran and failed; the failure is recorded
-	// (status error) and the call can be retried. The concrete error is a
-	// *FailedError.
-	ErrToolFailed = errors.New("toolexec: tool failed")
-	// ErrTransient means the side effect's transaction kept ending in a
-	// transient database error (deadlock, serialization failure, lock wait
-	// timeout, SQLite busy) after a few runs. Nothing committed, the call
-	// is not marked failed, and it can be retried as it is. The concrete
-	// error is a *TransientError.
-	ErrTransient = errors.New("toolexec: transient database error")
-)
+// ErrUnknownTool means the tool name is not registered. Nothing is
+// written, and it is never reported as a success. It is none of lease's
+// kinds: a name the program itself got wrong, not input to correct or a
+// state to wait out (500 in httpapi).
+var ErrUnknownTool = errors.New("toolexec: unknown tool")
 
-// TransientError is a side effect's transaction that ended in a transient
-// database error every time it ran. It matches ErrTransient and unwraps to
-// the database error (so lease.IsTransient is true of it).
+// BusyError is a tool call that another live flow is running: it matches
+// lease.ErrHeld. Err is the *lease.ConflictError naming that flow's
+// holder and the time left, or why the call could not be claimed.
+type BusyError struct {
+	Tool string
+	Err  error
+}
+
+// Error describes the conflict; it never contains a token.
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("tool %s: call running elsewhere: %v", e.Tool, e.Err)
+}
+
+// Is makes errors.Is(err, lease.ErrHeld) true.
+func (e *BusyError) Is(target error) bool { return target == lease.ErrHeld }
+
+// Unwrap returns Err.
+func (e *BusyError) Unwrap() error { return e.Err }
+
+// TransientError is a side effect's transaction that kept ending in a
+// transient database error (deadlock, serialization failure, lock wait
+// timeout, SQLite busy) after a few runs: nothing committed, the call is
+// not marked failed, and it can be retried as it is. It unwraps to the
+// database error, so lease.IsTransient is true of it.
 type TransientError struct {
 	Tool string
 	Err  error
@@ -53,14 +60,13 @@ func (e *TransientError) Error() string {
 	return fmt.Sprintf("tool %s: transient database error, nothing committed: %v", e.Tool, e.Err)
 }
 
-// Is makes errors.Is(err, ErrTransient) true.
-func (e *TransientError) Is(target error) bool { return target == ErrTransient }
-
 // Unwrap returns the database error.
 func (e *TransientError) Unwrap() error { return e.Err }
 
-// FailedError carries a tool's own failure. It matches ErrToolFailed and
-// unwraps to the tool's error. Its message is what a model should see.
+// FailedError carries a tool's own failure: the tool ran and failed, the
+// failure is recorded (status error) and the call can be retried. It is
+// none of lease's kinds: the tool's error, which it unwraps to. Its
+// message is what a model should see.
 type FailedError struct {
 	Tool string
 	Err  error
@@ -68,9 +74,6 @@ type FailedError struct {
 
 // Error describes the failure; it never contains a token.
 func (e *FailedError) Error() string { return fmt.Sprintf("tool %s failed: %v", e.Tool, e.Err) }
-
-// Is makes errors.Is(err, ErrToolFailed) true.
-func (e *FailedError) Is(target error) bool { return target == ErrToolFailed }
 
 // Unwrap returns the tool's error.
 func (e *FailedError) Unwrap() error { return e.Err }
@@ -269,10 +272,10 @@ func validateCall(c Call) error {
 		}
 	}
 	if c.StepSeq < 0 {
-		return &lease.ValidationError{Package: "toolexec", Field: "step seq", Reason: "negative"}
+		return &engine.ValidationError{Package: "toolexec", Field: "step seq", Reason: "negative"}
 	}
 	if c.Occurrence < 0 || c.Occurrence > math.MaxInt32 {
-		return &lease.ValidationError{Package: "toolexec", Field: "occurrence", Reason: "negative or above math.MaxInt32"}
+		return &engine.ValidationError{Package: "toolexec", Field: "occurrence", Reason: "negative or above math.MaxInt32"}
 	}
 	// A tool name is part of a unique key: the same text rule as keys.
 	return valid.Text("toolexec", "tool name", c.Tool, schema.MaxToolNameLen)
@@ -283,7 +286,7 @@ func validateCall(c Call) error {
 //   - a previous success returns its stored result without running fn;
 //   - a previous error is retried;
 //   - a call left processing by a holder whose lease expired is taken over;
-//   - a call processing under a live lease gives ErrConflict;
+//   - a call processing under a live lease gives *BusyError;
 //   - a call whose external effect was announced and never recorded
 //     (started) gives *UnknownOutcomeError: running it here could do it twice.
 //
@@ -296,11 +299,11 @@ func validateCall(c Call) error {
 // fn works. If fn fails, the transaction rolls back and the failure is
 // recorded (status error) and returned as *FailedError; a transient
 // database error is run again a few times, then returned as
-// *TransientError. Invalid arguments give ErrInvalidArguments and write
+// *TransientError. Invalid arguments give *ArgumentsError and write
 // nothing.
 func (s *Store) Execute(ctx context.Context, db Beginner, call Call, o ExecOptions, fn SideEffect) (Result, error) {
 	if fn == nil {
-		return Result{}, &lease.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
+		return Result{}, &engine.ValidationError{Package: "toolexec", Field: "side effect", Reason: "nil"}
 	}
 	c, err := s.start(ctx, db, call, &o)
 	if err != nil || c.res != nil {
@@ -351,7 +354,7 @@ func (c claimed) result(err error) (Result, error) {
 // fills in o's defaults.
 func (s *Store) start(ctx context.Context, db Beginner, call Call, o *ExecOptions) (claimed, error) {
 	if db == nil {
-		return claimed{}, &lease.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
+		return claimed{}, &engine.ValidationError{Package: "toolexec", Field: "db", Reason: "nil"}
 	}
 	if err := validateCall(call); err != nil {
 		return claimed{}, err
@@ -486,14 +489,14 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		case err == nil:
 			return g, status == schema.StoredStarted, nil, nil
 		case errors.Is(err, lease.ErrHeld):
-			return Grant{}, false, nil, fmt.Errorf("%w: %w", ErrConflict, err)
+			return Grant{}, false, nil, &BusyError{Tool: call.Tool, Err: err}
 		case errors.Is(err, lease.ErrState):
 			continue // it moved on (e.g. to success) under us: read again
 		default:
 			return Grant{}, false, nil, err
 		}
 	}
-	return Grant{}, false, nil, fmt.Errorf("%w: the call kept changing state", ErrConflict)
+	return Grant{}, false, nil, &BusyError{Tool: call.Tool, Err: errors.New("the call kept changing state")}
 }
 
 func (s *Store) runTx(ctx context.Context, db Beginner, call Call, canonical []byte, g Grant, o ExecOptions, fn SideEffect, unwatch func()) (out json.RawMessage, err error) {

@@ -91,7 +91,7 @@ func TestFailedThenRetried(t *testing.T) {
 		_, err := e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), failing)
 		var fe *toolexec.FailedError
 		require.ErrorAs(t, err, &fe)
-		assert.ErrorIs(t, err, toolexec.ErrToolFailed)
+		assert.ErrorAs(t, err, new(*toolexec.FailedError))
 		assert.ErrorIs(t, err, boom)
 		assert.Equal(t, "create_transaction", fe.Tool)
 		assert.Contains(t, fe.Error(), "bank says no")
@@ -110,7 +110,7 @@ func TestFailedThenRetried(t *testing.T) {
 			}
 			return json.RawMessage(`{not json`), nil
 		})
-		require.ErrorIs(t, err, toolexec.ErrToolFailed)
+		require.ErrorAs(t, err, new(*toolexec.FailedError))
 		assert.Equal(t, 0, e.ledgerRows(t))
 		row = e.toolRow(t, id)
 		assert.Equal(t, schema.StoredFailed, row.State)
@@ -177,7 +177,7 @@ func TestLiveConflict(t *testing.T) {
 				other := toolexec.ExecOptions{Holder: "other-flow", TTL: ttl, Fences: e.fences(f)}
 				_, err := e.store.Execute(ctx, db, f.call(`{"a":3.5e1}`), other, e.ledger)
 				require.Error(t, err)
-				assert.ErrorIs(t, err, toolexec.ErrConflict)
+				assert.ErrorAs(t, err, new(*toolexec.BusyError))
 				assert.ErrorIs(t, err, lease.ErrHeld)
 				var ce *lease.ConflictError
 				require.ErrorAs(t, err, &ce)
@@ -267,7 +267,7 @@ func TestFenceLost(t *testing.T) {
 			_, err = e.store.Execute(ctx, db, f.call(`{"a":35}`), e.opts(f, ttl), e.ledger)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, lease.ErrLost)
-			assert.NotErrorIs(t, err, toolexec.ErrToolFailed)
+			assert.NotErrorAs(t, err, new(*toolexec.FailedError))
 			assert.Contains(t, err.Error(), "session fence")
 			// The fences are checked at the end of the transaction, so the
 			// side effect ran; none of it committed.
@@ -373,7 +373,7 @@ func TestExecFields(t *testing.T) {
 		_, err = e.store.Execute(ctx, db, f.call(`{"a":1}`), o, func(context.Context, toolexec.Exec) (json.RawMessage, error) {
 			return nil, errors.New("no")
 		})
-		require.ErrorIs(t, err, toolexec.ErrToolFailed)
+		require.ErrorAs(t, err, new(*toolexec.FailedError))
 		assert.Equal(t, 1, watchCalls)
 		assert.Equal(t, 1, stopCalls)
 
@@ -402,7 +402,7 @@ func TestInvalidInput(t *testing.T) {
 		for _, args := range []string{`[1]`, `{"a":`, `{"a":1,"a":2}`, `"x"`, ``, `null`, `{"a":"\ud800"}`, `{"a":1} {}`,
 			`{"id":9007199254740993}`} {
 			_, err := e.store.Execute(ctx, db, f.call(args), e.opts(f, ttl), e.ledger)
-			assert.ErrorIs(t, err, toolexec.ErrInvalidArguments, "arguments %q", args)
+			assert.ErrorAs(t, err, new(*toolexec.ArgumentsError), "arguments %q", args)
 		}
 		for name, c := range map[string]toolexec.Call{
 			"no session": {RequestID: f.requestID, Tool: "t", Arguments: json.RawMessage(`{}`)},

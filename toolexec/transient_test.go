@@ -55,7 +55,7 @@ func failInTx(ctx context.Context, x toolexec.Exec, d lease.Dialect, mysql, post
 
 // Item: a transient database error inside a side effect is not the tool's
 // failure. It is retried (the transaction rolled back entirely), and if it
-// persists it is reported as ErrTransient, the call left free to retry.
+// persists it is reported as *TransientError, the call left free to retry.
 func TestTransientErrorsInASideEffect(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db)
@@ -90,9 +90,9 @@ func TestTransientErrorsInASideEffect(t *testing.T) {
 				return nil, raiseTransient(ctx, x, e.d)
 			})
 			require.Error(t, err)
-			assert.ErrorIs(t, err, toolexec.ErrTransient)
+			assert.ErrorAs(t, err, new(*toolexec.TransientError))
 			assert.True(t, lease.IsTransient(err))
-			assert.NotErrorIs(t, err, toolexec.ErrToolFailed, "not shown to the model as the tool's failure")
+			assert.NotErrorAs(t, err, new(*toolexec.FailedError), "not shown to the model as the tool's failure")
 			assert.Greater(t, runs, 1)
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))
@@ -184,7 +184,7 @@ func TestUnavailableInASideEffect(t *testing.T) {
 			})
 			require.Error(t, err)
 			assert.True(t, lease.IsUnavailable(err), "%v", err)
-			assert.NotErrorIs(t, err, toolexec.ErrToolFailed, "not shown to the model as the tool's failure")
+			assert.NotErrorAs(t, err, new(*toolexec.FailedError), "not shown to the model as the tool's failure")
 			assert.Equal(t, 1, runs, "not run again against a database that went away")
 			var id string
 			require.NoError(t, db.GetContext(ctx, &id, e.d.Rebind("SELECT id FROM "+schema.ToolExecutionTable+" WHERE request_id = ?"), f.requestID))

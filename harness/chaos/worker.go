@@ -276,13 +276,13 @@ func (w *worker) handle(runner *request.Runner, sess, crid string, ttl time.Dura
 
 func errClass(err error) string {
 	switch {
-	case errors.Is(err, request.ErrSessionBusy):
+	case errors.As(err, new(*session.BusyError)):
 		return "busy"
 	case errors.Is(err, request.ErrInFlight):
 		return "inflight"
 	case errors.Is(err, request.ErrTakenOver), errors.Is(err, lease.ErrLost):
 		return "takenover"
-	case errors.Is(err, toolexec.ErrUnknownOutcome):
+	case errors.As(err, new(*toolexec.UnknownOutcomeError)):
 		return "unknown-outcome"
 	case errors.Is(err, request.ErrAgentFailed):
 		return "agent-failed"

@@ -249,7 +249,7 @@ func TestFlowAcrossNodes(t *testing.T) {
 			case errors.Is(err, request.ErrTakenOver):
 				takenOver.Add(1)
 				t.Errorf("taken over with no takeover forced: %v", err)
-			case errors.Is(err, request.ErrSessionBusy), errors.Is(err, request.ErrInFlight), errors.Is(err, toolexec.ErrConflict):
+			case errors.As(err, new(*session.BusyError)), errors.Is(err, request.ErrInFlight), errors.As(err, new(*toolexec.BusyError)):
 				conflicts.Add(1)
 			default:
 				t.Errorf("%s/%s: %v", sid, cid, err)

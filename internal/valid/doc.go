@@ -8,7 +8,7 @@
 // itself. DB refuses a nil database, typed nil pointers included, the same
 // way.
 //
-// Guarantees: a refusal is a *lease.ValidationError (errors.Is
+// Guarantees: a refusal is a *engine.ValidationError (errors.Is
 // lease.ErrInvalid), made before any SQL, and it never quotes the text.
 // It checks nothing against a database.
 package valid

@@ -344,7 +344,7 @@ func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall)
 	case errors.Is(err, toolexec.ErrUnknownTool):
 		return errorJSON(fmt.Sprintf("unknown tool %q; the tools are %s", truncate(tc.Function.Name, 64),
 			strings.Join(a.modelTools(), ", "))), nil
-	case errors.Is(err, toolexec.ErrInvalidArguments):
+	case errors.As(err, new(*toolexec.ArgumentsError)):
 		return errorJSON("arguments must be a JSON object: " + truncate(err.Error(), 200)), nil
 	}
 	return "", err

@@ -25,6 +25,7 @@ import (
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -300,7 +301,7 @@ func TestResumeAfterCrash(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			out, err = e2.runner.Handle(context.Background(), msg, e2.ag.Handle)
-			if !errors.Is(err, request.ErrInFlight) && !errors.Is(err, request.ErrSessionBusy) {
+			if !errors.Is(err, request.ErrInFlight) && !errors.As(err, new(*session.BusyError)) {
 				break
 			}
 			require.True(t, time.Now().Before(deadline), "the dead run's leases never expired")
@@ -376,7 +377,7 @@ func TestResumeWithAVaryingModel(t *testing.T) {
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				out, err = e.runner.Handle(context.Background(), msg, e.ag.Handle)
-				if !errors.Is(err, request.ErrInFlight) && !errors.Is(err, request.ErrSessionBusy) {
+				if !errors.Is(err, request.ErrInFlight) && !errors.As(err, new(*session.BusyError)) {
 					break
 				}
 				require.True(t, time.Now().Before(deadline), "the dead run's leases never expired")

@@ -51,7 +51,7 @@
 // What may differ — the history, the prompt's date — only feeds a model
 // call, which a replay does not make. A replay that asks for another step
 // than recorded (code changed in between) fails with
-// request.ErrStepDiverged instead of reusing an answer for the wrong
+// *request.StepDivergedError instead of reusing an answer for the wrong
 // question.
 //
 // # Tools

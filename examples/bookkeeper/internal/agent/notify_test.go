@@ -22,6 +22,7 @@ import (
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/rowleasetest"
 	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
 	"github.com/rowlease/rowlease/toolexec"
 )
 
@@ -115,7 +116,7 @@ func TestNotifyUnknownOutcomeFailsUntilRetried(t *testing.T) {
 		msg := request.Message{SessionKey: e.sid, ClientRequestID: "c1", Content: "coffee 4.5"}
 		_, err := e.runner.Handle(context.Background(), msg, e.ag.Handle)
 		require.ErrorIs(t, err, request.ErrAgentFailed)
-		require.ErrorIs(t, err, toolexec.ErrUnknownOutcome)
+		require.ErrorAs(t, err, new(*toolexec.UnknownOutcomeError))
 		var ue *toolexec.UnknownOutcomeError
 		require.ErrorAs(t, err, &ue)
 		assert.Equal(t, 1, e.count(t))
@@ -203,7 +204,7 @@ func TestCrashAfterTheEffectSendsTheSameKey(t *testing.T) {
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			out, err = e.runner.Handle(context.Background(), msg, e.ag.Handle)
-			if !errors.Is(err, request.ErrInFlight) && !errors.Is(err, request.ErrSessionBusy) && !errors.Is(err, toolexec.ErrConflict) {
+			if !errors.Is(err, request.ErrInFlight) && !errors.As(err, new(*session.BusyError)) && !errors.As(err, new(*toolexec.BusyError)) {
 				break
 			}
 			require.True(t, time.Now().Before(deadline), "the dead run's leases never expired")

@@ -19,6 +19,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/web"
 	"github.com/rowlease/rowlease/httpapi"
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -290,7 +291,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request) (store.Session,
 func (s *Server) sessionOf(r *http.Request) (store.Session, error) {
 	id := r.PathValue("id")
 	if id == "" || len(id) > schema.MaxSessionKeyLen || !utf8.ValidString(id) {
-		return store.Session{}, session.ErrNotFound
+		return store.Session{}, &session.NotFoundError{Key: id}
 	}
 	return s.st.GetSession(r.Context(), s.st.DB, id)
 }
@@ -512,10 +513,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		p = httpapi.NewProblem(http.StatusGatewayTimeout, ProblemTimeout, "Timeout",
 			"the agent took too long; retry with the same client_request_id to resume it")
 	case errors.Is(err, store.ErrNotFound):
-		p = httpapi.ProblemFor(session.ErrNotFound)
+		p = httpapi.ProblemFor(&session.NotFoundError{})
 	case errors.As(err, new(*alreadyFinal)):
 		p = httpapi.NewProblem(http.StatusConflict, ProblemAlreadyFinal, "Already finished", err.Error())
-	case errors.Is(err, request.ErrNotFound):
+	case errors.Is(err, lease.ErrNotFound) && !errors.As(err, new(*session.NotFoundError)):
 		p = httpapi.NewProblem(http.StatusNotFound, ProblemNotFound, "Not found", "this session has no message with this client_request_id")
 	case p.Type == ProblemBase+ProblemAgentFailed && errors.Is(err, agent.ErrModel):
 		p = httpapi.NewProblem(http.StatusBadGateway, ProblemModelFailed, "Model failed",

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/httpapi"
+	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -59,7 +60,7 @@ func (s *Server) cancelMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("client_request_id")
 	if id == "" || len(id) > schema.MaxClientRequestIDLen || !utf8.ValidString(id) {
-		s.fail(w, r, request.ErrNotFound)
+		s.fail(w, r, lease.ErrNotFound)
 		return
 	}
 	ctx, cancel := context.WithTimeoutCause(r.Context(), cancelWait, errCancelWait)
@@ -105,7 +106,7 @@ func (s *Server) messageKeys(_ http.ResponseWriter, r *http.Request) (string, st
 	}
 	id := r.PathValue("client_request_id")
 	if id == "" || len(id) > schema.MaxClientRequestIDLen || !utf8.ValidString(id) {
-		return "", "", request.ErrNotFound
+		return "", "", lease.ErrNotFound
 	}
 	return sess.ID, id, nil
 }
