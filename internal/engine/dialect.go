@@ -130,9 +130,3 @@ func QuoteIdent(d Dialect, ident string) (string, error) {
 // for your reads with Options.MultiPrimary (package request does, for its
 // own); a single server has no wsrep_sync_wait to wait on, and needs none.
 func SyncWait(q string) string { return mysql.Driver{}.Causal(q) }
-
-// Now is the package function Now, as a method.
-func (d Dialect) Now() string { return Now(d) }
-
-// Quote is QuoteIdent, as a method.
-func (d Dialect) Quote(ident string) (string, error) { return QuoteIdent(d, ident) }

@@ -242,6 +242,3 @@ func (l *Lease[K]) execQ(ctx context.Context, db DB, q string, args []any) (sql.
 	}
 	return db.ExecContext(ctx, q, args...)
 }
-
-// Prepares is the package function Prepares, as a method.
-func (m PrepareMode) Prepares(d Dialect) bool { return Prepares(m, d) }

@@ -151,6 +151,3 @@ func (t Table) qname(d driver.Driver) string {
 	}
 	return strings.Join(parts, ".")
 }
-
-// Quoted is QuotedTable, as a method.
-func (t Table) Quoted(d Dialect) string { return QuotedTable(t, d) }
