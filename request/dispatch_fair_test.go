@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -134,7 +135,7 @@ func TestDispatcherVisitsEverySession(t *testing.T) {
 					require.NoError(t, err)
 					_, err = db.ExecContext(ctx, e.d.Rebind("INSERT INTO rowlease_request (id, session_key, client_request_id, "+
 						"fingerprint, status, generation, content, updated_at) VALUES (?, ?, 'dead', 'f', '"+schema.StoredProcessing+
-						"', 1, 'y', "+minusMicros(e.d, e.d.Now(), "3600000000")+")"), fmt.Sprintf("00000000-0000-4000-8000-%012d", i),
+						"', 1, 'y', "+minusMicros(e.d, engine.Now(e.d), "3600000000")+")"), fmt.Sprintf("00000000-0000-4000-8000-%012d", i),
 						fmt.Sprintf("gone-%02d", i))
 					require.NoError(t, err)
 				}

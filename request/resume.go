@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -102,7 +103,7 @@ func (r *Runner) resumeConds(p string) (resumable, due string) {
 	delay := "CASE WHEN " + p + schema.ColQueueSeq + " IS NULL THEN " + strconv.FormatInt(c.Grace.Microseconds(), 10) +
 		" ELSE 0 END + " + strconv.FormatInt(c.Backoff.Microseconds(), 10) + " * CASE WHEN " + deaths(p) + " > 0 THEN " +
 		deaths(p) + " - 1 ELSE 0 END"
-	at := minusMicros(d, d.Now(), delay)
+	at := minusMicros(d, engine.Now(d), delay)
 	due = "((" + p + schema.ColToken + " IS NULL AND " + p + schema.ColUpdatedAt + " <= " + at + ") OR " +
 		p + schema.ColExpiresAt + " <= " + at + ")"
 	return resumable, due

@@ -63,8 +63,8 @@ var finished = "(" + lit(schema.StoredSucceeded) + ", " + lit(schema.StoredFaile
 // newStatements builds the Runner's statements on table t.
 func (r *Runner) newStatements(t, steps lease.Table) statements {
 	d := r.cfg.Dialect
-	tq := t.Quoted(d)
-	now := d.Now()
+	tq := engine.QuotedTable(t, d)
+	now := engine.Now(d)
 	var s statements
 
 	s.find = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColFingerprint + ", " + schema.ColStatus + ", COALESCE(" +
@@ -75,7 +75,7 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		s.find = engine.SyncWait(s.find) // see the request a duplicate just made through another node
 	}
 	s.status = r.statusStatement(tq)
-	sq := steps.Quoted(d)
+	sq := engine.QuotedTable(steps, d)
 	s.steps = d.Rebind("SELECT " + schema.ColName + ", " + schema.ColOutput + " FROM " + sq + " WHERE " +
 		schema.ColRequestID + " = ? ORDER BY " + schema.ColSeq)
 	s.trimSteps = d.Rebind("DELETE FROM " + sq + " WHERE " + schema.ColRequestID + " = ? AND " + schema.ColSeq + " >= ?")
@@ -223,7 +223,7 @@ func (r *Runner) statusStatement(tq string) string {
 	return d.Rebind("SELECT " + c("r", schema.ColID) + ", " + c("r", schema.ColStatus) + ", COALESCE(" + c("r", schema.ColReply) +
 		", ''), COALESCE(" + c("r", schema.ColResult) + ", ''), COALESCE(" + c("r", schema.ColError) + ", ''), " +
 		c("r", schema.ColGeneration) + ", COALESCE(" + c("r", schema.ColInterruptedBy) + ", ''), " +
-		"CASE WHEN " + c("r", schema.ColToken) + " IS NOT NULL AND " + c("r", schema.ColExpiresAt) + " > " + d.Now() +
+		"CASE WHEN " + c("r", schema.ColToken) + " IS NOT NULL AND " + c("r", schema.ColExpiresAt) + " > " + engine.Now(d) +
 		" THEN 1 ELSE 0 END, " +
 		"CASE WHEN " + c("r", schema.ColStatus) + " = " + lit(schema.StoredQueued) + " THEN (SELECT COUNT(*) FROM " + tq +
 		" q WHERE " + c("q", schema.ColSessionKey) + " = " + c("r", schema.ColSessionKey) + " " +
@@ -240,8 +240,8 @@ func (r *Runner) sweepStatement(t lease.Table, n int) string {
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
 	emptied := []string{schema.ColReply, schema.ColResult, schema.ColError, schema.ColContent, schema.ColMetadata,
 		schema.ColQueueSeq, schema.ColOnBusy, schema.ColInterruptedBy}
-	return d.Rebind("UPDATE " + t.Quoted(d) + " SET " + schema.ColStatus + " = " + lit(schema.StoredExpired) + ", " +
-		strings.Join(emptied, " = NULL, ") + " = NULL, " + schema.ColUpdatedAt + " = " + d.Now() +
+	return d.Rebind("UPDATE " + engine.QuotedTable(t, d) + " SET " + schema.ColStatus + " = " + lit(schema.StoredExpired) + ", " +
+		strings.Join(emptied, " = NULL, ") + " = NULL, " + schema.ColUpdatedAt + " = " + engine.Now(d) +
 		" WHERE " + schema.ColID + " IN " + in + " AND " + schema.ColStatus + " IN " + finished + " AND " +
 		schema.ColUpdatedAt + " <= " + cutoff(d) + " AND " + schema.ColToken + " IS NULL")
 }
@@ -249,7 +249,7 @@ func (r *Runner) sweepStatement(t lease.Table, n int) string {
 // cutoff is "now − ? microseconds" by the database clock, in the column
 // representation.
 func cutoff(d lease.Dialect) string {
-	return minusMicros(d, d.Now(), "?")
+	return minusMicros(d, engine.Now(d), "?")
 }
 
 // minusMicros is "t − expr microseconds" in the column representation.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"sync"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -35,7 +36,7 @@ type keptStmt struct {
 // newKeptStmt is q, kept prepared on a pool when mode (and, for
 // lease.PrepareAuto, the dialect) says so.
 func newKeptStmt(q string, d lease.Dialect, mode lease.PrepareMode) *keptStmt {
-	return &keptStmt{query: q, on: mode.Prepares(d)}
+	return &keptStmt{query: q, on: engine.Prepares(mode, d)}
 }
 
 // queryRow runs the statement on db with args.

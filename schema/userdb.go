@@ -102,7 +102,7 @@ func LeaseColumnsDDL(dialect lease.Dialect, t lease.Table) ([]string, error) {
 	if t.Name() == "" {
 		return nil, &engine.ValidationError{Field: "table", Reason: "the zero Table (build it with lease.NewTable)"}
 	}
-	table := t.Quoted(dialect)
+	table := engine.QuotedTable(t, dialect)
 	cols := t.Columns()
 	var holder, token, expires, generation string
 	switch dialect {
@@ -120,7 +120,7 @@ func LeaseColumnsDDL(dialect lease.Dialect, t lease.Table) ([]string, error) {
 	for _, c := range []struct{ name, typ string }{
 		{cols.Holder, holder}, {cols.Token, token}, {cols.ExpiresAt, expires}, {cols.Generation, generation},
 	} {
-		q, err := dialect.Quote(c.name)
+		q, err := engine.QuoteIdent(dialect, c.name)
 		if err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ func setup(t *testing.T, db *sqlx.DB) lease.Dialect {
 // becomes string), so a test can prove a statement changed nothing.
 func rowSnapshot(t *testing.T, db *sqlx.DB, d lease.Dialect, table, keyCol, key string, cols ...string) []any {
 	t.Helper()
-	qt, err := d.Quote(table)
+	qt, err := engine.QuoteIdent(d, table)
 	require.NoError(t, err)
 	vals := make([]any, len(cols))
 	ptrs := make([]any, len(cols))

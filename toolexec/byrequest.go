@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/valid"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -63,7 +64,7 @@ func (s *Store) Succeeded(ctx context.Context, db lease.DB, sessionKey, requestI
 func (s *Store) succeededQuery() string {
 	d := s.l.Dialect()
 	return d.Rebind("SELECT " + schema.ColID + ", " + schema.ColToolName + ", " + schema.ColArgumentsHash + ", COALESCE(" +
-		schema.ColResult + ", ''), " + schema.ColOccurrence + " FROM " + s.l.Table().Quoted(d) + " WHERE " + schema.ColSessionKey + " = ? AND " +
+		schema.ColResult + ", ''), " + schema.ColOccurrence + " FROM " + engine.QuotedTable(s.l.Table(), d) + " WHERE " + schema.ColSessionKey + " = ? AND " +
 		schema.ColRequestID + " = ? AND " + schema.ColStatus + " = '" + schema.StoredSucceeded + "' ORDER BY " +
 		schema.ColCreatedAt + ", " + schema.ColOccurrence + ", " + schema.ColID)
 }
@@ -80,7 +81,7 @@ func (s *Store) StepsBefore(ctx context.Context, db lease.DB, sessionKey, reques
 	}
 	d := s.l.Dialect()
 	var n int
-	err := db.QueryRowContext(ctx, d.Rebind("SELECT COALESCE(MAX("+schema.ColStepSeq+"), 0) FROM "+s.l.Table().Quoted(d)+
+	err := db.QueryRowContext(ctx, d.Rebind("SELECT COALESCE(MAX("+schema.ColStepSeq+"), 0) FROM "+engine.QuotedTable(s.l.Table(), d)+
 		" WHERE "+schema.ColSessionKey+" = ? AND "+schema.ColRequestID+" = ? AND "+schema.ColStatus+" IN ('"+
 		schema.StoredSucceeded+"', '"+schema.StoredStarted+"')"), sessionKey, requestID).Scan(&n)
 	return n, err
@@ -114,9 +115,9 @@ func (s *Store) DeleteExpired(ctx context.Context, db lease.DB, requests lease.T
 	args = append(args, args...)
 	d := s.l.Dialect()
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(requestIDs)), ", ") + ")"
-	res, err := db.ExecContext(ctx, d.Rebind("DELETE FROM "+s.l.Table().Quoted(d)+" WHERE "+schema.ColRequestID+" IN "+in+
+	res, err := db.ExecContext(ctx, d.Rebind("DELETE FROM "+engine.QuotedTable(s.l.Table(), d)+" WHERE "+schema.ColRequestID+" IN "+in+
 		" AND "+schema.ColStatus+" <> '"+schema.StoredStarted+"' AND ("+schema.ColToken+" IS NULL OR "+schema.ColExpiresAt+
-		" <= "+d.Now()+") AND "+schema.ColRequestID+" IN (SELECT "+schema.ColID+" FROM "+requests.Quoted(d)+
+		" <= "+engine.Now(d)+") AND "+schema.ColRequestID+" IN (SELECT "+schema.ColID+" FROM "+engine.QuotedTable(requests, d)+
 		" WHERE "+schema.ColID+" IN "+in+" AND "+schema.ColStatus+" = '"+schema.StoredExpired+"')"), args...)
 	if err != nil {
 		return 0, err

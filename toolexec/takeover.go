@@ -49,14 +49,14 @@ func (s *Store) releaseForRequestQuery() string {
 	d, t := s.l.Dialect(), s.l.Table()
 	c := t.Columns()
 	q := func(id string) string {
-		v, _ := d.Quote(id)
+		v, _ := engine.QuoteIdent(d, id)
 		return v
 	}
 	set := []string{q(c.Holder) + " = NULL", q(c.Token) + " = NULL", q(c.ExpiresAt) + " = NULL"}
 	if c.UpdatedAt != "" {
-		set = append(set, q(c.UpdatedAt)+" = "+d.Now())
+		set = append(set, q(c.UpdatedAt)+" = "+engine.Now(d))
 	}
-	return d.Rebind("UPDATE " + t.Quoted(d) + " SET " + strings.Join(set, ", ") +
+	return d.Rebind("UPDATE " + engine.QuotedTable(t, d) + " SET " + strings.Join(set, ", ") +
 		" WHERE " + q(schema.ColSessionKey) + " = ? AND " + q(schema.ColRequestID) + " = ? AND " +
 		q(c.State) + " IN (?, ?) AND " + q(c.Token) + " IS NOT NULL")
 }

@@ -196,9 +196,9 @@ func New(cfg Config) (*Store, error) {
 	// The idempotency key holds the occurrence (above 0); the column is
 	// matched as well, so that a row whose key was written otherwise is
 	// never taken for another occurrence's.
-	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + t.Quoted(cfg.Dialect) +
+	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + engine.QuotedTable(t, cfg.Dialect) +
 		" WHERE session_key = ? AND idempotency_key = ? AND " + schema.ColOccurrence + " = ?"
-	byID := "SELECT request_id FROM " + t.Quoted(cfg.Dialect) + " WHERE id = ?"
+	byID := "SELECT request_id FROM " + engine.QuotedTable(t, cfg.Dialect) + " WHERE id = ?"
 	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), byIDQ: cfg.Dialect.Rebind(byID), obs: cfg.Lease.Observer}, nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/schema"
 )
 
@@ -743,7 +744,7 @@ func checkInvariants(ctx context.Context, e *Env, recv *Receiver, ttl time.Durat
 		total := 0
 		for _, t := range []string{schema.SessionTable, schema.RequestTable, schema.ToolExecutionTable} {
 			var n int
-			q := "SELECT COUNT(*) FROM " + t + " WHERE token IS NOT NULL AND expires_at > " + e.Dialect.Now()
+			q := "SELECT COUNT(*) FROM " + t + " WHERE token IS NOT NULL AND expires_at > " + engine.Now(e.Dialect)
 			if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
 				return 0, err
 			}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // AcquireOp is an Acquire to be made together with a Create by
@@ -93,7 +95,7 @@ func AcquireCreate[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Creat
 	if a.l == nil || c.l == nil {
 		return Grant[A]{}, Grant[C]{}, invalid("acquire-create", "zero op; build it with a Lease's AcquireOp and CreateOp")
 	}
-	if a.l.dialect != Postgres {
+	if !a.l.caps.AcquireCreate {
 		if err := a.checkJoint(db, c); err != nil {
 			a.report(ctx, time.Now(), 0, err)
 			c.report(ctx, time.Now(), 0, err)
@@ -128,7 +130,7 @@ func (a AcquireOp[K]) checkJoint(db DB, c interface {
 	if d := c.dialect(); d != a.l.dialect {
 		return invalid("acquire-create", "a "+d.String()+" create with a "+a.l.dialect.String()+" acquire")
 	}
-	if a.l.dialect != Postgres && autocommit(db) {
+	if !a.l.caps.AcquireCreate && autocommit(db) {
 		return invalid("acquire-create", "on "+a.l.dialect.String()+" it needs a transaction: both or neither is its commit")
 	}
 	return nil
@@ -275,44 +277,38 @@ func acquireCreateStmt[A, C Key](a AcquireOp[A], c CreateOp[C], u *Unless) compi
 	if u != nil {
 		u.shape(&key)
 	}
-	return shaped(key.String(), func() compiled { return compile(Postgres, acquireCreateSQL(a.l.b, c.l.b, a.o, c.o, u)) })
+	return shaped(key.String(), func() compiled { return compile(a.l.dialect, acquireCreateSQL(a.l.b, c.l.b, a.o, c.o, u)) })
 }
 
 var errNotInserted = errors.New("lease: acquire-create: the acquire was made but the row was not inserted")
 
-// acquireCreateSQL is AcquireCreate's statement on PostgreSQL: a's acquire
-// (as AcquireWith writes it, RETURNING the generation) and c's insert (as
-// Create writes it, its values selected from the acquire's row, so that it
-// inserts a row only if the acquire matched one), then the generation of
-// each, NULL for a write that matched nothing. a's parameters are named
-// {a.…}, c's {c.…}.
-//
-// With u (AcquireCreateUnless), a first part reads the row u names, the
-// acquire matches only if that read found none, and the result adds a
-// found mark and the row's columns (NULL when there is none): one row in
-// every case, through a LEFT JOIN. u's parameters are named {u.m0}, ….
+// acquireCreateSQL is AcquireCreate's statement where it is one
+// (Caps.AcquireCreate: PostgreSQL), as the driver writes it from a's
+// acquire (as AcquireWith writes it) and c's insert (as Create writes
+// it); a's parameters are named {a.…}, c's {c.…}. With u
+// (AcquireCreateUnless), the read of the row u names comes first, its
+// parameters named {u.m0}, ….
 func acquireCreateSQL(ab, cb sqlBuilder, ao AcquireOptions, co CreateOptions, u *Unless) string {
 	cols, vals := cb.createParts(co.State != "", co.Set)
-	ins := "INSERT INTO " + cb.t.qname(cb.d) + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(vals, ", ") +
-		" FROM rowlease_acquired" + cb.returning()
 	assigns, where := ab.acquireParts(ao.InStates, ao.SetState != "", ao.Set)
-	head, found := "WITH ", ""
+	p := driver.AcquireCreateParams{
+		AcquireTable:      ab.t.qname(ab.drv),
+		AcquireSet:        paramPrefix("a.", assignList(assigns)),
+		AcquireWhere:      paramPrefix("a.", where),
+		AcquireGeneration: ab.col(ab.t.cols.Generation),
+		CreateTable:       cb.t.qname(cb.drv),
+		CreateColumns:     strings.Join(cols, ", "),
+		CreateValues:      paramPrefix("c.", strings.Join(vals, ", ")),
+		CreateGeneration:  cb.col(cb.t.cols.Generation),
+	}
 	if u != nil {
-		found = ", rowlease_existing.rowlease_found"
+		read := &driver.UnlessRead{Query: cb.unlessRead(*u, "1 AS rowlease_found, ")}
 		for _, col := range u.Columns {
-			found += ", rowlease_existing." + cb.col(col)
+			read.Columns = append(read.Columns, cb.col(col))
 		}
-		head += "rowlease_existing AS (" + cb.unlessRead(*u, "1 AS rowlease_found, ") + "), "
-		where += " AND NOT EXISTS (SELECT 1 FROM rowlease_existing)"
+		p.Unless = read
 	}
-	q := head + "rowlease_acquired AS (" + paramPrefix("a.", ab.update(assigns, where)) +
-		"), rowlease_created AS (" + paramPrefix("c.", ins) + ")" +
-		" SELECT (SELECT " + ab.col(ab.t.cols.Generation) + " FROM rowlease_acquired)," +
-		" (SELECT " + cb.col(cb.t.cols.Generation) + " FROM rowlease_created)" + found
-	if u != nil {
-		q += " FROM (SELECT 1) AS rowlease_one LEFT JOIN rowlease_existing ON TRUE"
-	}
-	return q
+	return ab.drv.AcquireCreate(p)
 }
 
 // paramPrefix renames every parameter of a template: {key} becomes

@@ -140,7 +140,7 @@ func (l *Lease[K]) renewChunk(ctx context.Context, db DB, out []Grant[K], errs [
 	// statement that renewed a grant of the chunk.
 	sent := l.clock.Now()
 	var renewed map[int]bool
-	if l.dialect == MySQL {
+	if !l.caps.Returning {
 		renewed = make(map[int]bool, len(idx))
 		err = l.renewChunkMySQL(ctx, db, q, args, out, idx, ttl, renewed)
 	} else {
@@ -224,7 +224,7 @@ func (l *Lease[K]) renewChunkMySQL(ctx context.Context, db DB, q string, args []
 		pending = still
 		q, args = l.b.renewMany(grantList[K](out), pending, ttl)
 		if _, ok := on.(autocommitOnly); ok {
-			q = causal(q)
+			q = l.drv.Causal(q)
 		}
 		if n, err = l.rowsAffected(ctx, db, on, q, args); err != nil {
 			return err
@@ -254,7 +254,7 @@ type autocommitOnly struct{ DB }
 func (l *Lease[K]) stillHeld(ctx context.Context, db, on DB, out []Grant[K], idx []int) ([]int, error) {
 	rq, rargs := l.b.heldTokens(grantList[K](out), idx)
 	if l.multiPrimary {
-		rq = causal(rq)
+		rq = l.drv.Causal(rq)
 	}
 	found, err := l.heldAmong(ctx, db, on, rq, rargs, out, idx)
 	if err != nil {

@@ -7,8 +7,12 @@ import (
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 )
 
-// TestConformance runs the lease conformance suite, unchanged, on every
-// dialect: SQLite always, MySQL/MariaDB and PostgreSQL when their DSNs are set.
+// TestConformance is the driver suite: it runs the lease conformance
+// suite (internal/conformance), unchanged, through a Lease of each
+// dialect, and so on each driver of internal/driver — mysql, postgres and
+// sqlite, each subtest named after its driver: SQLite always,
+// MySQL/MariaDB and PostgreSQL when their DSNs are set (all three with
+// ROWLEASE_REQUIRE_ALL). A new driver passes when its subtest does.
 func TestConformance(t *testing.T) {
 	for _, d := range testdb.Dialects() {
 		t.Run(d.String(), func(t *testing.T) {

@@ -3,11 +3,9 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"reflect"
-	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // Sentinel errors. Test for them with errors.Is; the concrete errors returned
@@ -168,18 +166,7 @@ func IsDuplicateKey(err error) bool {
 	if errors.Is(err, ErrExists) {
 		return true
 	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1062
-	}
-	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) {
-		return pg.SQLState() == "23505"
-	}
-	if c, ok := sqliteCode(err); ok {
-		return c == 2067 || c == 1555 // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY
-	}
-	return false
+	return classify(err) == driver.KindDuplicateKey
 }
 
 // IsRetryable reports whether err is a database's way of saying "this
@@ -194,19 +181,7 @@ func IsRetryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1213
-	}
-	var pg interface{ SQLState() string }
-	if errors.As(err, &pg) {
-		s := pg.SQLState()
-		return s == "40001" || s == "40P01"
-	}
-	if c, ok := sqliteCode(err); ok {
-		return c&0xff == 5 // SQLITE_BUSY, SQLITE_BUSY_RECOVERY, _SNAPSHOT, _TIMEOUT
-	}
-	return false
+	return classify(err) == driver.KindRetryable
 }
 
 // IsTransient reports whether err is a database error after which the
@@ -217,70 +192,17 @@ func IsTransient(err error) bool {
 	if err == nil {
 		return false
 	}
-	if IsRetryable(err) || errors.Is(err, ErrNodeBehind) {
+	if errors.Is(err, ErrNodeBehind) {
 		return true
 	}
-	var my *mysql.MySQLError
-	if errors.As(err, &my) {
-		return my.Number == 1205
-	}
-	if c, ok := sqliteCode(err); ok { // modernc.org/sqlite or mattn/go-sqlite3
-		switch c & 0xff {
-		case 5, 6: // SQLITE_BUSY, SQLITE_LOCKED and their extended codes
-			return true
-		}
-	}
-	return false
+	k := classify(err)
+	return k == driver.KindRetryable || k == driver.KindTransient
 }
 
-// sqliteCode finds a SQLite error in err's chain and returns its extended
-// result code: through a Code() int method (modernc.org/sqlite), or the
-// ExtendedCode field of a struct type named Error in a package
-// .../go-sqlite3 (mattn/go-sqlite3, which links cgo and is not imported).
-func sqliteCode(err error) (int, bool) {
-	var lite interface{ Code() int }
-	if errors.As(err, &lite) {
-		return lite.Code(), true
-	}
-	for depth := 0; err != nil && depth < 100; depth++ { // bounded: a cyclic chain is a bug elsewhere
-		if c, ok := mattnCode(err); ok {
-			return c, true
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if c, ok := sqliteCode(e); ok {
-					return c, true
-				}
-			}
-			return 0, false
-		default:
-			return 0, false
-		}
-	}
-	return 0, false
-}
-
-// mattnCode reads the ExtendedCode of a mattn/go-sqlite3 sqlite3.Error (a
-// value or a pointer).
-func mattnCode(err error) (int, bool) {
-	v := reflect.ValueOf(err)
-	if v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return 0, false
-		}
-		v = v.Elem()
-	}
-	t := v.Type()
-	if v.Kind() != reflect.Struct || t.Name() != "Error" || !strings.HasSuffix(t.PkgPath(), "/go-sqlite3") {
-		return 0, false
-	}
-	f := v.FieldByName("ExtendedCode")
-	switch f.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return int(f.Int()), true
-	}
-	return 0, false
+// classify asks each dialect's driver, MySQL's, PostgreSQL's, then
+// SQLite's, whether err holds one of its errors, and returns what the
+// first that does says it is; KindOther when none does.
+func classify(err error) driver.ErrKind {
+	_, k, _ := recognise(err)
+	return k
 }

@@ -47,13 +47,13 @@ func (l *Lease[K]) sendConfirmed(ctx context.Context, db DB, q string, send func
 		})
 	}
 	if err = run(q); err == nil && miss && l.multiPrimary {
-		err = run(causal(q))
+		err = run(l.drv.Causal(q))
 	}
 	return miss, err
 }
 
 func (l *Lease[K]) execOnce(ctx context.Context, db DB, q string, args []any) (gen int64, ok bool, err error) {
-	if l.dialect != MySQL {
+	if l.caps.Returning {
 		err = l.queryRow(ctx, db, q, args).Scan(&gen)
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, false, nil
@@ -138,7 +138,7 @@ func (l *Lease[K]) retry(ctx context.Context, db DB, fn func() error) error {
 func retryVictims(ctx context.Context, d Dialect, db DB, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil || attempt >= retry.MaxAttempts || d == SQLite || !IsRetryable(err) || !autocommit(db) {
+		if err == nil || attempt >= retry.MaxAttempts || !d.driver().Caps().RetryVictims || !IsRetryable(err) || !autocommit(db) {
 			return err
 		}
 		if !retry.Backoff(ctx, attempt) {

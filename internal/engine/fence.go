@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // Fence proves, inside a caller's transaction, that a grant still holds.
@@ -169,7 +171,7 @@ func RunFenced(ctx context.Context, db TxBeginner, o FencedTx, fn func(tx *sql.T
 	if fn == nil {
 		return invalid("fn", "nil")
 	}
-	if o.Flow != nil && o.Flow.dialect == SQLite {
+	if o.Flow != nil && o.Flow.singleWriter() {
 		if lw := writeLocker(o); lw != nil {
 			return runRouted(ctx, db, o, lw, fn)
 		}
@@ -294,7 +296,7 @@ func checkFences(ctx context.Context, t txIn, fences []Fence) error {
 // RunFenced for why not MySQL's joint UPDATE).
 func endFenced(ctx context.Context, t txIn, o FencedTx) error {
 	ops, ok := fenceOps(o.Fences)
-	if !ok || len(ops) == 0 || ops[0].w.dialect() != Postgres {
+	if !ok || len(ops) == 0 || ops[0].w.caps().Joint != driver.JointWith {
 		// One by one, o.Mark called after the fences, as always.
 		if err := checkFences(ctx, t, o.Fences); err != nil {
 			return err

@@ -43,6 +43,16 @@ type FlowDB struct {
 	txs  []*flowTx // open transactions that hold the write lock, oldest first
 }
 
+// singleWriter reports whether f's dialect lets one writer in at a time
+// (its driver's Caps.SingleWriter: SQLite), the only case where RunFenced
+// routes f's statements into a transaction.
+//
+// The routing itself stays here, not in the SQLite driver: it is no
+// statement text but the handling of database/sql transactions for
+// engine's own types (FlowDB, Fence, RunFenced, a Lease's heartbeat
+// renewals), which a driver, importing nothing of engine, cannot name.
+func (f *FlowDB) singleWriter() bool { return f.dialect.driver().Caps().SingleWriter }
+
 // flowTx is one of a flow's fenced transactions, routed into from when it
 // holds the write lock until it ends. Its fields are guarded by FlowDB.mu.
 type flowTx struct {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // JointOp is one token-checked write on a held lease — a confirmation,
@@ -133,6 +135,8 @@ const (
 // jointWrite is a JointOp's write, whatever its Lease's key type.
 type jointWrite interface {
 	dialect() Dialect
+	// caps are what the dialect's statements can do (its driver's).
+	caps() driver.Caps
 	// check validates the input, as the lone operation does.
 	check(db DB) error
 	// probe runs the first-use check, as the lone operation does.
@@ -170,6 +174,8 @@ func (w *leaseWrite[K]) name() string {
 }
 
 func (w *leaseWrite[K]) dialect() Dialect { return w.l.dialect }
+
+func (w *leaseWrite[K]) caps() driver.Caps { return w.l.caps }
 
 func (w *leaseWrite[K]) check(db DB) error {
 	switch w.kind {
@@ -299,10 +305,10 @@ func joinable(ops []JointOp) bool {
 		if op.w == nil {
 			return false
 		}
-		switch op.w.dialect() {
-		case Postgres:
+		switch op.w.caps().Joint {
+		case driver.JointWith:
 			continue
-		case MySQL:
+		case driver.JointMultiUpdate:
 			t := op.w.builder("").t.name
 			if op.w.coarse() || tables[t] {
 				return false
@@ -335,47 +341,29 @@ func jointSQL(ops []JointOp) (string, []any) {
 	return c.query, c.args(all)
 }
 
-// compileJoint builds the joint statement of ops: its text and the names
-// of its arguments in placeholder order.
+// compileJoint builds the joint statement of ops: its text, as the
+// driver writes it from each op's write, and the names of its arguments in
+// placeholder order.
 func compileJoint(ops []JointOp) compiled {
-	d := ops[0].w.dialect()
-	var tmpl strings.Builder
-	var sets, wheres, reads []string
+	kind := ops[0].w.caps().Joint
+	parts := make([]driver.JointPart, len(ops))
 	for i, op := range ops {
-		alias := "j" + strconv.Itoa(i)
-		prefix := strconv.Itoa(i) + "."
+		p := driver.JointPart{Alias: "j" + strconv.Itoa(i)}
 		// Each op's placeholders get a name of their own: {key} of op 1
 		// becomes {1.key}.
-		named := func(s string) string { return paramPrefix(prefix, s) }
-		if d == Postgres {
+		prefix := strconv.Itoa(i) + "."
+		if kind == driver.JointWith {
 			b := op.w.builder("")
 			assigns, where := op.w.parts(b)
-			if i == 0 {
-				tmpl.WriteString("WITH ")
-			} else {
-				tmpl.WriteString(", ")
-			}
-			tmpl.WriteString(alias + " AS (" + named(b.update(assigns, where)) + ")")
-			reads = append(reads, "(SELECT "+b.col(b.t.cols.Generation)+" FROM "+alias+")")
-			continue
-		}
-		b := op.w.builder(alias)
-		assigns, where := op.w.parts(b)
-		if i == 0 {
-			tmpl.WriteString("UPDATE ")
+			p.Update, p.Generation = paramPrefix(prefix, b.update(assigns, where)), b.col(b.t.cols.Generation)
 		} else {
-			tmpl.WriteString(", ")
+			b := op.w.builder(p.Alias)
+			assigns, where := op.w.parts(b)
+			p.Table, p.Set, p.Where = b.t.qname(b.drv), paramPrefix(prefix, assignList(assigns)), paramPrefix(prefix, where)
 		}
-		tmpl.WriteString(b.t.qname(d) + " AS " + alias)
-		sets = append(sets, named(assignList(assigns)))
-		wheres = append(wheres, "("+named(where)+")")
+		parts[i] = p
 	}
-	if d == Postgres {
-		tmpl.WriteString(" SELECT " + strings.Join(reads, ", "))
-	} else {
-		tmpl.WriteString(" SET " + strings.Join(sets, ", ") + " WHERE " + strings.Join(wheres, " AND "))
-	}
-	return compile(d, tmpl.String())
+	return compile(ops[0].w.dialect(), ops[0].w.builder("").drv.Joint(parts))
 }
 
 // sendJoint sends the joint statement of ops (joinable, valid) and
@@ -405,7 +393,7 @@ func sendJoint(ctx context.Context, db DB, ops []JointOp) (held []bool, err erro
 	q, args := jointSQL(ops)
 	err = retryVictims(ctx, d, db, func() error {
 		held = nil
-		if d == Postgres {
+		if ops[0].w.caps().Joint == driver.JointWith {
 			gens := make([]sql.NullInt64, len(ops))
 			dest := make([]any, len(ops))
 			for i := range gens {

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // Key is the type of a row's key: a string or an integer.
@@ -167,6 +169,11 @@ type CreateOptions struct {
 // can use its own transaction.
 type Lease[K Key] struct {
 	dialect Dialect
+	// drv is the dialect's driver, chosen once in New, and caps what its
+	// statements can do: the rest of the package asks them, never which
+	// dialect this is.
+	drv     driver.Driver
+	caps    driver.Caps
 	table   Table
 	margin  time.Duration
 	clock   Clock
@@ -207,14 +214,16 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if opts.Prepare < PrepareAuto || opts.Prepare > PrepareAlways {
 		return nil, invalid("prepare mode", "unknown")
 	}
-	if opts.MultiPrimary && dialect != MySQL {
+	drv := dialect.driver()
+	caps := drv.Caps()
+	if opts.MultiPrimary && !caps.MultiPrimary {
 		return nil, invalid("multi-primary", "only for the MySQL dialect (MariaDB Galera)")
 	}
 	if r := opts.ExpiryResolution; r != 0 && !powerOfTenMicros(r) {
 		return nil, invalid("expiry resolution", "not a power of ten between 1µs and 1s")
 	}
-	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock, prepare: opts.Prepare}
-	l.res = dialect.clockResolution()
+	l := &Lease[K]{dialect: dialect, table: table, margin: opts.SafetyMargin, clock: opts.Clock, prepare: opts.Prepare, drv: drv, caps: caps}
+	l.res = caps.ClockResolution
 	if opts.ExpiryResolution > l.res {
 		l.res = opts.ExpiryResolution
 	}
@@ -229,7 +238,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.b = sqlBuilder{d: dialect, t: table}
+	l.b = sqlBuilder{drv: drv, t: table}
 	c := table.cols
 	l.shape = strings.Join([]string{dialect.String(), table.name, c.Key, c.Holder, c.Token, c.ExpiresAt, c.Generation, c.State, c.UpdatedAt}, "\x00")
 	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))

@@ -139,7 +139,7 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	m := grantVals(g)
 	var ok bool
 	var err error
-	if l.dialect == MySQL {
+	if !l.caps.Returning {
 		_, ok, err = l.exec(ctx, db, l.releaseQ, m, true)
 	} else {
 		ok, err = l.execOne(ctx, db, l.releaseQ, m)
@@ -248,7 +248,7 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Snapshot, rer
 	var micros int64
 	q := l.inspectQ.query
 	if l.multiPrimary {
-		q = causal(q) // what the cluster committed, not what this node applied
+		q = l.drv.Causal(q) // what the cluster committed, not what this node applied
 	}
 	err := l.retry(ctx, db, func() error {
 		return l.queryRow(ctx, db, q, l.inspectQ.args(vals("key", key))).

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"sync"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // PrepareMode says whether a Lease keeps prepared statements.
@@ -65,19 +67,22 @@ type stmtCache struct {
 
 // Prepares reports whether m keeps statements prepared on a pool in
 // dialect d: PrepareAlways does, PrepareNever does not, PrepareAuto does
-// on SQLite only. Code that keeps statements of its own beside a Lease's
+// where the driver prepares by default (Caps.PrepareByDefault: SQLite
+// only). Code that keeps statements of its own beside a Lease's
 // (request.Runner does) follows the same rule with it.
-func (m PrepareMode) Prepares(d Dialect) bool {
+func Prepares(m PrepareMode, d Dialect) bool { return prepares(m, d.driver().Caps()) }
+
+func prepares(m PrepareMode, c driver.Caps) bool {
 	switch m {
 	case PrepareNever:
 		return false
 	case PrepareAlways:
 		return true
 	}
-	return d == SQLite
+	return c.PrepareByDefault
 }
 
-func (l *Lease[K]) prepares() bool { return l.prepare.Prepares(l.dialect) }
+func (l *Lease[K]) prepares() bool { return prepares(l.prepare, l.caps) }
 
 func noop() {}
 

@@ -23,8 +23,8 @@ func TestPrepareModePrepares(t *testing.T) {
 		{engine.PrepareNever, engine.SQLite, false},
 		{engine.PrepareNever, engine.MySQL, false},
 	} {
-		if got := c.m.Prepares(c.d); got != c.want {
-			t.Errorf("PrepareMode(%d).Prepares(%v) = %v, want %v", c.m, c.d, got, c.want)
+		if got := engine.Prepares(c.m, c.d); got != c.want {
+			t.Errorf("Prepares(PrepareMode(%d), %v) = %v, want %v", c.m, c.d, got, c.want)
 		}
 	}
 }

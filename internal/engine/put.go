@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // Row is a row of a table of the caller's, for ConfirmPut: its values by
@@ -66,8 +68,8 @@ func ConfirmPut[K Key](ctx context.Context, l *Lease[K], db DB, g Grant[K], row 
 	for i, v := range row.Values {
 		m["c"+strconv.Itoa(i)] = v
 	}
-	if l.dialect == MySQL {
-		return l.putMySQL(ctx, db, g, row, m)
+	if !l.caps.PutInOne {
+		return l.putTx(ctx, db, g, row, m)
 	}
 	c := compile(l.dialect, l.putSQL(row))
 	var n int64
@@ -88,58 +90,46 @@ func ConfirmPut[K Key](ctx context.Context, l *Lease[K], db DB, g Grant[K], row 
 	return nil
 }
 
-// putSQL is ConfirmPut's one statement on PostgreSQL and SQLite.
+// putSQL is ConfirmPut's write, as its driver writes it: with
+// Caps.PutInOne the one statement, else the upsert that follows a Confirm.
 func (l *Lease[K]) putSQL(row Row) string {
-	d := l.dialect
-	into, ph := insertInto(d, row)
-	ins := into + " SELECT " + ph
-	upsert := " ON CONFLICT (" + quoteAll(d, row.Key) + ") DO UPDATE SET " + l.updateSet(row, func(c string) string {
-		return "excluded." + d.quote(c)
-	})
 	s := l.b
-	if d == Postgres {
-		return "WITH rowlease_confirm AS (" + s.confirm() + ") " + ins + " FROM rowlease_confirm" + upsert
-	}
-	held := "SELECT 1 FROM " + s.t.qname(d) + " WHERE " + s.grantIs() + " AND " + s.col(s.t.cols.ExpiresAt) + " > " + d.now()
-	return ins + " WHERE EXISTS (" + held + ")" + upsert
-}
-
-// insertInto is "INSERT INTO t (columns)" for row, and the placeholders
-// of its values ({c0}, {c1}, …), comma-separated.
-func insertInto(d Dialect, row Row) (into, placeholders string) {
 	cols := make([]string, len(row.Columns))
 	ph := make([]string, len(row.Columns))
+	var update []string
 	for i, c := range row.Columns {
-		cols[i], ph[i] = d.quote(c), "{c"+strconv.Itoa(i)+"}"
-	}
-	return "INSERT INTO " + Table{name: row.Table}.qname(d) + " (" + strings.Join(cols, ", ") + ")", strings.Join(ph, ", ")
-}
-
-// updateSet assigns every column of row that is not in its key the value
-// val gives.
-func (l *Lease[K]) updateSet(row Row, val func(c string) string) string {
-	var parts []string
-	for _, c := range row.Columns {
+		cols[i], ph[i] = l.drv.Quote(c), "{c"+strconv.Itoa(i)+"}"
 		if !slices.Contains(row.Key, c) {
-			parts = append(parts, l.dialect.quote(c)+" = "+val(c))
+			update = append(update, cols[i])
 		}
 	}
-	return strings.Join(parts, ", ")
+	key := make([]string, len(row.Key))
+	for i, c := range row.Key {
+		key[i] = l.drv.Quote(c)
+	}
+	p := driver.PutParams{
+		Into:   "INSERT INTO " + Table{name: row.Table}.qname(l.drv) + " (" + strings.Join(cols, ", ") + ")",
+		Values: strings.Join(ph, ", "),
+		Key:    key,
+		Update: update,
+	}
+	if l.caps.PutInOne {
+		p.Confirm = s.confirm()
+		p.Held = "SELECT 1 FROM " + s.t.qname(l.drv) + " WHERE " + s.grantIs() + " AND " + s.col(s.t.cols.ExpiresAt) + " > " + l.drv.Now()
+	}
+	return l.drv.ConfirmPut(p)
 }
 
-// putMySQL is ConfirmPut on MySQL: Confirm, then the upsert, in one
-// transaction, run again as a deadlock or certification victim.
-func (l *Lease[K]) putMySQL(ctx context.Context, db DB, g Grant[K], row Row, m map[string]any) error {
+// putTx is ConfirmPut where it is not one statement (MySQL): Confirm,
+// then the upsert, in one transaction, run again as a deadlock or
+// certification victim.
+func (l *Lease[K]) putTx(ctx context.Context, db DB, g Grant[K], row Row, m map[string]any) error {
 	b, ok := resolve(db).(TxBeginner)
 	if !ok {
 		return invalid("db", fmt.Sprintf("%T cannot begin a transaction (ConfirmPut on MySQL needs a pool)", db))
 	}
-	d := l.dialect
-	into, ph := insertInto(d, row)
-	ins := compile(d, into+" VALUES ("+ph+") ON DUPLICATE KEY UPDATE "+l.updateSet(row, func(c string) string {
-		return "VALUES(" + d.quote(c) + ")"
-	}))
-	return retryVictims(ctx, d, b, func() error {
+	ins := compile(l.dialect, l.putSQL(row))
+	return retryVictims(ctx, l.dialect, b, func() error {
 		tx, err := b.BeginTx(ctx, nil)
 		if err != nil {
 			return err
@@ -195,13 +185,4 @@ func checkRow(row Row) error {
 		return invalid("row key", "every column is in the key: nothing to update on conflict")
 	}
 	return nil
-}
-
-// quoteAll quotes each column and joins them with commas.
-func quoteAll(d Dialect, cols []string) string {
-	q := make([]string, len(cols))
-	for i, c := range cols {
-		q[i] = d.quote(c)
-	}
-	return strings.Join(q, ", ")
 }

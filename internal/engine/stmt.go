@@ -5,10 +5,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // A template is SQL with named parameters written {name}. compile turns it
-// into a dialect's placeholders once; the compiled form is cached.
+// into a dialect's placeholders (its driver's Compile) once; the compiled
+// form is cached.
 type compiled struct {
 	query string
 	names []string // the argument names in placeholder order ("?" dialects repeat them)
@@ -21,32 +24,8 @@ func compile(d Dialect, tmpl string) compiled {
 	if c, ok := compileCache.Load(ck); ok {
 		return c.(compiled)
 	}
-	var b strings.Builder
-	var names []string
-	index := map[string]int{}
-	for i := 0; i < len(tmpl); {
-		if tmpl[i] != '{' {
-			b.WriteByte(tmpl[i])
-			i++
-			continue
-		}
-		j := strings.IndexByte(tmpl[i:], '}')
-		name := tmpl[i+1 : i+j]
-		i += j + 1
-		if d == Postgres {
-			n, ok := index[name]
-			if !ok {
-				names = append(names, name)
-				n = len(names)
-				index[name] = n
-			}
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		names = append(names, name)
-		b.WriteByte('?')
-	}
-	c := compiled{query: b.String(), names: names}
+	var c compiled
+	c.query, c.names = d.driver().Compile(tmpl)
 	compileCache.Store(ck, c)
 	return c
 }
@@ -112,10 +91,14 @@ func addSet(m map[string]any, set []Assignment) {
 	}
 }
 
-// sqlBuilder writes the statements of one table in one dialect.
+// sqlBuilder writes the statements of one table in one dialect. The
+// statements every dialect writes alike (an UPDATE's skeleton, its
+// conditions) are composed here; whatever differs between dialects —
+// quoting, the clock, placeholders, how a generation comes back, locking
+// reads, upserts, row lists — is the driver's text.
 type sqlBuilder struct {
-	d Dialect
-	t Table
+	drv driver.Driver
+	t   Table
 	// alias, when set, names the table in a MySQL multi-table UPDATE (see
 	// Joint): every column is qualified with it, and no generation is
 	// handed back through LAST_INSERT_ID (one statement cannot hand back
@@ -125,9 +108,9 @@ type sqlBuilder struct {
 
 func (s sqlBuilder) col(c string) string {
 	if s.alias != "" {
-		return s.alias + "." + s.d.quote(c)
+		return s.alias + "." + s.drv.Quote(c)
 	}
-	return s.d.quote(c)
+	return s.drv.Quote(c)
 }
 
 // genAcquire is the generation after an acquire: unchanged on reentry (same
@@ -141,8 +124,10 @@ func (s sqlBuilder) genAssign(acquire bool) string {
 	if acquire {
 		expr = "CASE WHEN " + tok + " = {tok} THEN " + g + " ELSE " + g + " + 1 END"
 	}
-	if s.d == MySQL && s.alias == "" {
-		return g + " = LAST_INSERT_ID(" + expr + ")"
+	if s.alias == "" {
+		if back := s.drv.GenerationBack(g, expr); back != "" {
+			return back
+		}
 	}
 	if !acquire {
 		return ""
@@ -159,9 +144,9 @@ func (s sqlBuilder) genAssign(acquire bool) string {
 // microsecond as the previous write.
 func (s sqlBuilder) expAssign() string {
 	e, tok := s.col(s.t.cols.ExpiresAt), s.col(s.t.cols.Token)
-	target := s.d.plusMicros(s.d.now(), "{ttl}")
+	target := s.drv.PlusMicros(s.drv.Now(), "{ttl}")
 	return e + " = CASE WHEN " + tok + " = {tok} AND " + e + " IS NOT NULL AND " + e + " >= " + target +
-		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"
+		" THEN " + s.drv.PlusMicros(e, "1") + " ELSE " + target + " END"
 }
 
 func (s sqlBuilder) stateIn(states []string) string {
@@ -184,17 +169,12 @@ func (s sqlBuilder) tail(setState bool, set []Assignment) []string {
 		out = append(out, s.col(a.Column)+" = {v"+strconv.Itoa(i)+"}")
 	}
 	if s.t.cols.UpdatedAt != "" {
-		out = append(out, s.col(s.t.cols.UpdatedAt)+" = "+s.d.now())
+		out = append(out, s.col(s.t.cols.UpdatedAt)+" = "+s.drv.Now())
 	}
 	return out
 }
 
-func (s sqlBuilder) returning() string {
-	if s.d == MySQL {
-		return ""
-	}
-	return " RETURNING " + s.col(s.t.cols.Generation)
-}
+func (s sqlBuilder) returning() string { return s.drv.Returning(s.col(s.t.cols.Generation)) }
 
 func (s sqlBuilder) update(assigns []string, where string) string {
 	return s.updateR(assigns, where, true)
@@ -213,7 +193,7 @@ func assignList(assigns []string) string {
 
 // updateR is update with RETURNING only when ret is set.
 func (s sqlBuilder) updateR(assigns []string, where string, ret bool) string {
-	q := "UPDATE " + s.t.qname(s.d) + " SET " + assignList(assigns) + " WHERE " + where
+	q := "UPDATE " + s.t.qname(s.drv) + " SET " + assignList(assigns) + " WHERE " + where
 	if ret {
 		q += s.returning()
 	}
@@ -243,7 +223,7 @@ func (s sqlBuilder) acquireParts(inStates []string, setState bool, set []Assignm
 	assigns := []string{s.genAssign(true), s.expAssign(), tok + " = {tok}", s.col(c.Holder) + " = {holder}"}
 	assigns = append(assigns, s.tail(setState, set)...)
 	where := s.keyIs() + s.stateIn(inStates) +
-		" AND (" + tok + " IS NULL OR " + tok + " = {tok} OR " + e + " IS NULL OR " + e + " <= " + s.d.now() + ")"
+		" AND (" + tok + " IS NULL OR " + tok + " = {tok} OR " + e + " IS NULL OR " + e + " <= " + s.drv.Now() + ")"
 	return assigns, where
 }
 
@@ -271,7 +251,7 @@ func (s sqlBuilder) releaseParts() ([]string, string) {
 
 // delete removes the row if the grant (token and generation) still matches.
 func (s sqlBuilder) delete() string {
-	return "DELETE FROM " + s.t.qname(s.d) + " WHERE " + s.grantIs()
+	return "DELETE FROM " + s.t.qname(s.drv) + " WHERE " + s.grantIs()
 }
 
 // change frees the lease (holder, token and expiry to NULL); with keep it
@@ -295,10 +275,10 @@ func (s sqlBuilder) changeParts(inStates []string, setState bool, set []Assignme
 
 func (s sqlBuilder) verify(lock bool) string {
 	c := s.t.cols
-	q := "SELECT " + s.col(c.Generation) + " FROM " + s.t.qname(s.d) + " WHERE " + s.grantIs() +
-		" AND " + s.col(c.ExpiresAt) + " > " + s.d.now()
-	if lock && s.d != SQLite {
-		q += " FOR UPDATE"
+	q := "SELECT " + s.col(c.Generation) + " FROM " + s.t.qname(s.drv) + " WHERE " + s.grantIs() +
+		" AND " + s.col(c.ExpiresAt) + " > " + s.drv.Now()
+	if lock {
+		q += s.drv.ForUpdate()
 	}
 	return q
 }
@@ -313,7 +293,7 @@ func (s sqlBuilder) confirm() string { return s.update(s.confirmParts()) }
 // confirmParts are the assignments and the condition of confirm.
 func (s sqlBuilder) confirmParts() ([]string, string) {
 	assigns := []string{s.genAssign(false), s.expAssign()}
-	return append(assigns, s.tail(false, nil)...), s.grantIs() + " AND " + s.col(s.t.cols.ExpiresAt) + " > " + s.d.now()
+	return append(assigns, s.tail(false, nil)...), s.grantIs() + " AND " + s.col(s.t.cols.ExpiresAt) + " > " + s.drv.Now()
 }
 
 func (s sqlBuilder) inspect() string {
@@ -324,9 +304,9 @@ func (s sqlBuilder) inspect() string {
 		state = "COALESCE(" + s.col(c.State) + ", '')"
 	}
 	return "SELECT COALESCE(" + s.col(c.Holder) + ", ''), " + s.col(c.Generation) + ", " + state +
-		", CASE WHEN " + s.col(c.Token) + " IS NOT NULL AND " + e + " > " + s.d.now() + " THEN 1 ELSE 0 END" +
-		", CASE WHEN " + e + " IS NULL THEN 0 ELSE " + s.d.microsUntil(e) + " END" +
-		" FROM " + s.t.qname(s.d) + " WHERE " + s.keyIs()
+		", CASE WHEN " + s.col(c.Token) + " IS NOT NULL AND " + e + " > " + s.drv.Now() + " THEN 1 ELSE 0 END" +
+		", CASE WHEN " + e + " IS NULL THEN 0 ELSE " + s.drv.MicrosUntil(e) + " END" +
+		" FROM " + s.t.qname(s.drv) + " WHERE " + s.keyIs()
 }
 
 func (s sqlBuilder) create(setState bool, set []Assignment) string {
@@ -339,7 +319,7 @@ func (s sqlBuilder) create(setState bool, set []Assignment) string {
 func (s sqlBuilder) createParts(setState bool, set []Assignment) (cols, vals []string) {
 	c := s.t.cols
 	cols = []string{s.col(c.Key), s.col(c.Holder), s.col(c.Token), s.col(c.ExpiresAt), s.col(c.Generation)}
-	vals = []string{"{key}", "{holder}", "{tok}", s.d.plusMicros(s.d.now(), "{ttl}"), "1"}
+	vals = []string{"{key}", "{holder}", "{tok}", s.drv.PlusMicros(s.drv.Now(), "{ttl}"), "1"}
 	return s.insertParts(cols, vals, setState, set)
 }
 
@@ -358,22 +338,19 @@ func (s sqlBuilder) insertParts(cols, vals []string, setState bool, set []Assign
 		cols, vals = append(cols, s.col(a.Column)), append(vals, "{v"+strconv.Itoa(i)+"}")
 	}
 	if c.UpdatedAt != "" {
-		cols, vals = append(cols, s.col(c.UpdatedAt)), append(vals, s.d.now())
+		cols, vals = append(cols, s.col(c.UpdatedAt)), append(vals, s.drv.Now())
 	}
 	return cols, vals
 }
 
 func (s sqlBuilder) insertText(cols, vals []string) string {
-	return "INSERT INTO " + s.t.qname(s.d) + " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
+	return "INSERT INTO " + s.t.qname(s.drv) + " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
 }
 
 func (s sqlBuilder) ensure(setState bool, set []Assignment) string {
 	c := s.t.cols
 	q := s.insert([]string{s.col(c.Key), s.col(c.Generation)}, []string{"{key}", "0"}, setState, set)
-	if s.d == MySQL {
-		return q + " ON DUPLICATE KEY UPDATE " + s.col(c.Key) + " = " + s.col(c.Key)
-	}
-	return q + " ON CONFLICT (" + s.col(c.Key) + ") DO NOTHING"
+	return q + s.drv.InsertIgnore(s.col(c.Key))
 }
 
 // lockWrite is an UPDATE that matches no row: on SQLite it starts the
@@ -381,48 +358,7 @@ func (s sqlBuilder) ensure(setState bool, set []Assignment) string {
 // changing anything or firing a trigger.
 func (s sqlBuilder) lockWrite() string {
 	g := s.col(s.t.cols.Generation)
-	return "UPDATE " + s.t.qname(s.d) + " SET " + g + " = " + g + " WHERE 1 = 0"
-}
-
-// pairs writes the key list and the (key, token, generation) list of a
-// batch, and their arguments: PostgreSQL numbers its placeholders and
-// names each key once; MySQL and SQLite repeat it. SQLite takes a row
-// value IN only from a subquery, hence VALUES there.
-func (s sqlBuilder) pairs(keys []any, toks []string, gens []int64) (keyList, pairList string, args []any) {
-	var kb, pb strings.Builder
-	n := len(keys)
-	if s.d == Postgres {
-		args = make([]any, 0, 3*n)
-		for i := range keys {
-			k, t, g := "$"+strconv.Itoa(3*i+1), "$"+strconv.Itoa(3*i+2), "$"+strconv.Itoa(3*i+3)
-			if i > 0 {
-				kb.WriteString(", ")
-				pb.WriteString(", ")
-			}
-			kb.WriteString(k)
-			pb.WriteString("(" + k + ", " + t + ", " + g + ")")
-			args = append(args, keys[i], toks[i], gens[i])
-		}
-		return kb.String(), pb.String(), args
-	}
-	args = make([]any, 0, 4*n)
-	for i := range keys {
-		if i > 0 {
-			kb.WriteString(", ")
-			pb.WriteString(", ")
-		}
-		kb.WriteByte('?')
-		pb.WriteString("(?, ?, ?)")
-		args = append(args, keys[i])
-	}
-	for i := range keys {
-		args = append(args, keys[i], toks[i], gens[i])
-	}
-	pl := pb.String()
-	if s.d == SQLite {
-		pl = "VALUES " + pl
-	}
-	return kb.String(), pl, args
+	return "UPDATE " + s.t.qname(s.drv) + " SET " + g + " = " + g + " WHERE 1 = 0"
 }
 
 // renewMany is the batch renewal of the grants gs[i], i in idx: Renew's
@@ -433,17 +369,14 @@ func (s sqlBuilder) renewMany(gs any, idx []int, ttl time.Duration) (string, []a
 	c := s.t.cols
 	e, k, tok, gen := s.col(c.ExpiresAt), s.col(c.Key), s.col(c.Token), s.col(c.Generation)
 	ttlText := strconv.FormatInt(ttl.Microseconds(), 10)
-	target := s.d.plusMicros(s.d.now(), ttlText)
+	target := s.drv.PlusMicros(s.drv.Now(), ttlText)
 	assigns := []string{e + " = CASE WHEN " + e + " IS NOT NULL AND " + e + " >= " + target +
-		" THEN " + s.d.plusMicros(e, "1") + " ELSE " + target + " END"}
+		" THEN " + s.drv.PlusMicros(e, "1") + " ELSE " + target + " END"}
 	assigns = append(assigns, s.tail(false, nil)...)
-	keyList, pairList, args := s.pairs(keys, toks, gens)
-	q := "UPDATE " + s.t.qname(s.d) + " SET " + strings.Join(assigns, ", ") +
+	keyList, pairList, args := s.drv.Pairs(keys, toks, gens)
+	q := "UPDATE " + s.t.qname(s.drv) + " SET " + strings.Join(assigns, ", ") +
 		" WHERE " + k + " IN (" + keyList + ") AND (" + k + ", " + tok + ", " + gen + ") IN (" + pairList + ")"
-	if s.d != MySQL {
-		q += " RETURNING " + tok + ", " + gen
-	}
-	return q, args
+	return q + s.drv.Returning(tok+", "+gen), args
 }
 
 // heldTokens reads which of the batch's tokens still hold their rows
@@ -452,8 +385,8 @@ func (s sqlBuilder) heldTokens(gs any, idx []int) (string, []any) {
 	keys, toks, gens := anyBatchArgs(gs, idx)
 	c := s.t.cols
 	k, tok, gen := s.col(c.Key), s.col(c.Token), s.col(c.Generation)
-	keyList, pairList, args := s.pairs(keys, toks, gens)
-	return "SELECT " + tok + ", " + gen + " FROM " + s.t.qname(s.d) + " WHERE " + k + " IN (" + keyList + ") AND (" +
+	keyList, pairList, args := s.drv.Pairs(keys, toks, gens)
+	return "SELECT " + tok + ", " + gen + " FROM " + s.t.qname(s.drv) + " WHERE " + k + " IN (" + keyList + ") AND (" +
 		k + ", " + tok + ", " + gen + ") IN (" + pairList + ")", args
 }
 

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // Columns names the lease columns of a table. Key, Holder, Token, ExpiresAt
@@ -128,10 +130,10 @@ func (t Table) isLeaseColumn(col string) bool {
 	return false
 }
 
-// Quoted returns the table name quoted for d (each part of a
+// QuotedTable returns t's name quoted for d (each part of a
 // schema-qualified name quoted on its own), for callers writing their own
 // SQL against the table.
-func (t Table) Quoted(d Dialect) string { return t.qname(d) }
+func QuotedTable(t Table, d Dialect) string { return t.qname(d.driver()) }
 
 // split returns the schema ("" when the name is not qualified) and the
 // table name.
@@ -142,10 +144,10 @@ func (t Table) split() (schema, table string) {
 	return "", t.name
 }
 
-func (t Table) qname(d Dialect) string {
+func (t Table) qname(d driver.Driver) string {
 	parts := strings.Split(t.name, ".")
 	for i, p := range parts {
-		parts[i] = d.quote(p)
+		parts[i] = d.Quote(p)
 	}
 	return strings.Join(parts, ".")
 }

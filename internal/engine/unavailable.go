@@ -2,15 +2,12 @@ package engine
 
 import (
 	"context"
-	"database/sql/driver"
+	sqldriver "database/sql/driver"
 	"errors"
 	"io"
 	"net"
 	"net/url"
-	"strings"
 	"syscall"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // IsUnavailable reports whether err says that the database cannot be
@@ -188,13 +185,6 @@ func is(err, target error) bool {
 	return ok && x.Is(target)
 }
 
-// The texts of pgconn.ErrConnClosed and pgconn.ErrReadOnlyConnection
-// (pinned by httpapi's tests against pgx's own values).
-const (
-	pgxConnClosed         = "conn closed"
-	pgxReadOnlyConnection = "read only connection"
-)
-
 var unavailableErrnos = []syscall.Errno{
 	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE, syscall.ETIMEDOUT,
 	syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.ENETDOWN,
@@ -228,29 +218,19 @@ func networkUnavailableNode(err error) bool {
 }
 
 // driverUnavailableNode checks one error of the tree for what only a
-// database driver gives.
+// database driver gives: driver.ErrBadConn, ErrPoolExhausted, or what the
+// first dialect driver that recognises the error (MySQL's, PostgreSQL's,
+// SQLite's: Driver.UnavailableNode) says of it.
 func driverUnavailableNode(err error) bool {
-	if is(err, driver.ErrBadConn) || is(err, mysql.ErrInvalidConn) || is(err, ErrPoolExhausted) {
+	if is(err, sqldriver.ErrBadConn) || is(err, ErrPoolExhausted) {
 		return true
 	}
-	if _, wraps := err.(interface{ Unwrap() error }); !wraps {
-		// pgx's sentinels, errors.New values: only a leaf with exactly
-		// their text.
-		switch err.Error() {
-		case pgxConnClosed, pgxReadOnlyConnection:
-			return true
+	for _, drv := range drivers {
+		if drv == nil {
+			continue
 		}
-	}
-	switch e := err.(type) {
-	case *mysql.MySQLError:
-		return e.Number == 1040 || e.Number == 1047 || e.Number == 1053 || e.Number == 1927
-	case interface{ SQLState() string }:
-		s := e.SQLState()
-		return strings.HasPrefix(s, "08") || s == "25006" || s == "53300" || s == "57P01" || s == "57P02" || s == "57P03"
-	case interface{ Code() int }:
-		switch e.Code() & 0xff {
-		case 5, 10, 14: // SQLITE_BUSY, SQLITE_IOERR, SQLITE_CANTOPEN
-			return true
+		if u, ok := drv.UnavailableNode(err); ok {
+			return u
 		}
 	}
 	return false

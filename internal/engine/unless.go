@@ -52,7 +52,7 @@ func AcquireCreateUnless[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c
 	if a.l == nil || c.l == nil {
 		return Grant[A]{}, Grant[C]{}, false, invalid("acquire-create", "zero op; build it with a Lease's AcquireOp and CreateOp")
 	}
-	if a.l.dialect == Postgres {
+	if a.l.caps.AcquireCreate {
 		return acquireCreateOne(ctx, db, a, c, &u, dest)
 	}
 	err = a.checkJoint(db, c)
@@ -150,7 +150,7 @@ func (s sqlBuilder) unlessRead(u Unless, lead string) string {
 	for i, m := range u.Match {
 		match[i] = s.col(m.Column) + " = {u.m" + strconv.Itoa(i) + "}"
 	}
-	return "SELECT " + lead + strings.Join(read, ", ") + " FROM " + s.t.qname(s.d) + " WHERE " + strings.Join(match, " AND ") + " LIMIT 1"
+	return "SELECT " + lead + strings.Join(read, ", ") + " FROM " + s.t.qname(s.drv) + " WHERE " + strings.Join(match, " AND ") + " LIMIT 1"
 }
 
 // unlessStmt is the read of u on MySQL and SQLite, compiled once per shape.
