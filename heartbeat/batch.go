@@ -543,7 +543,7 @@ func (r *LeaseRenewer[K]) dialect() lease.Dialect {
 	if r.l == nil {
 		return 0
 	}
-	return r.l.Dialect()
+	return engine.DialectOf(r.l)
 }
 
 func (r *LeaseRenewer[K]) routed() (bool, any) {

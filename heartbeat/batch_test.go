@@ -234,7 +234,7 @@ func TestBatcherAddShortOfTrust(t *testing.T) {
 		for end := time.Now().Add(limit); b.Len() < 1; pause(time.Millisecond) { // handed over by the goroutine
 			require.False(t, time.Now().After(end), "the long lease never reached the batcher")
 		}
-		short, err := lease.New[string](e.Dialect, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{SafetyMargin: margin})
+		short, err := lease.New[string](e.Dialect, engine.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{SafetyMargin: margin})
 		require.NoError(t, err)
 		f := startFlowsWith(t, conformance.Env{DB: e.DB, Dialect: e.Dialect, Lease: short},
 			heartbeat.Config{Interval: interval, TTL: ttl, Batcher: b}, e.DB, "short", 1, 1)[0]

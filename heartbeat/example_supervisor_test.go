@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -40,7 +41,7 @@ func ExampleSupervisor() {
 		name TEXT PRIMARY KEY, owner TEXT, token TEXT, expires_at INTEGER, generation INTEGER NOT NULL DEFAULT 0)`); err != nil {
 		log.Fatal(err)
 	}
-	resources, err := lease.New[string](lease.SQLite, lease.MustTable("resource", lease.Columns{
+	resources, err := lease.New[string](lease.SQLite, engine.MustTable("resource", lease.Columns{
 		Key: "name", Holder: "owner", Token: "token", ExpiresAt: "expires_at", Generation: "generation",
 	}), lease.Options{})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/rowlease/rowlease/heartbeat"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -35,7 +36,7 @@ func ExampleHold() {
 		name TEXT PRIMARY KEY, owner TEXT, token TEXT, expires_at INTEGER, generation INTEGER NOT NULL DEFAULT 0)`); err != nil {
 		log.Fatal(err)
 	}
-	jobs, err := lease.New[string](lease.SQLite, lease.MustTable("job", lease.Columns{
+	jobs, err := lease.New[string](lease.SQLite, engine.MustTable("job", lease.Columns{
 		Key: "name", Holder: "owner", Token: "token", ExpiresAt: "expires_at", Generation: "generation",
 	}), lease.Options{})
 	if err != nil {

@@ -9,7 +9,7 @@
 // for mattn/go-sqlite3, through its error's fields). On SQLite both
 // modernc.org/sqlite ("sqlite") and mattn/go-sqlite3 ("sqlite3", cgo) are
 // supported and tested: duplicate keys become ErrExists, SQLITE_BUSY is
-// IsRetryable.
+// IsTransient.
 //
 // # The model
 //
@@ -147,7 +147,7 @@
 //   - Any other error is the driver's, returned as it is: the outcome of a
 //     write that failed this way is unknown (it may have committed). Never
 //     treat it as loss, and never treat loss as a transient error; retry
-//     until the grant's Deadline, then act as if lost. IsRetryable picks out
+//     until the grant's Deadline, then act as if lost. IsTransient picks out
 //     a deadlock or serialization victim, which took no effect;
 //     IsUnavailable a database that cannot be reached or serve for now (a
 //     broken connection, a server down, shutting down or read-only), after

@@ -6,7 +6,7 @@ import "github.com/rowlease/rowlease/internal/engine"
 // rowlease returns these kinds (session, toolexec and request with typed
 // detail of their own that matches them), never a sentinel that must be
 // matched beside them. Two more kinds are reported by functions, not
-// sentinels: transient (IsTransient, IsRetryable) and unavailable
+// sentinels: transient (IsTransient) and unavailable
 // (IsUnavailable). A held lease carries a *ConflictError and a lost one a
 // *LostError; the other kinds carry their detail in the error's text.
 var (
@@ -48,16 +48,11 @@ type LostError = engine.LostError
 // database clock).
 type ConflictError = engine.ConflictError
 
-// IsRetryable reports a statement or transaction that the database rolled
-// back to break a deadlock or a serialization conflict, or that could not
-// run for another writer (MySQL/MariaDB 1213, PostgreSQL 40001 or 40P01,
-// SQLite busy): nothing of it took effect; run the whole transaction
-// again. The library's own single statements on a pool already are.
-func IsRetryable(err error) bool { return engine.IsRetryable(err) }
-
 // IsTransient reports a database error after which the transaction it
-// ended took no effect and may be run again: IsRetryable's errors, a MySQL
-// lock wait timeout, SQLite locked, or ErrNodeBehind. It is never a lease
+// ended took no effect and may be run again: a deadlock or serialization
+// victim (MySQL/MariaDB 1213, PostgreSQL 40001 or 40P01), a MySQL lock
+// wait timeout, SQLite busy or locked, or ErrNodeBehind. The library's own
+// single statements on a pool are already sent again. It is never a lease
 // loss.
 func IsTransient(err error) bool { return engine.IsTransient(err) }
 

@@ -21,7 +21,8 @@ type Key = engine.Key
 // of state, keeping or releasing the lease), Create (insert a new row,
 // held), Delete, Confirm (prove inside a transaction that a grant holds),
 // Inspect (read a row, by the database clock), Fence (a grant as a Fence
-// for RunFenced), Table, Dialect and Close (the kept prepared statements).
+// for RunFenced), Ensure (insert the row free unless it exists) and Close
+// (the kept prepared statements).
 type Lease[K Key] = engine.Lease[K]
 
 // New builds a Lease of the table t (see NewTable) for the dialect d. It
@@ -44,7 +45,8 @@ func New[K Key](d Dialect, t Table, opts Options) (*Lease[K], error) {
 type Grant[K Key] = engine.Grant[K]
 
 // Token is a grant's random secret (128 bits). It never prints: String,
-// fmt's verbs, slog and encoding as text all give [redacted].
+// every fmt verb, slog and encoding as text give [redacted]; there is no
+// way to read it from outside the library.
 type Token = engine.Token
 
 // Options configure a Lease; the zero value is valid. Fields:
@@ -177,10 +179,6 @@ type Columns = engine.Columns
 // NewTable checks a table name and its columns (each a plain or
 // schema-qualified identifier) and returns the Table.
 func NewTable(name string, cols Columns) (Table, error) { return engine.NewTable(name, cols) }
-
-// MustTable is NewTable that panics on an invalid spec, for specs fixed
-// in code.
-func MustTable(name string, cols Columns) Table { return engine.MustTable(name, cols) }
 
 // Observer is how rowlease reports what it does, for traces, metrics and
 // logs (contrib/otel adapts it to OpenTelemetry): Start begins a unit of

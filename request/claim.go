@@ -31,7 +31,7 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 			last = nil
 			continue
 		}
-		if lease.IsRetryable(err) && retry.Backoff(ctx, attempt+1) {
+		if engine.IsRetryable(err) && retry.Backoff(ctx, attempt+1) {
 			last = err
 			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
@@ -417,7 +417,7 @@ func newRow(msg Message) lease.CreateOptions {
 // no transaction: OnBusy Reject (nothing to count ahead of it) on
 // PostgreSQL (the only dialect with a statement that writes two tables).
 func (r *Runner) atOnce(msg Message) bool {
-	return msg.OnBusy == Reject && r.req.Dialect() == lease.Postgres
+	return msg.OnBusy == Reject && engine.DialectOf(r.req) == lease.Postgres
 }
 
 // claimAtOnce is claim for a new message with OnBusy Reject on

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -139,7 +140,7 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error)
 			return nil, nil
 		case errors.As(err, new(*session.NotFoundError)):
 			return nil, err
-		case errors.Is(err, lease.ErrState), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), lease.IsRetryable(err):
+		case errors.Is(err, lease.ErrState), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), engine.IsRetryable(err):
 			continue // the head changed under us: read it again
 		}
 		return nil, err

@@ -345,7 +345,7 @@ func TestColumnsCannotBeChanged(t *testing.T) {
 	assert.Equal(t, schema.ColToken, Columns().Token)
 	r, err := New(Config{DB: testdb.Open(t, lease.SQLite)})
 	require.NoError(t, err)
-	assert.Equal(t, Columns(), r.req.Table().Columns())
+	assert.Equal(t, Columns(), engine.TableOf(r.req).Columns())
 }
 
 // TestRenamedTables (issue 8, item 14): Config names the request and

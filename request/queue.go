@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 )
@@ -288,7 +289,7 @@ func (r *Runner) busy(ctx context.Context, msg Message, busyErr error) (*Run, Ou
 func (r *Runner) enqueue(ctx context.Context, msg Message, id string) (position int, err error) {
 	for attempt := 0; ; attempt++ {
 		position, err = r.enqueueTx(ctx, msg, id)
-		if err == nil || !(lease.IsDuplicateKey(err) || lease.IsRetryable(err)) || attempt == 20 {
+		if err == nil || !(lease.IsDuplicateKey(err) || engine.IsRetryable(err)) || attempt == 20 {
 			break
 		}
 		// Another message took the same arrival number, or a duplicate

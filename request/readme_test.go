@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -52,7 +53,7 @@ func TestSessionRowRequiredWhereAsked(t *testing.T) {
 		_, err := db.ExecContext(ctx, "CREATE TABLE chat_session (id VARCHAR(191) NOT NULL PRIMARY KEY)")
 		require.NoError(t, err)
 		cols := lease.Columns{Key: "id", Holder: "holder", Token: "token", ExpiresAt: "expires_at", Generation: "generation"}
-		stmts, err := schema.LeaseColumnsDDL(e.d, lease.MustTable("chat_session", cols))
+		stmts, err := schema.LeaseColumnsDDL(e.d, engine.MustTable("chat_session", cols))
 		require.NoError(t, err)
 		for _, s := range stmts {
 			_, err := db.ExecContext(ctx, s)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
@@ -282,7 +283,7 @@ func TestBeginKeepsTheCause(t *testing.T) {
 		c.FailAfter(nil)
 		require.ErrorIs(t, err, ErrInFlight)
 		assert.ErrorAs(t, err, new(busyError), "the database's error is kept")
-		assert.True(t, lease.IsRetryable(err))
+		assert.True(t, engine.IsRetryable(err))
 		// The whole text: the cause, and nothing else (no token).
 		assert.Equal(t, "request: request in flight: the database kept refusing the locks: "+busyError{}.Error(), err.Error())
 	})

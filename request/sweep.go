@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // Defaults of RetentionConfig.
@@ -122,7 +124,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 		args = append(args, id)
 	}
 	args = append(args, micros)
-	res, err := tx.ExecContext(ctx, r.sweepStatement(r.req.Table(), len(ids)), args...)
+	res, err := tx.ExecContext(ctx, r.sweepStatement(engine.TableOf(r.req), len(ids)), args...)
 	if err != nil {
 		return 0, false, fmt.Errorf("request: sweeping requests: %w", err)
 	}
@@ -130,7 +132,7 @@ func (r *Runner) sweepBatch(ctx context.Context, olderThan time.Duration) (n int
 	if err != nil {
 		return 0, false, err
 	}
-	if _, err = r.tools.DeleteExpired(ctx, tx, r.req.Table(), ids); err != nil {
+	if _, err = r.tools.DeleteExpired(ctx, tx, engine.TableOf(r.req), ids); err != nil {
 		return 0, false, fmt.Errorf("request: deleting swept tool executions: %w", err)
 	}
 	stepArgs := append(append(make([]any, 0, 2*len(ids)), args[:len(ids)]...), args[:len(ids)]...)

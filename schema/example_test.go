@@ -10,6 +10,7 @@ import (
 
 	_ "modernc.org/sqlite" // the embedded SQLite driver, registered as "sqlite"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 )
@@ -59,7 +60,7 @@ func ExampleApply() {
 
 // LeaseColumnsDDL adds the lease columns to a table of your own.
 func ExampleLeaseColumnsDDL() {
-	jobs := lease.MustTable("jobs", lease.Columns{Key: "id", Holder: "lock_holder", Token: "lock_token",
+	jobs := engine.MustTable("jobs", lease.Columns{Key: "id", Holder: "lock_holder", Token: "lock_token",
 		ExpiresAt: "lock_expires_at", Generation: "lock_generation"})
 	stmts, err := schema.LeaseColumnsDDL(lease.Postgres, jobs)
 	if err != nil {

@@ -107,7 +107,7 @@ func leaseColumnsOnUserTables(t *testing.T, d lease.Dialect, db *sqlx.DB) {
 // TestLeaseColumnsDDLStatements pins the statements' shape per dialect and
 // the errors for bad input.
 func TestLeaseColumnsDDLStatements(t *testing.T) {
-	tbl := lease.MustTable("app.jobs", lease.Columns{Key: "id", Holder: "holder", Token: "token",
+	tbl := engine.MustTable("app.jobs", lease.Columns{Key: "id", Holder: "holder", Token: "token",
 		ExpiresAt: "expires_at", Generation: "generation", UpdatedAt: "updated_at"})
 	my, err := schema.LeaseColumnsDDL(lease.MySQL, tbl)
 	require.NoError(t, err)

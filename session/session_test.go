@@ -81,7 +81,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	assert.Equal(t, key, gA.Key)
 	assert.Equal(t, reqA, gA.Holder)
 	assert.Equal(t, int64(1), gA.Generation)
-	assert.False(t, gA.Token.IsZero())
+	assert.False(t, engine.TokenIsZero(gA.Token))
 	st, err := l.Inspect(ctx, db, key)
 	require.NoError(t, err)
 	assert.True(t, st.Held)
@@ -101,7 +101,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	assert.Equal(t, int64(1), ce.Generation)
 	assert.Greater(t, ce.Remaining, time.Duration(0))
 	assert.LessOrEqual(t, ce.Remaining, 5*time.Second)
-	assert.NotContains(t, err.Error(), gA.Token.Secret(), "a token never appears in an error")
+	assert.NotContains(t, err.Error(), engine.Secret(gA.Token), "a token never appears in an error")
 	assert.Equal(t, before, row.snapshot(t, db, d, key), "a refused acquire changes nothing")
 
 	// A's fence passes inside a transaction while A holds the session.
@@ -117,7 +117,7 @@ func cycle(t *testing.T, db *sqlx.DB, d lease.Dialect, l *session.Locker, row lo
 	gA2, err := l.Reenter(ctx, db, gA, 10*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), gA2.Generation, "reentry keeps the generation")
-	assert.Equal(t, gA.Token.Secret(), gA2.Token.Secret(), "reentry keeps the token")
+	assert.Equal(t, engine.Secret(gA.Token), engine.Secret(gA2.Token), "reentry keeps the token")
 	assert.Equal(t, reqA, gA2.Holder)
 	st, err = l.Inspect(ctx, db, key)
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func TestShippedTable(t *testing.T) {
 		ctx := bg(t)
 		l, err := session.New(session.Config{Dialect: d})
 		require.NoError(t, err)
-		assert.Equal(t, schema.SessionTable, l.Lease().Table().Name())
+		assert.Equal(t, schema.SessionTable, engine.TableOf(l.Lease()).Name())
 
 		require.NoError(t, l.Create(ctx, db, "s1"))
 		require.NoError(t, l.Create(ctx, db, "s1"), "Create is idempotent")
@@ -386,7 +386,7 @@ func TestNewInvalid(t *testing.T) {
 	// The zero Columns means the shipped table's.
 	l, err := session.New(session.Config{Dialect: lease.Postgres})
 	require.NoError(t, err)
-	assert.Equal(t, session.Columns(), l.Lease().Table().Columns())
+	assert.Equal(t, session.Columns(), engine.TableOf(l.Lease()).Columns())
 }
 
 // TestBadInputSendsNoSQL runs on a SQLite database without the schema: any
@@ -425,5 +425,5 @@ func TestColumnsCannotBeChanged(t *testing.T) {
 	assert.Equal(t, schema.ColToken, session.Columns().Token)
 	l, err := session.New(session.Config{Dialect: lease.SQLite})
 	require.NoError(t, err)
-	assert.Equal(t, session.Columns(), l.Lease().Table().Columns())
+	assert.Equal(t, session.Columns(), engine.TableOf(l.Lease()).Columns())
 }

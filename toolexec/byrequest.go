@@ -62,9 +62,9 @@ func (s *Store) Succeeded(ctx context.Context, db lease.DB, sessionKey, requestI
 
 // succeededQuery is Succeeded's statement.
 func (s *Store) succeededQuery() string {
-	d := s.l.Dialect()
+	d := engine.DialectOf(s.l)
 	return d.Rebind("SELECT " + schema.ColID + ", " + schema.ColToolName + ", " + schema.ColArgumentsHash + ", COALESCE(" +
-		schema.ColResult + ", ''), " + schema.ColOccurrence + " FROM " + engine.QuotedTable(s.l.Table(), d) + " WHERE " + schema.ColSessionKey + " = ? AND " +
+		schema.ColResult + ", ''), " + schema.ColOccurrence + " FROM " + engine.QuotedTable(engine.TableOf(s.l), d) + " WHERE " + schema.ColSessionKey + " = ? AND " +
 		schema.ColRequestID + " = ? AND " + schema.ColStatus + " = '" + schema.StoredSucceeded + "' ORDER BY " +
 		schema.ColCreatedAt + ", " + schema.ColOccurrence + ", " + schema.ColID)
 }
@@ -79,9 +79,9 @@ func (s *Store) StepsBefore(ctx context.Context, db lease.DB, sessionKey, reques
 	if err := s.checkRequest(db, sessionKey, requestID); err != nil {
 		return 0, err
 	}
-	d := s.l.Dialect()
+	d := engine.DialectOf(s.l)
 	var n int
-	err := db.QueryRowContext(ctx, d.Rebind("SELECT COALESCE(MAX("+schema.ColStepSeq+"), 0) FROM "+engine.QuotedTable(s.l.Table(), d)+
+	err := db.QueryRowContext(ctx, d.Rebind("SELECT COALESCE(MAX("+schema.ColStepSeq+"), 0) FROM "+engine.QuotedTable(engine.TableOf(s.l), d)+
 		" WHERE "+schema.ColSessionKey+" = ? AND "+schema.ColRequestID+" = ? AND "+schema.ColStatus+" IN ('"+
 		schema.StoredSucceeded+"', '"+schema.StoredStarted+"')"), sessionKey, requestID).Scan(&n)
 	return n, err
@@ -113,9 +113,9 @@ func (s *Store) DeleteExpired(ctx context.Context, db lease.DB, requests lease.T
 		args = append(args, id)
 	}
 	args = append(args, args...)
-	d := s.l.Dialect()
+	d := engine.DialectOf(s.l)
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(requestIDs)), ", ") + ")"
-	res, err := db.ExecContext(ctx, d.Rebind("DELETE FROM "+engine.QuotedTable(s.l.Table(), d)+" WHERE "+schema.ColRequestID+" IN "+in+
+	res, err := db.ExecContext(ctx, d.Rebind("DELETE FROM "+engine.QuotedTable(engine.TableOf(s.l), d)+" WHERE "+schema.ColRequestID+" IN "+in+
 		" AND "+schema.ColStatus+" <> '"+schema.StoredStarted+"' AND ("+schema.ColToken+" IS NULL OR "+schema.ColExpiresAt+
 		" <= "+engine.Now(d)+") AND "+schema.ColRequestID+" IN (SELECT "+schema.ColID+" FROM "+engine.QuotedTable(requests, d)+
 		" WHERE "+schema.ColID+" IN "+in+" AND "+schema.ColStatus+" = '"+schema.StoredExpired+"')"), args...)

@@ -91,7 +91,7 @@ func TestDeleteExpired(t *testing.T) {
 
 		tx, err := db.BeginTxx(ctx, nil)
 		require.NoError(t, err)
-		n, err := e.store.DeleteExpired(ctx, tx, e.req.Table(), []string{swept.requestID, running.requestID})
+		n, err := e.store.DeleteExpired(ctx, tx, engine.TableOf(e.req), []string{swept.requestID, running.requestID})
 		require.NoError(t, err)
 		require.NoError(t, tx.Commit())
 		assert.Equal(t, int64(2), n)
@@ -115,7 +115,7 @@ func TestByRequestBadInputSendsNoSQL(t *testing.T) {
 	require.NoError(t, err)
 	var c countdb.Counter
 	db := c.Wrap(testdb.Open(t, lease.SQLite))
-	requests := lease.MustTable(schema.RequestTable, requestColumns)
+	requests := engine.MustTable(schema.RequestTable, requestColumns)
 	refused := func(what string, err error) {
 		t.Helper()
 		var ve *engine.ValidationError

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/toolexec"
@@ -20,5 +21,5 @@ func TestColumnsCannotBeChanged(t *testing.T) {
 	assert.Equal(t, schema.ColToken, toolexec.Columns().Token)
 	s, err := toolexec.New(toolexec.Config{Dialect: lease.SQLite})
 	require.NoError(t, err)
-	assert.Equal(t, toolexec.Columns(), s.Lease().Table().Columns())
+	assert.Equal(t, toolexec.Columns(), engine.TableOf(s.Lease()).Columns())
 }

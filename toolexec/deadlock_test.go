@@ -35,7 +35,7 @@ func (v *victims) Start(ctx context.Context, _ lease.Span) (context.Context, fun
 	return ctx, func(error, ...lease.Attr) {}
 }
 func (v *victims) Op(_ context.Context, op lease.Op) {
-	if lease.IsRetryable(op.Err) {
+	if engine.IsRetryable(op.Err) {
 		v.n.Add(1)
 	}
 }
@@ -289,7 +289,7 @@ func TestJointEndDeadlockRetried(t *testing.T) {
 			waitFor(t, "the tool call's end waits for the other transaction", waitsOnX)
 			_, err = x.ExecContext(ctx, e.d.Rebind("UPDATE "+schema.SessionTable+" SET updated_at = updated_at WHERE session_key = ?"), f.sessionKey)
 			wantRuns := int64(2)
-			if err != nil && d == lease.Postgres && lease.IsRetryable(err) {
+			if err != nil && d == lease.Postgres && engine.IsRetryable(err) {
 				// PostgreSQL looks for a cycle once, deadlock_timeout after
 				// a wait began: on a machine so busy that x's wait began
 				// after the tool call's look, x finds the cycle and is the

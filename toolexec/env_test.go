@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
 	"github.com/rowlease/rowlease/session"
@@ -51,7 +52,7 @@ func newEnv(t *testing.T, db *sqlx.DB) *env {
 	require.NoError(t, err)
 	e.sessions, err = session.New(session.Config{Dialect: d, AutoCreate: true})
 	require.NoError(t, err)
-	e.req, err = lease.New[string](d, lease.MustTable(schema.RequestTable, requestColumns), lease.Options{})
+	e.req, err = lease.New[string](d, engine.MustTable(schema.RequestTable, requestColumns), lease.Options{})
 	require.NoError(t, err)
 	return e
 }

@@ -3,7 +3,7 @@ package toolexec
 import (
 	"fmt"
 
-	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // OutsideTxError is a side effect on SQLite that returned SQLite's busy
@@ -35,7 +35,7 @@ func (e *OutsideTxError) Error() string {
 // transaction x.Tx never waits for the lock, so the busy error came from
 // another connection. Otherwise it returns nil.
 func outsideTx(tool string, o ExecOptions, ferr error) error {
-	if o.Flow == nil || !lease.IsRetryable(ferr) || !o.Flow.InTx() {
+	if o.Flow == nil || !engine.IsRetryable(ferr) || !o.Flow.InTx() {
 		return nil
 	}
 	// On SQLite IsRetryable is SQLITE_BUSY and its extended codes.

@@ -46,7 +46,7 @@ func (s *Store) ReleaseForRequest(ctx context.Context, db lease.DB, sessionKey, 
 // releaseForRequestQuery is ReleaseForRequest's statement. Every name in
 // it was validated by lease.NewTable or is a schema constant.
 func (s *Store) releaseForRequestQuery() string {
-	d, t := s.l.Dialect(), s.l.Table()
+	d, t := engine.DialectOf(s.l), engine.TableOf(s.l)
 	c := t.Columns()
 	q := func(id string) string {
 		v, _ := engine.QuoteIdent(d, id)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
@@ -363,7 +364,7 @@ func TestExecFields(t *testing.T) {
 		assert.Equal(t, watched.Key, got.ExecutionID)
 		assert.Equal(t, res.ExecutionID, got.ExecutionID)
 		assert.Equal(t, f.holder, watched.Holder)
-		assert.False(t, watched.Token.IsZero())
+		assert.False(t, engine.TokenIsZero(watched.Token))
 		assert.Equal(t, call, got.Call)
 		assert.Equal(t, `{"a":35,"b":1}`, string(got.Canonical))
 		assert.NotNil(t, got.Tx)

@@ -139,7 +139,7 @@ func RunLease(ctx context.Context, cfg LeaseConfig) (LeaseReport, error) {
 	if cfg.Log == nil {
 		cfg.Log = func(string, ...any) {}
 	}
-	l, err := lease.New[string](cfg.Dialect, lease.MustTable(LeaseTable, leaseCols), lease.Options{})
+	l, err := lease.New[string](cfg.Dialect, engine.MustTable(LeaseTable, leaseCols), lease.Options{})
 	if err != nil {
 		return LeaseReport{}, err
 	}

@@ -206,7 +206,7 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 		return Grant[A]{}, Grant[C]{}, false, err
 	}
 	atok := a.o.Token
-	if atok.IsZero() {
+	if atok.isZero() {
 		if atok, err = NewToken(); err != nil {
 			return Grant[A]{}, Grant[C]{}, false, err
 		}

@@ -183,7 +183,7 @@ func TestObserverSeesAcquireCreate(t *testing.T) {
 			rec := &opRecorder{}
 			e := conformance.Setup(t, testdb.Open(t, d), engine.Options{Observer: rec})
 			other := e.ItemLike(t, "lease_other")
-			l2, err := engine.New[string](e.Dialect, other.Table(), engine.Options{Observer: rec})
+			l2, err := engine.New[string](e.Dialect, engine.TableOf(other), engine.Options{Observer: rec})
 			require.NoError(t, err)
 			ctx := context.Background()
 			e.Insert(t, "s")

@@ -79,7 +79,7 @@ func RenewMany[K Key](ctx context.Context, l *Lease[K], db DB, gs []Grant[K], tt
 			errs[i] = err
 			continue
 		}
-		id := grantID[K]{g.Key, g.Token.Secret(), g.Generation}
+		id := grantID[K]{g.Key, g.Token.secret(), g.Generation}
 		if j, ok := first[id]; ok {
 			copyOf[i] = j
 			continue
@@ -274,7 +274,7 @@ func (l *Lease[K]) stillHeld(ctx context.Context, db, on DB, out []Grant[K], idx
 func heldIndex[K Key](out []Grant[K], idx []int) map[held]int {
 	m := make(map[held]int, len(idx))
 	for _, i := range idx {
-		m[held{out[i].Token.Secret(), out[i].Generation}] = i
+		m[held{out[i].Token.secret(), out[i].Generation}] = i
 	}
 	return m
 }

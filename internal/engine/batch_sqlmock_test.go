@@ -81,7 +81,7 @@ func batchArgs(d engine.Dialect, gs ...engine.Grant[string]) []driver.Value {
 		}
 	}
 	for _, g := range gs {
-		out = append(out, g.Key, g.Token.Secret(), g.Generation)
+		out = append(out, g.Key, engine.Secret(g.Token), g.Generation)
 	}
 	return out
 }
@@ -101,7 +101,7 @@ func mockGrants(t *testing.T, keys ...string) []engine.Grant[string] {
 func heldRows(gs ...engine.Grant[string]) *sqlmock.Rows {
 	rows := sqlmock.NewRows([]string{"token", "generation"})
 	for _, g := range gs {
-		rows.AddRow(g.Token.Secret(), g.Generation)
+		rows.AddRow(engine.Secret(g.Token), g.Generation)
 	}
 	return rows
 }

@@ -329,7 +329,7 @@ func handWrittenPair(b *testing.B, d engine.Dialect, db engine.DB) {
 func benchInterleaved(b *testing.B, e conformance.Env) {
 	insertFree(b, e.DB, []string{"k"})
 	cache := newStmtCache(b, e.DB)
-	text, err := engine.New[string](e.Dialect, e.Lease.Table(), engine.Options{Prepare: engine.PrepareNever})
+	text, err := engine.New[string](e.Dialect, engine.TableOf(e.Lease), engine.Options{Prepare: engine.PrepareNever})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestCloseConcurrentWithOperations(t *testing.T) {
 		var errs []error
 		var mu sync.Mutex
 		for range 10 {
-			l, err := engine.New[string](e.Dialect, e.Lease.Table(), engine.Options{Prepare: engine.PrepareAlways})
+			l, err := engine.New[string](e.Dialect, engine.TableOf(e.Lease), engine.Options{Prepare: engine.PrepareAlways})
 			require.NoError(t, err)
 			var wg sync.WaitGroup
 			started := make(chan struct{})

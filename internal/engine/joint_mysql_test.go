@@ -62,7 +62,7 @@ func TestMySQLJointSameMicrosecond(t *testing.T) {
 func TestMySQLJointMultiPrimary(t *testing.T) {
 	c := &countdb.Counter{}
 	e := conformance.Setup(t, openCounted(t, engine.MySQL, c), engine.Options{MultiPrimary: true})
-	other2, err := engine.New[string](engine.MySQL, e.ItemLike(t, "lease_other").Table(), engine.Options{MultiPrimary: true})
+	other2, err := engine.New[string](engine.MySQL, engine.TableOf(e.ItemLike(t, "lease_other")), engine.Options{MultiPrimary: true})
 	require.NoError(t, err)
 	ctx := ctxT(t)
 	hold := func(l *engine.Lease[string], key string) engine.Grant[string] {

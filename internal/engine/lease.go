@@ -270,11 +270,11 @@ func powerOfTenMicros(r time.Duration) bool {
 // safety margin before the database expiry.
 func Resolution[K Key](l *Lease[K]) time.Duration { return l.res }
 
-// Dialect returns the lease's dialect.
-func (l *Lease[K]) Dialect() Dialect { return l.dialect }
+// DialectOf returns l's dialect.
+func DialectOf[K Key](l *Lease[K]) Dialect { return l.dialect }
 
-// Table returns the lease's table spec.
-func (l *Lease[K]) Table() Table { return l.table }
+// TableOf returns l's table spec.
+func TableOf[K Key](l *Lease[K]) Table { return l.table }
 
 func (l *Lease[K]) marginFor(ttl time.Duration) time.Duration {
 	if l.margin == 0 {

@@ -47,8 +47,8 @@ func TestNewValidation(t *testing.T) {
 	for _, d := range mockDialects {
 		l, err := engine.New[int64](d, tbl, engine.Options{SafetyMargin: time.Second})
 		require.NoError(t, err)
-		assert.Equal(t, d, l.Dialect())
-		assert.Equal(t, tbl, l.Table())
+		assert.Equal(t, d, engine.DialectOf(l))
+		assert.Equal(t, tbl, engine.TableOf(l))
 	}
 	// Resolution: the database clock's step, or a coarser declared column.
 	for _, c := range []struct {

@@ -77,10 +77,10 @@ func TestObserverSeesEveryOperationAndNoToken(t *testing.T) {
 			assert.Equal(t, conformance.ItemTable, op.Table)
 			assert.False(t, op.Start.IsZero())
 			if op.Err != nil {
-				assert.NotContains(t, op.Err.Error(), g.Token.Secret())
+				assert.NotContains(t, op.Err.Error(), engine.Secret(g.Token))
 			}
-			assert.NotContains(t, fmt.Sprintf("%+v", op), g.Token.Secret())
-			assert.False(t, strings.Contains(fmt.Sprintf("%#v", op), g.Token.Secret()))
+			assert.NotContains(t, fmt.Sprintf("%+v", op), engine.Secret(g.Token))
+			assert.False(t, strings.Contains(fmt.Sprintf("%#v", op), engine.Secret(g.Token)))
 		}
 	})
 }
@@ -94,9 +94,9 @@ func TestObserverSeesEachJointWrite(t *testing.T) {
 		rec := &opRecorder{}
 		e := conformance.Setup(t, db, engine.Options{Observer: rec})
 		other, third := e.ItemLike(t, "lease_other"), e.ItemLike(t, "lease_third")
-		l2, err := engine.New[string](e.Dialect, other.Table(), engine.Options{Observer: rec})
+		l2, err := engine.New[string](e.Dialect, engine.TableOf(other), engine.Options{Observer: rec})
 		require.NoError(t, err)
-		l3, err := engine.New[string](e.Dialect, third.Table(), engine.Options{Observer: rec})
+		l3, err := engine.New[string](e.Dialect, engine.TableOf(third), engine.Options{Observer: rec})
 		require.NoError(t, err)
 		ctx := context.Background()
 		hold := func(l *engine.Lease[string], key string) engine.Grant[string] {
@@ -123,7 +123,7 @@ func TestObserverSeesEachJointWrite(t *testing.T) {
 			assert.Equal(t, want, rec.summary(), "lose %v", lose)
 			rec.mu.Lock()
 			for _, op := range rec.ops {
-				assert.NotContains(t, fmt.Sprintf("%+v", op), a.Token.Secret())
+				assert.NotContains(t, fmt.Sprintf("%+v", op), engine.Secret(a.Token))
 				assert.False(t, op.Start.IsZero())
 			}
 			rec.mu.Unlock()

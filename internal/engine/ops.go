@@ -35,7 +35,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 		return Grant[K]{}, err
 	}
 	tok := o.Token
-	if tok.IsZero() {
+	if tok.isZero() {
 		var err error
 		if tok, err = NewToken(); err != nil {
 			return Grant[K]{}, err
@@ -111,7 +111,7 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	}
 	defer done()
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
+	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
 	if err != nil {
 		return g, err
 	}
@@ -217,7 +217,7 @@ func Verify[K Key](ctx context.Context, l *Lease[K], db DB, g Grant[K], lock boo
 		c = l.verifyLockQ
 	}
 	var gen int64
-	args := c.args(vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
+	args := c.args(vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation))
 	miss, err := l.sendConfirmed(ctx, db, c.query, func(q string) (bool, error) {
 		err := l.queryRow(ctx, db, q, args).Scan(&gen)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -335,7 +335,7 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
-	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation))
+	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation))
 	if err != nil {
 		return err
 	}

@@ -278,7 +278,7 @@ func TestCheckSQLiteSettings(t *testing.T) {
 			if c.want == nil {
 				assert.Empty(t, out)
 			}
-			assert.NotContains(t, out, g.Token.Secret())
+			assert.NotContains(t, out, engine.Secret(g.Token))
 		})
 	}
 }
@@ -361,7 +361,7 @@ func TestCheckMySQLInterpolateParams(t *testing.T) {
 				g, err := l.Acquire(ctx, pool, "k", "a", time.Minute)
 				require.NoError(t, err)
 				require.NoError(t, l.Release(ctx, pool, g))
-				assert.NotContains(t, log.String(), g.Token.Secret())
+				assert.NotContains(t, log.String(), engine.Secret(g.Token))
 				if c.prepare == engine.PrepareAlways {
 					require.NoError(t, l.Close())
 				}

@@ -56,7 +56,7 @@ func newJointMock(t *testing.T, d engine.Dialect, opts engine.Options) jointMock
 		*x.l = l
 	}
 	g := mockGrant(t)
-	j.tok = g.Token.Secret()
+	j.tok = engine.Secret(g.Token)
 	j.a = g
 	j.b, j.c = g, g
 	j.b.Key, j.b.Generation = "r", 7

@@ -127,8 +127,8 @@ func expectOp(t *testing.T, mock sqlmock.Sqlmock, d engine.Dialect, op mockOp, g
 	seen := new(string)
 	tok := tokenArg{got: seen}
 	if !op.freshTok {
-		tok.want = g.Token.Secret()
-		*seen = g.Token.Secret()
+		tok.want = engine.Secret(g.Token)
+		*seen = engine.Secret(g.Token)
 	}
 	args := mockArgs(op.args[d].([]any), tok)
 	exec := op.kind == kindInsert || op.kind == kindRelease || (op.kind == kindUpdate && d == engine.MySQL)
@@ -209,10 +209,10 @@ func TestSQLMockStatements(t *testing.T) {
 				}
 				if op.freshTok {
 					require.NotEmpty(t, *seen)
-					assert.Equal(t, *seen, tok.Secret(), "the grant carries the token that was sent")
-					assert.NotEqual(t, g.Token.Secret(), tok.Secret())
-				} else if !tok.IsZero() {
-					assert.True(t, tok.Equal(g.Token), "the grant keeps its token")
+					assert.Equal(t, *seen, engine.Secret(tok), "the grant carries the token that was sent")
+					assert.NotEqual(t, engine.Secret(g.Token), engine.Secret(tok))
+				} else if !engine.TokenIsZero(tok) {
+					assert.True(t, engine.SameToken(tok, g.Token), "the grant keeps its token")
 				}
 			})
 		}
@@ -284,7 +284,7 @@ func TestSQLMockValidationSendsNothing(t *testing.T) {
 			for name, err := range errs {
 				var ve *engine.ValidationError
 				assert.ErrorAs(t, err, &ve, name)
-				noSecret(t, err, g.Token.Secret())
+				noSecret(t, err, engine.Secret(g.Token))
 			}
 		})
 	}
@@ -306,8 +306,8 @@ func TestSQLMockTokenIsSent(t *testing.T) {
 	}), g.Generation).WillReturnResult(sqlmock.NewResult(0, 0))
 	err := l.Release(context.Background(), db, g)
 	require.ErrorIs(t, err, engine.ErrLost)
-	require.Equal(t, []string{g.Token.Secret()}, got)
-	assert.False(t, strings.Contains(err.Error(), g.Token.Secret()))
+	require.Equal(t, []string{engine.Secret(g.Token)}, got)
+	assert.False(t, strings.Contains(err.Error(), engine.Secret(g.Token)))
 }
 
 type argFunc func(driver.Value) bool
@@ -327,12 +327,12 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			q := mockOp1(t, "Verify").sql[d].(string)
 			if d != engine.SQLite { // PrepareAuto prepares on SQLite only
 				for range 2 {
-					mock.ExpectQuery(q).WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+					mock.ExpectQuery(q).WithArgs("k", engine.Secret(g.Token), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 				}
 			} else {
 				p := mock.ExpectPrepare(q).WillBeClosed() // by l.Close below
 				for range 2 {
-					p.ExpectQuery().WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+					p.ExpectQuery().WithArgs("k", engine.Secret(g.Token), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 				}
 			}
 			for range 2 {
@@ -342,7 +342,7 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			}
 			// In a transaction: text, never the pool's prepared statement.
 			mock.ExpectBegin()
-			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			mock.ExpectQuery(q).WithArgs("k", engine.Secret(g.Token), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 			mock.ExpectCommit()
 			tx, err := db.Begin()
 			require.NoError(t, err)
@@ -352,7 +352,7 @@ func TestSQLMockPreparedOnce(t *testing.T) {
 			require.NoError(t, l.Close())
 
 			// Closed: text from now on, nothing prepared again.
-			mock.ExpectQuery(q).WithArgs("k", g.Token.Secret(), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
+			mock.ExpectQuery(q).WithArgs("k", engine.Secret(g.Token), g.Generation).WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(3)))
 			_, err = engine.Verify(context.Background(), l, db, g, false)
 			require.NoError(t, err)
 			require.NoError(t, l.Close(), "a second Close is a no-op")

@@ -51,7 +51,7 @@ func vals(extra ...any) map[string]any {
 // holder under tok for ttl: an acquire (state set, states checked) or a
 // create (state set, states nil); AcquireWith, Create and AcquireCreate.
 func heldVals(key any, tok Token, holder string, ttl time.Duration, state string, states []string, set []Assignment) map[string]any {
-	m := vals("key", key, "tok", tok.Secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", state)
+	m := vals("key", key, "tok", tok.secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", state)
 	addStates(m, states)
 	addSet(m, set)
 	return m
@@ -60,7 +60,7 @@ func heldVals(key any, tok Token, holder string, ttl time.Duration, state string
 // grantVals are the arguments of a token-checked statement on g's row
 // (Release, Delete, Verify).
 func grantVals[K Key](g Grant[K]) map[string]any {
-	return vals("key", g.Key, "tok", g.Token.Secret(), "gen", g.Generation)
+	return vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation)
 }
 
 // confirmVals are Confirm's arguments: it renews for g.TTL.
@@ -395,7 +395,7 @@ func batchArgs[K Key](gs []Grant[K], idx []int) ([]any, []string, []int64) {
 	toks := make([]string, len(idx))
 	gens := make([]int64, len(idx))
 	for j, i := range idx {
-		keys[j], toks[j], gens[j] = gs[i].Key, gs[i].Token.Secret(), gs[i].Generation
+		keys[j], toks[j], gens[j] = gs[i].Key, gs[i].Token.secret(), gs[i].Generation
 	}
 	return keys, toks, gens
 }

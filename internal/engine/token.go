@@ -10,7 +10,7 @@ import (
 // Token is the random secret that proves a grant. It is a UUIDv4 drawn from
 // crypto/rand. Every write a holder makes is conditioned on it.
 //
-// A Token never prints itself: String, GoString, Format, MarshalText and
+// A Token never prints itself: String, Format, MarshalText and
 // LogValue all give "[redacted]", so a grant can be logged or wrapped in an
 // error without leaking the secret. Secret returns the raw value for callers
 // that must store it (for example to resume a flow in another process).
@@ -38,28 +38,31 @@ func ParseToken(s string) (Token, error) {
 	return Token{p: &s}, nil
 }
 
-// IsZero reports whether t is the zero Token (no grant).
-func (t Token) IsZero() bool { return t.p == nil }
+// isZero reports whether t is the zero Token (no grant).
+func (t Token) isZero() bool { return t.p == nil }
 
-// Secret returns the raw token text. Treat it as a password.
-func (t Token) Secret() string {
+// TokenIsZero reports whether t is the zero Token (no grant).
+func TokenIsZero(t Token) bool { return t.isZero() }
+
+// Secret returns the raw token text, for rowlease's own packages and
+// tests. Treat it as a password.
+func Secret(t Token) string { return t.secret() }
+
+// SameToken reports whether two tokens are the same secret (== compares
+// where each is kept, not the secret).
+func SameToken(a, b Token) bool { return a.secret() == b.secret() }
+
+func (t Token) secret() string {
 	if t.p == nil {
 		return ""
 	}
 	return *t.p
 }
 
-// Equal reports whether two tokens are the same secret.
-// Compare tokens with Equal, not ==.
-func (t Token) Equal(o Token) bool { return t.Secret() == o.Secret() }
-
 // String returns "[redacted]".
 func (t Token) String() string { return redacted }
 
-// GoString returns "[redacted]".
-func (t Token) GoString() string { return redacted }
-
-// Format prints "[redacted]" for every verb.
+// Format prints "[redacted]" for every verb, %#v included.
 func (t Token) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
 
 // MarshalText returns "[redacted]", so JSON and text encoders never leak it.

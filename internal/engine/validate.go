@@ -212,7 +212,7 @@ func (l *Lease[K]) checkGrant(g Grant[K]) error {
 	if err := l.checkKey(g.Key); err != nil {
 		return err
 	}
-	if g.Token.IsZero() {
+	if g.Token.isZero() {
 		return invalid("grant", "zero token")
 	}
 	return nil

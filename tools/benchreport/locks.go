@@ -76,7 +76,7 @@ func measureLocks(ctx context.Context, d lease.Dialect, kind string, workers int
 	if _, err := db.ExecContext(ctx, conformance.ItemDDL[d]); err != nil {
 		return lockPoint{}, err
 	}
-	l, err := lease.New[string](d, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{})
+	l, err := lease.New[string](d, engine.MustTable(conformance.ItemTable, conformance.ItemColumns), lease.Options{})
 	if err != nil {
 		return lockPoint{}, err
 	}
@@ -105,14 +105,14 @@ func measureLocks(ctx context.Context, d lease.Dialect, kind string, workers int
 				if err != nil {
 					return err
 				}
-				res, err := db.ExecContext(ctx, q[0], "bench", tok.Secret(), ttl.Microseconds(), key)
+				res, err := db.ExecContext(ctx, q[0], "bench", engine.Secret(tok), ttl.Microseconds(), key)
 				if err != nil {
 					return err
 				}
 				if n, _ := res.RowsAffected(); n != 1 {
 					return fmt.Errorf("hand-written acquire matched %d rows", n)
 				}
-				_, err = db.ExecContext(ctx, q[1], key, tok.Secret())
+				_, err = db.ExecContext(ctx, q[1], key, engine.Secret(tok))
 				return err
 			}, func() {}, nil
 		case kindGetLock, kindPgLock:

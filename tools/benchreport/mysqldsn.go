@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/testkit/conformance"
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/lease"
@@ -155,7 +156,7 @@ func measureMySQLDSNPoint(ctx context.Context, mode string, workers int, dur tim
 	if mode == dsnPrepared || mode == dsnInterpolatePrepared {
 		opts.Prepare = lease.PrepareAlways
 	}
-	l, err := lease.New[string](lease.MySQL, lease.MustTable(conformance.ItemTable, conformance.ItemColumns), opts)
+	l, err := lease.New[string](lease.MySQL, engine.MustTable(conformance.ItemTable, conformance.ItemColumns), opts)
 	if err != nil {
 		return mysqlDSNPoint{}, err
 	}

@@ -399,7 +399,7 @@ func uuid() string {
 	if err != nil {
 		panic(err)
 	}
-	b := sha256.Sum256([]byte(t.Secret()))
+	b := sha256.Sum256([]byte(engine.Secret(t)))
 	return hex.EncodeToString(b[:16])
 }
 

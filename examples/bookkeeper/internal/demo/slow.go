@@ -17,6 +17,7 @@ import (
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/store"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/webhook"
+	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/request"
 	"github.com/rowlease/rowlease/schema"
@@ -215,7 +216,7 @@ func watchLeases(ctx context.Context, st *store.Store, sid string, sn *slowRun, 
 	if err != nil {
 		return err
 	}
-	reqs, err := lease.New[string](st.Dialect, lease.MustTable(schema.RequestTable, request.Columns()), lease.Options{})
+	reqs, err := lease.New[string](st.Dialect, engine.MustTable(schema.RequestTable, request.Columns()), lease.Options{})
 	if err != nil {
 		return err
 	}
