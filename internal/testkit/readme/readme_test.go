@@ -63,6 +63,9 @@ import (
 )
 
 // imports are the packages every block may use, by their usual names.
+// pgxpool and stdlib are there for the page that shows a pgx pool handed
+// to rowlease: the module requires pgx for its tests, the library links
+// none of it.
 var imports = []string{
 	"context",
 	"database/sql",
@@ -73,6 +76,8 @@ var imports = []string{
 	"net/http",
 	"testing",
 	"time",
+	"github.com/jackc/pgx/v5/pgxpool",
+	"github.com/jackc/pgx/v5/stdlib",
 	"github.com/rowlease/rowlease/heartbeat",
 	"github.com/rowlease/rowlease/httpapi",
 	"github.com/rowlease/rowlease/lease",
