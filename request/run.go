@@ -39,6 +39,7 @@ func (r *Runner) runAndContinue(ctx context.Context, run *Run, agent Agent) (Out
 // lost or the run is asked to stop — and finishes the request (finish).
 func (r *Runner) execute(ctx context.Context, run *Run, agent Agent) (Outcome, error) {
 	run.abandoned = make(chan struct{})
+	crash.Arm(&run.crashPoint, run.abandon)
 	hc := heartbeat.Config{Interval: r.cfg.HeartbeatInterval, TTL: r.cfg.TTL, Clock: r.cfg.Lease.Clock, Logger: r.log, Batcher: r.batcher}
 	if r.cfg.Observer != nil {
 		hc.OnEvent = heartbeatEvent(ctx, r.cfg.Observer)
@@ -123,6 +124,9 @@ type Run struct {
 
 	abandoned   chan struct{}
 	abandonOnce sync.Once
+	// crashPoint is how rowleasetest.Crash reaches the run: armed by
+	// execute with abandon.
+	crashPoint
 
 	// Steps (step.go): the request's recorded steps, the position of the
 	// next one, how many were replayed, and the divergence that failed
@@ -301,12 +305,16 @@ func (run *Run) stopped() error {
 	return nil
 }
 
-func init() { crash.Abandon = func(run any) { run.(*Run).abandon() } }
+// crashPoint is the point where rowleasetest.Crash abandons a run
+// (internal/crash). Run embeds it under this unexported name: it adds no
+// field and no method to Run's API.
+type crashPoint = crash.Point
 
 // abandon stops the heartbeat and makes Handle return without writing or
 // releasing anything, as if the process had crashed: the leases expire
 // after their TTL and another run takes the request over. It is for crash
-// tests (rowleasetest.Crash). The agent should return soon after.
+// tests (rowleasetest.Crash, through the run's crashPoint, and this
+// package's own). The agent should return soon after.
 func (run *Run) abandon() {
 	run.abandonOnce.Do(func() { close(run.abandoned) })
 	if run.sup != nil {

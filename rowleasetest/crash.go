@@ -17,5 +17,5 @@ func Crash(run *request.Run) {
 	if run == nil {
 		return
 	}
-	crash.Abandon(run)
+	crash.Fire(run)
 }
