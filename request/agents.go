@@ -103,29 +103,21 @@ func (r *Runner) agentOf(name string) Agent {
 	return ag
 }
 
-// checkAgent refuses, before any SQL, a message whose agent name is not
-// valid text or not registered.
-func (r *Runner) checkAgent(name string) error {
+// namedAgent returns the agent a message names (agentOf: nil when this
+// Runner has none), and refuses, before any SQL, a name that is not
+// registered (*UnknownAgentError) or not valid text. A registered name is
+// valid text (Register checks it).
+func (r *Runner) namedAgent(name string) (Agent, error) {
 	if name == "" {
-		return nil
+		return r.cfg.Agent, nil
+	}
+	if ag, ok := r.cfg.Agents.Lookup(name); ok {
+		return ag, nil
 	}
 	if err := valid.Text("request", "agent", name, schema.MaxAgentNameLen); err != nil {
-		return err
+		return nil, err
 	}
-	if _, ok := r.cfg.Agents.Lookup(name); !ok {
-		return &UnknownAgentError{Name: name}
-	}
-	return nil
-}
-
-// agentValue is what the agent column stores for name: NULL for the
-// default agent, so that rows written before agents had names and rows of
-// single-agent services read alike.
-func agentValue(name string) any {
-	if name == "" {
-		return nil
-	}
-	return name
+	return nil, &UnknownAgentError{Name: name}
 }
 
 // ownAgents is the SQL condition (on the unqualified agent column) that a

@@ -3,7 +3,6 @@ package request
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -302,6 +301,23 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 			return run, err
 		}
 	}
+	// What the claim writes into the request's row besides its lease,
+	// known before the transaction begins.
+	var row lease.CreateOptions
+	var opts lease.AcquireOptions
+	if c.kind == newRequest {
+		row = newRow(c.msg)
+	} else {
+		opts = lease.AcquireOptions{InStates: []string{c.from}, SetState: schema.StoredProcessing}
+		if c.from == schema.StoredFailed {
+			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
+		}
+		if c.kind == resend {
+			// A resend's agent runs the request now: its name is the one
+			// a later resume looks for.
+			opts.Set = append(opts.Set, lease.Set(schema.ColAgent, agentValue(c.msg.Agent)))
+		}
+	}
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -348,17 +364,8 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	}
 	var g lease.Grant[string]
 	if c.kind == newRequest {
-		g, err = r.req.Create(ctx, ltx, c.id, c.holder, r.cfg.TTL, newRow(c.msg))
+		g, err = r.req.Create(ctx, ltx, c.id, c.holder, r.cfg.TTL, row)
 	} else {
-		opts := lease.AcquireOptions{InStates: []string{c.from}, SetState: schema.StoredProcessing}
-		if c.from == schema.StoredFailed {
-			opts.Set = []lease.Assignment{lease.Set(schema.ColError, nil)}
-		}
-		if c.kind == resend {
-			// A resend's agent runs the request now: its name is the one
-			// a later resume looks for.
-			opts.Set = append(opts.Set, lease.Set(schema.ColAgent, agentValue(c.msg.Agent)))
-		}
 		g, err = r.req.AcquireWith(ctx, ltx, c.id, c.holder, r.cfg.TTL, opts)
 		if errors.Is(err, lease.ErrHeld) {
 			err = fmt.Errorf("%w: %w", ErrInFlight, err)
@@ -368,8 +375,18 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 		return nil, err
 	}
 	if c.from == schema.StoredProcessing {
-		if err := r.askedToStop(ctx, tx, c.id); err != nil {
-			return nil, err // a cancel or an interrupt came after the read that chose it
+		// Asked to stop (a cancel or an interrupt) after the read that
+		// chose it? Its interrupted_by, read after the write that took it
+		// over: a flag that committed before that write is seen (the write
+		// read the row's latest version, and the transaction sees its own
+		// write), and a later one waits for the commit, then finds a live
+		// run, which its heartbeat (or, in this process, Cancel) stops.
+		var by string
+		if err := tx.QueryRowContext(ctx, r.sql.flagRead, c.id).Scan(&by); err != nil {
+			return nil, fmt.Errorf("request: reading whether the request was asked to stop: %w", err)
+		}
+		if by != "" {
+			return nil, errAskedToStop
 		}
 	}
 	run = &Run{r: r, msg: c.msg, id: c.id, holder: c.holder, sess: sg, req: g, fromQueue: c.fromQueue}
@@ -396,6 +413,12 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	}
 	return run, nil
 }
+
+// errAskedToStop: a claim took over a dead run's request that was asked
+// to stop (its interrupted_by set, by Cancel or an interrupting message)
+// after the read that chose it. The claim rolled back; the request is to
+// be settled (interrupted or cancelled), never run again.
+var errAskedToStop = errors.New("request: asked to stop before its takeover")
 
 // newRow is what a new request's row holds besides its lease.
 func newRow(msg Message) lease.CreateOptions {
@@ -507,44 +530,4 @@ func (r *Runner) giveBack(ctx context.Context, sg session.Grant, g lease.Grant[s
 		return r.sessions.Release(cctx, r.db, sg)
 	})
 	r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
-}
-
-// prior reads the request's tool calls that committed (through toolexec,
-// which owns their table).
-func (r *Runner) prior(ctx context.Context, db lease.DB, sessionKey, requestID string) ([]ToolRecord, error) {
-	recs, err := r.tools.Succeeded(ctx, db, sessionKey, requestID)
-	if err != nil || recs == nil {
-		return nil, err
-	}
-	out := make([]ToolRecord, len(recs))
-	for i, rec := range recs {
-		out[i] = ToolRecord(rec)
-	}
-	return out, nil
-}
-
-// loadSteps reads the steps a request recorded, in order, inside the
-// transaction that has just taken it over (its lease row is then locked
-// by that transaction's write, and a stale run's step, fenced by that
-// row, can no longer be added).
-func (r *Runner) loadSteps(ctx context.Context, db lease.DB, id string) ([]stepRecord, error) {
-	rows, err := db.QueryContext(ctx, r.sql.steps, id)
-	if err != nil {
-		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
-	}
-	defer rows.Close()
-	var out []stepRecord
-	for rows.Next() {
-		var rec stepRecord
-		var output string
-		if err := rows.Scan(&rec.Name, &output); err != nil {
-			return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
-		}
-		rec.Output = json.RawMessage(output)
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
-	}
-	return out, nil
 }

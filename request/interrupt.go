@@ -2,9 +2,6 @@ package request
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -121,27 +118,4 @@ func (r *Runner) settleInterrupted(ctx context.Context, sessionKey, id string) (
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
-}
-
-// errAskedToStop: a claim took over a dead run's request that was asked
-// to stop (its interrupted_by set, by Cancel or an interrupting message)
-// after the read that chose it. The claim rolled back; the request is to
-// be settled (interrupted or cancelled), never run again.
-var errAskedToStop = errors.New("request: asked to stop before its takeover")
-
-// askedToStop reads the request's interrupted_by inside the claim's
-// transaction, after the write that took the request over: a flag that
-// committed before that write is seen (the write read the row's latest
-// version and the transaction sees its own write), and a later one waits
-// for the commit, then finds a live run, which its heartbeat (or, in this
-// process, Cancel) stops. It returns errAskedToStop when the flag is set.
-func (r *Runner) askedToStop(ctx context.Context, tx *sql.Tx, id string) error {
-	var by string
-	if err := tx.QueryRowContext(ctx, r.sql.flagRead, id).Scan(&by); err != nil {
-		return fmt.Errorf("request: reading whether the request was asked to stop: %w", err)
-	}
-	if by != "" {
-		return errAskedToStop
-	}
-	return nil
 }

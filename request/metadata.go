@@ -75,12 +75,3 @@ func fingerprint(content string, metadata json.RawMessage) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
-
-// metadataValue is what the metadata column stores: NULL when there is
-// none.
-func metadataValue(m json.RawMessage) any {
-	if len(m) == 0 {
-		return nil
-	}
-	return string(m)
-}

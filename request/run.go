@@ -173,6 +173,20 @@ type ToolRecord struct {
 // Prior lists tool calls of this request that committed in earlier runs.
 func (run *Run) Prior() []ToolRecord { return append([]ToolRecord(nil), run.prior...) }
 
+// prior reads the request's tool calls that committed (through toolexec,
+// which owns their table).
+func (r *Runner) prior(ctx context.Context, db lease.DB, sessionKey, requestID string) ([]ToolRecord, error) {
+	recs, err := r.tools.Succeeded(ctx, db, sessionKey, requestID)
+	if err != nil || recs == nil {
+		return nil, err
+	}
+	out := make([]ToolRecord, len(recs))
+	for i, rec := range recs {
+		out[i] = ToolRecord(rec)
+	}
+	return out, nil
+}
+
 // Generations are the fencing generations of the session and the request.
 func (run *Run) Generations() (sessionGen, requestGen int64) {
 	return run.sess.Generation, run.req.Generation

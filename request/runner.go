@@ -444,14 +444,15 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 		ctx, end = obs.Start(ctx, lease.Span{Name: SpanHandle, Attrs: []lease.Attr{{Key: AttrSession, Value: msg.SessionKey}}})
 		defer func() { end(err, handleEnd(out, err)...) }()
 	}
-	if err := r.checkAgent(msg.Agent); err != nil {
+	named, err := r.namedAgent(msg.Agent)
+	if err != nil {
 		return Outcome{}, err
 	}
 	if err := r.checkMetadataSize(msg.Metadata); err != nil {
 		return Outcome{}, err
 	}
 	if agent == nil {
-		agent = r.agentOf(msg.Agent)
+		agent = named
 	}
 	if agent == nil {
 		return Outcome{}, invalid("agent", "nil, and Config.Agent is nil")
@@ -459,7 +460,7 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 	if err := validate(&msg); err != nil {
 		return Outcome{}, err
 	}
-	if msg.OnBusy != Reject && r.agentOf(msg.Agent) == nil {
+	if msg.OnBusy != Reject && named == nil {
 		return Outcome{}, invalid("on busy", msg.OnBusy.String()+" needs the message's agent: Config.Agent")
 	}
 	run, out, err := r.begin(ctx, msg)

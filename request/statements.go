@@ -1,6 +1,7 @@
 package request
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/rowlease/rowlease/internal/engine"
@@ -45,6 +46,25 @@ type statements struct {
 	cancelQueued, cancelFailed, cancelFlag string
 	// The sweeper (sweep.go): the finished requests to sweep.
 	sweepIDs string
+}
+
+// agentValue is what the agent column stores for name: NULL for the
+// default agent, so that rows written before agents had names and rows of
+// single-agent services read alike.
+func agentValue(name string) any {
+	if name == "" {
+		return nil
+	}
+	return name
+}
+
+// metadataValue is what the metadata column stores: NULL when there is
+// none.
+func metadataValue(m json.RawMessage) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return string(m)
 }
 
 // lit is the SQL literal of a schema constant (none holds a quote).

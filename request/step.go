@@ -259,3 +259,29 @@ func Step[T any](ctx context.Context, run *Run, name string, fn func(ctx context
 	}
 	return v, nil
 }
+
+// loadSteps reads the steps a request recorded, in order, inside the
+// transaction that has just taken it over (its lease row is then locked
+// by that transaction's write, and a stale run's step, fenced by that
+// row, can no longer be added).
+func (r *Runner) loadSteps(ctx context.Context, db lease.DB, id string) ([]stepRecord, error) {
+	rows, err := db.QueryContext(ctx, r.sql.steps, id)
+	if err != nil {
+		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
+	}
+	defer rows.Close()
+	var out []stepRecord
+	for rows.Next() {
+		var rec stepRecord
+		var output string
+		if err := rows.Scan(&rec.Name, &output); err != nil {
+			return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
+		}
+		rec.Output = json.RawMessage(output)
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("request: reading the recorded steps: %w", err)
+	}
+	return out, nil
+}
