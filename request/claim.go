@@ -15,8 +15,9 @@ import (
 	"github.com/rowlease/rowlease/session"
 )
 
-// begin takes the locks for msg (beginOnce), or returns a replayed or
-// queued outcome, trying again while the request changes under it.
+// begin takes the session and the request for msg (run), or answers it
+// from its request (out), trying again while the request changes under
+// it.
 func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
 	holder := r.holder()
 	// A request read as missing may be inserted by a duplicate a moment
@@ -49,181 +50,187 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 // between two statements of beginOnce; begin tries again.
 var errVanished = errors.New("request: row changed under us")
 
-// beginOnce reads the request (one statement) and, by what it finds,
-// creates it (create), answers from it or takes it over (onExisting), or
-// applies msg.OnBusy when the session is busy (busy, queue.go). A new
-// message with OnBusy Reject on PostgreSQL reads the request, takes the
-// session and inserts the request in one statement (claimUnless).
+// step is where an attempt to start a message stands, and what it does
+// next: the claimer's first statement gives the first step, and each step
+// of beginOnce the next, until one ends the attempt.
+type step struct {
+	// run: the locks are taken; the attempt ends, and the run starts.
+	run *Run
+	// claim: take the locks for this request: a new one, through the
+	// claimer, or the existing one, taken over.
+	claim *claim
+	// read: answer from the request (answer): ex as the claimer's
+	// statement read it, or, with ex nil, as read now.
+	read bool
+	ex   *existing
+	// busy: a new message's claim found its session busy
+	// (*session.BusyError). Its request is read again (read), and if it is
+	// still missing, the message is refused, or the queue places it.
+	busy error
+}
+
+// beginOnce makes one attempt to start msg. The claimer chosen by New
+// makes its first step: the read of the request, or on PostgreSQL, for a
+// message with OnBusy Reject, the read and the claim of a new request in
+// one statement. Then each turn takes the step the last one left: claim a
+// new request (through the claimer) or take the existing one over
+// (claim); answer from the request as read (answer, existing.go), which
+// may leave a takeover to claim, or, when there is no request, a new one;
+// and, when a new message's session is busy and its request still
+// missing, refuse it (OnBusy Reject) or apply its policy (busy,
+// queue.go). No step calls back into another.
 func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
-	if r.atOnce(msg) {
-		run, ex, found, done, err := r.claimUnless(ctx, msg, holder)
+	s, err := r.claimer.first(ctx, msg, holder)
+	for err == nil && s.run == nil {
 		switch {
-		case found:
-			return r.onExisting(ctx, msg, ex, holder)
-		case done:
-			return r.created(ctx, msg, holder, run, err)
-		}
-		// Not taken: the session is busy or has no lock row, and the
-		// request did not exist. The transaction path answers.
-		run, err = r.create(ctx, msg, holder, true)
-		return r.created(ctx, msg, holder, run, err)
-	}
-	ex, err := r.find(ctx, msg)
-	if errors.Is(err, sql.ErrNoRows) {
-		run, err := r.create(ctx, msg, holder, false)
-		return r.created(ctx, msg, holder, run, err)
-	}
-	if err != nil {
-		return nil, Outcome{}, err
-	}
-	return r.onExisting(ctx, msg, ex, holder)
-}
-
-// created answers from create's result for a message whose request did
-// not exist when it was read.
-func (r *Runner) created(ctx context.Context, msg Message, holder string, run *Run, err error) (*Run, Outcome, error) {
-	switch {
-	case err == nil:
-		return run, Outcome{}, nil
-	case errors.Is(err, lease.ErrExists):
-		return nil, Outcome{}, errVanished // a duplicate inserted it meanwhile: read it
-	case errors.As(err, new(*session.BusyError)):
-		// Busy with this very message, sent a moment ago by a
-		// duplicate? Then the answer is about the request.
-		ex, ferr := r.find(ctx, msg)
-		if ferr == nil {
-			return r.onExisting(ctx, msg, ex, holder)
-		}
-		if !errors.Is(ferr, sql.ErrNoRows) {
-			return nil, Outcome{}, ferr
-		}
-		if msg.OnBusy != Reject {
-			return r.busy(ctx, msg, err)
-		}
-	}
-	return nil, Outcome{}, err
-}
-
-// existing is a request as find reads it.
-type existing struct {
-	id, fingerprint, status, reply, result string
-	generation                             int64
-	interruptedBy                          string // who asked it to stop, or ""
-	queued                                 int    // 1: it came through the queue
-}
-
-// errNoRequest is find's error for a request that does not exist: the
-// first answer of every new message, made once.
-var errNoRequest = fmt.Errorf("request: reading the existing request: %w", sql.ErrNoRows)
-
-// find reads the request (session, client request id) of msg: one
-// statement; sql.ErrNoRows (wrapped) when there is none.
-func (r *Runner) find(ctx context.Context, msg Message) (existing, error) {
-	var ex existing
-	err := r.findStmt.queryRow(ctx, r.db, msg.SessionKey, msg.ClientRequestID).
-		Scan(&ex.id, &ex.fingerprint, &ex.status, &ex.reply, &ex.result, &ex.generation, &ex.interruptedBy, &ex.queued)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return ex, errNoRequest
-	case err != nil:
-		return ex, fmt.Errorf("request: reading the existing request: %w", err)
-	}
-	return ex, nil
-}
-
-// onExisting deals with a request that exists: replay, conflict, or a
-// takeover (claim, resend).
-func (r *Runner) onExisting(ctx context.Context, msg Message, ex existing, holder string) (*Run, Outcome, error) {
-	if ex.fingerprint != msg.Fingerprint {
-		return nil, Outcome{}, ErrFingerprintMismatch
-	}
-	switch ex.status {
-	case schema.StoredSucceeded:
-		return nil, Outcome{RequestID: ex.id, Reply: ex.reply, Result: rawOrNil(ex.result), Replayed: true, Attempt: ex.generation}, nil
-	case schema.StoredExpired:
-		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrExpired
-	case schema.StoredInterrupted:
-		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
-	case schema.StoredCancelled:
-		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
-	case schema.StoredQueued:
-		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
-		if errors.Is(err, lease.ErrNotFound) {
-			return nil, Outcome{}, errVanished
-		}
-		if err != nil {
-			return nil, Outcome{}, err
-		}
-		if st.State != StateQueued {
-			return nil, Outcome{}, errVanished
-		}
-		return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
-	}
-	if ex.status == schema.StoredProcessing {
-		// Running now, or left by a run that died? The database clock
-		// says; a live run is in flight, and nothing is taken.
-		st, err := r.req.Inspect(ctx, r.db, ex.id)
-		if errors.Is(err, lease.ErrNotFound) {
-			return nil, Outcome{}, errVanished
-		}
-		if err != nil {
-			return nil, Outcome{}, err
-		}
-		if st.Held {
-			return nil, Outcome{}, fmt.Errorf("%w: %w", ErrInFlight,
-				&lease.ConflictError{Key: ex.id, Holder: st.Holder, Generation: st.Generation, Remaining: st.Remaining})
-		}
-		if ex.interruptedBy != "" {
-			// Asked to stop, and its run is gone: it is interrupted, and
-			// never runs again.
-			ok, err := r.settleInterrupted(ctx, msg.SessionKey, ex.id)
-			if err != nil {
-				return nil, Outcome{}, err
+		case s.claim != nil && s.claim.kind == newRequest:
+			s.run, err = r.claimer.claimNew(ctx, *s.claim)
+			if errors.As(err, new(*session.BusyError)) {
+				// Busy with this very message, sent a moment ago by a
+				// duplicate? Then the answer is about the request.
+				s, err = step{read: true, busy: err}, nil
 			}
-			if !ok {
-				return nil, Outcome{}, errVanished
+		case s.claim != nil:
+			s.run, err = r.claim(ctx, *s.claim)
+			switch {
+			case errors.As(err, new(*session.NotFoundError)):
+				// The session row is gone: that is final, and the same
+				// answer as on the new-request path (it also matches
+				// lease.ErrNotFound, so it is told apart first).
+			case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound) || errors.Is(err, errAskedToStop):
+				err = errVanished // it finished, failed, went away or was asked to stop under us
 			}
-			r.notify()
-			if ex.interruptedBy == msg.ClientRequestID {
-				return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
+		case s.read:
+			c, out, aerr := r.answer(ctx, msg, s.ex, holder)
+			switch {
+			case c != nil:
+				s = step{claim: c}
+			case !errors.Is(aerr, sql.ErrNoRows):
+				return nil, out, aerr
+			case s.busy == nil:
+				s = step{claim: &claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}}
+			default:
+				s = step{busy: s.busy}
 			}
-			return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
+		default: // s.busy, and the request is still missing
+			if msg.OnBusy == Reject {
+				return nil, Outcome{}, s.busy
+			}
+			return r.busy(ctx, msg, s.busy)
 		}
 	}
-	run, err := r.claim(ctx, claim{kind: resend, msg: msg, id: ex.id, holder: holder, from: ex.status, fromQueue: ex.queued == 1})
-	switch {
-	case errors.As(err, new(*session.NotFoundError)):
-		// The session row is gone: that is final, and the same answer
-		// as on the new-request path (it also matches lease.ErrNotFound,
-		// so it is told apart first).
-		return nil, Outcome{}, err
-	case errors.Is(err, lease.ErrState) || errors.Is(err, lease.ErrNotFound) || errors.Is(err, errAskedToStop):
-		return nil, Outcome{}, errVanished // it finished, failed, went away or was asked to stop under us
+	if errors.Is(err, lease.ErrExists) {
+		err = errVanished // a duplicate inserted the new request meanwhile: read it
 	}
-	return run, Outcome{}, err
+	return s.run, Outcome{}, err
 }
 
-// create starts a new request (claim, newRequest). A session without a
-// lock row gets one first when Config.Session.AutoCreate is set: inserted
-// on its own, outside the claim's transaction, and the claim made again.
-//
-// tried: an at-once claim (claimUnless) was just made and did not take
-// the session, so the first claim goes straight to the transaction.
-func (r *Runner) create(ctx context.Context, msg Message, holder string, tried bool) (*Run, error) {
-	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder, tried: tried}
-	run, err := r.claim(ctx, c)
+// claimer takes the locks for a new message, in the way its dialect
+// allows: chosen once, by New (newClaimer). The conditions that depend on
+// the message itself (OnBusy) are the claimer's own.
+type claimer interface {
+	// first is an attempt's first step: the read of msg's request, left to
+	// answer; or, where the claimer can, the read and the claim of a new
+	// request in one statement.
+	first(ctx context.Context, msg Message, holder string) (step, error)
+	// claimNew takes the session and inserts the new request c, both or
+	// neither (see claim); a busy session is its *session.BusyError.
+	claimNew(ctx context.Context, c claim) (*Run, error)
+}
+
+// newClaimer returns the claimer of r's dialect: one statement where
+// PostgreSQL allows it (atOnceClaimer), a transaction elsewhere
+// (txClaimer).
+func newClaimer(r *Runner) claimer {
+	if r.cfg.Dialect == lease.Postgres {
+		return atOnceClaimer{r}
+	}
+	return txClaimer{r}
+}
+
+// txClaimer takes a new message's locks in claim's transaction, the
+// session first: MySQL and SQLite cannot write two tables in one INSERT or
+// UPDATE. Its first step is the read of the request (answer, find).
+type txClaimer struct{ r *Runner }
+
+// first leaves the read to answer.
+func (t txClaimer) first(context.Context, Message, string) (step, error) {
+	return step{read: true}, nil
+}
+
+// claimNew is claim's transaction (withSession: a missing session row is
+// created first when Config.Session.AutoCreate is set).
+func (t txClaimer) claimNew(ctx context.Context, c claim) (*Run, error) {
+	return t.r.withSession(ctx, c, t.r.claim)
+}
+
+// atOnceClaimer takes a new message with OnBusy Reject (nothing to count
+// ahead of it) in one autocommit statement, no transaction: PostgreSQL is
+// the only dialect with a statement that writes two tables. Its first
+// step is also the read (claimUnless, engine.AcquireCreateUnless): a
+// replay stays one statement. When the statement does not take the
+// session (busy, or its lock row missing), it wrote nothing, and claim's
+// transaction gives the answer, exactly as for every other message. Queue
+// and Interrupt messages read the messages ahead between the session and
+// the request, and keep the transaction.
+type atOnceClaimer struct{ r *Runner }
+
+// first reads the request and, if there is none, takes the session and
+// inserts the request, for a Reject message; for the others it leaves the
+// read to answer.
+func (a atOnceClaimer) first(ctx context.Context, msg Message, holder string) (step, error) {
+	if msg.OnBusy != Reject {
+		return step{read: true}, nil
+	}
+	run, ex, found, done, err := a.r.claimUnless(ctx, msg, holder)
+	switch {
+	case found:
+		return step{read: true, ex: &ex}, nil
+	case done:
+		return step{run: run}, err
+	}
+	// Not taken: the session is busy or has no lock row, and the request
+	// did not exist. The transaction answers.
+	return step{claim: &claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder, tried: true}}, nil
+}
+
+// claimNew makes once, through withSession: a missing session row is
+// created first when Config.Session.AutoCreate is set, and the statement
+// is made again.
+func (a atOnceClaimer) claimNew(ctx context.Context, c claim) (*Run, error) {
+	return a.r.withSession(ctx, c, a.once)
+}
+
+// once claims c in one statement (claimAtOnce) for a Reject message,
+// unless first's statement has just tried, and in claim's transaction
+// when that did not take the session.
+func (a atOnceClaimer) once(ctx context.Context, c claim) (*Run, error) {
+	if c.msg.OnBusy == Reject && !c.tried {
+		if run, done, err := a.r.claimAtOnce(ctx, c); done {
+			return run, err
+		}
+	}
+	return a.r.claim(ctx, c)
+}
+
+// withSession makes a claim of the new request c (take). A session
+// without a lock row gets one first when Config.Session.AutoCreate is set:
+// inserted on its own, outside the claim's transaction, and the claim made
+// again (an at-once claim too: c.tried is reset).
+func (r *Runner) withSession(ctx context.Context, c claim, take func(context.Context, claim) (*Run, error)) (*Run, error) {
+	run, err := take(ctx, c)
 	if errors.As(err, new(*session.NotFoundError)) && r.cfg.Session.AutoCreate {
-		if err := r.sessions.Create(ctx, r.db, msg.SessionKey); err != nil {
+		if err := r.sessions.Create(ctx, r.db, c.msg.SessionKey); err != nil {
 			return nil, err
 		}
 		c.tried = false
-		run, err = r.claim(ctx, c)
+		run, err = take(ctx, c)
 		// On a multi-primary cluster the transaction may run on a node
 		// that has not applied the insert yet (inside a transaction
 		// wsrep_sync_wait does not wait): try again, briefly.
 		for attempt := 1; errors.As(err, new(*session.NotFoundError)) && r.cfg.Lease.MultiPrimary &&
 			attempt < retry.MaxAttempts && retry.Backoff(ctx, attempt); attempt++ {
-			run, err = r.claim(ctx, c)
+			run, err = take(ctx, c)
 		}
 	}
 	return run, err
@@ -258,16 +265,14 @@ type claim struct {
 	// fromQueue: the request came through the queue (see Run.fromQueue).
 	fromQueue bool
 	// tried: a new request's at-once claim was made and did not take the
-	// session: claim does not make it again.
+	// session: the claimer does not make it again.
 	tried bool
 }
 
 // claim takes the session and then the request, in one transaction: the
 // one lock order, and both or neither. Every path that runs a request
-// comes through it (claimKind). A new message with OnBusy Reject on
-// PostgreSQL is first claimed in one statement with no transaction
-// (claimAtOnce); the transaction is for when that did not take the
-// session. A busy session is an error matching
+// comes through it (claimKind), but a new message that its claimer takes
+// in one statement (atOnceClaimer). A busy session is an error matching
 // *session.BusyError (lease.ErrHeld); a request held by a live run, one
 // matching ErrInFlight (and lease.ErrHeld); either way the transaction
 // rolls back and nothing was written, so no session is left held by a
@@ -296,11 +301,6 @@ type claim struct {
 // request is deleted and a taken one released (it stays processing and
 // free, and a retry resumes it).
 func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
-	if c.kind == newRequest && r.atOnce(c.msg) && !c.tried {
-		if run, done, err := r.claimAtOnce(ctx, c); done {
-			return run, err
-		}
-	}
 	// What the claim writes into the request's row besides its lease,
 	// known before the transaction begins.
 	var row lease.CreateOptions
@@ -334,7 +334,7 @@ func (r *Runner) claim(ctx context.Context, c claim) (run *Run, err error) {
 	if c.kind == resend {
 		// Acquire: with Session.AutoCreate it creates a missing lock
 		// row inside this transaction. A new message creates it outside
-		// (create), and a queue head does not create it.
+		// (withSession), and a queue head does not create it.
 		sg, err = r.sessions.Acquire(ctx, ltx, key, c.id, r.cfg.TTL)
 	} else {
 		sg, err = r.sessions.AcquireExisting(ctx, ltx, key, c.id, r.cfg.TTL)
@@ -434,13 +434,6 @@ func newRow(msg Message) lease.CreateOptions {
 		// The metadata (NULL: none), for the agent of every run.
 		lease.Set(schema.ColMetadata, metadataValue(msg.Metadata)),
 	}}
-}
-
-// atOnce reports whether a new message is claimed in one statement, with
-// no transaction: OnBusy Reject (nothing to count ahead of it) on
-// PostgreSQL (the only dialect with a statement that writes two tables).
-func (r *Runner) atOnce(msg Message) bool {
-	return msg.OnBusy == Reject && engine.DialectOf(r.req) == lease.Postgres
 }
 
 // claimAtOnce is claim for a new message with OnBusy Reject on

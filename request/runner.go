@@ -185,6 +185,7 @@ type Runner struct {
 	local    localRuns          // runs executing here, for Cancel
 	resumes  resumeSlots        // resumed runs at once, for ResumeConfig.MaxConcurrent
 	skips    agentSkips         // requests left alone for their agent (agents.go)
+	claimer  claimer            // how a new message's locks are taken, by the dialect (claim.go)
 }
 
 // New validates cfg and returns a Runner.
@@ -298,6 +299,7 @@ func New(cfg Config) (*Runner, error) {
 	}
 	r.sql = r.newStatements(reqTable, stepTable)
 	r.findStmt = newKeptStmt(r.sql.find, cfg.Dialect, cfg.Lease.Prepare)
+	r.claimer = newClaimer(r)
 	r.initQueue()
 	return r, nil
 }
@@ -435,9 +437,9 @@ type Agent func(ctx context.Context, run *Run) (Answer, error)
 // non-nil agent runs this call's run, and msg.Agent is still what is
 // stored: name the agent registered for the same work, so that a resume
 // of the request (its run died) or a start from the queue finds it.
-// Steps 1 to 4 are claim.go's (begin),
-// 5 run.go's (runAndContinue), 6 and the release finish.go's, and the
-// next queued message dispatch.go's.
+// Steps 1 to 4 are claim.go's (begin), with existing.go's answers from a
+// request that exists; 5 is run.go's (runAndContinue), 6 and the release
+// finish.go's, and the next queued message dispatch.go's.
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
 	if obs := r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)

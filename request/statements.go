@@ -16,8 +16,9 @@ import (
 // (acquire, renew, transition, release) are lease's statements, and the
 // tool-execution table is toolexec's.
 type statements struct {
-	// find reads a request by (session, client request id): the first
-	// statement of every message (beginOnce).
+	// find reads a request by (session, client request id) (find, in
+	// existing.go): a message's first statement, but on PostgreSQL for
+	// OnBusy Reject, whose claimer reads it in its claim (claimUnless).
 	find string
 	// status reads a request's state, outcome and queue position (Status).
 	status string
