@@ -219,7 +219,7 @@ func TestCancelDuringResumeClaim(t *testing.T) {
 	})
 	defer c.FailAfter(nil)
 
-	run, err := b.claimHead(ctx, "s")
+	run, _, err := b.claimHead(ctx, "s")
 	require.NoError(t, err)
 	if run != nil {
 		b.deliver(run)

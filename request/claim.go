@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -16,17 +17,22 @@ import (
 )
 
 // begin takes the session and the request for msg (run), or answers it
-// from its request (out), trying again while the request changes under
-// it.
-func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) {
+// from its request (out), or has the queue place it (p), trying again
+// while the request changes under it. Handle acts on what it returns: it
+// runs run, acts on p (onPlaced), or returns out. p is kept across the
+// attempts, so that a message is queued under one id, and an interrupting
+// Handle registers once to run it (own); Handle gives that registration
+// up (disown) whatever begin came to.
+func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, placement, error) {
 	holder := r.holder()
+	var p placement
 	// A request read as missing may be inserted by a duplicate a moment
 	// later, and one read as existing may change state before it is taken;
 	// and MySQL or PostgreSQL may roll a transaction back to break a
 	// deadlock. Either way nothing was changed: start again.
 	var last error // the last attempt's error, kept as the cause
 	for attempt := 0; attempt < 5; attempt++ {
-		run, out, err := r.beginOnce(ctx, msg, holder)
+		run, out, err := r.beginOnce(ctx, msg, holder, &p)
 		if errors.Is(err, errVanished) {
 			last = nil
 			continue
@@ -35,15 +41,15 @@ func (r *Runner) begin(ctx context.Context, msg Message) (*Run, Outcome, error) 
 			last = err
 			continue // a jittered pause: a certification failure repeats at once on Galera
 		}
-		return run, out, err
+		return run, out, p, err
 	}
 	if last != nil {
 		// A database that keeps refusing (a deadlock each time, SQLite busy
 		// with no busy timeout) is told apart from a request that kept
 		// changing state: errors.Is matches both ErrInFlight and the cause.
-		return nil, Outcome{}, fmt.Errorf("%w: the database kept refusing the locks: %w", ErrInFlight, last)
+		return nil, Outcome{}, p, fmt.Errorf("%w: the database kept refusing the locks: %w", ErrInFlight, last)
 	}
-	return nil, Outcome{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
+	return nil, Outcome{}, p, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
 }
 
 // errVanished: the request row appeared, was deleted, or changed state,
@@ -77,9 +83,9 @@ type step struct {
 // (claim); answer from the request as read (answer, existing.go), which
 // may leave a takeover to claim, or, when there is no request, a new one;
 // and, when a new message's session is busy and its request still
-// missing, refuse it (OnBusy Reject) or apply its policy (busy,
-// queue.go). No step calls back into another.
-func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Run, Outcome, error) {
+// missing, refuse it (OnBusy Reject) or let the queue place it (onBusy,
+// queue.go, into p). No step calls back into another.
+func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string, p *placement) (*Run, Outcome, error) {
 	s, err := r.claimer.first(ctx, msg, holder)
 	for err == nil && s.run == nil {
 		switch {
@@ -116,7 +122,7 @@ func (r *Runner) beginOnce(ctx context.Context, msg Message, holder string) (*Ru
 			if msg.OnBusy == Reject {
 				return nil, Outcome{}, s.busy
 			}
-			return r.busy(ctx, msg, s.busy)
+			return nil, Outcome{}, r.onBusy(ctx, msg, p)
 		}
 	}
 	if errors.Is(err, lease.ErrExists) {
@@ -523,4 +529,88 @@ func (r *Runner) giveBack(ctx context.Context, sg session.Grant, g lease.Grant[s
 		return r.sessions.Release(cctx, r.db, sg)
 	})
 	r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
+}
+
+// queuedHead is the head of a session's queue, as headQ reads it.
+type queuedHead struct {
+	id, clientRequestID, fingerprint, content, status string
+	generation                                        int64
+	deaths                                            int64  // see deaths in resume.go
+	agent                                             string // its agent's name, "" for the default
+	metadata                                          string // its metadata, "" for none
+}
+
+// claimHead takes the session for the head of its queue and starts it:
+// the session, then the request (queued → processing, or a dead run's
+// request taken over), in one transaction, which also marks interrupted
+// the dead runs that were asked to stop. It returns nil when there is
+// nothing to start or the session is busy, and when the head's agent is
+// not one this Runner has: the head is left alone (and reported once, see
+// skipForAgent), and nothing behind it overtakes it; a Runner that has
+// its agent starts it. The bool reports a session with nothing queued to
+// start (nor a dead run to resume): its caller forgets the session's hint
+// (unhint).
+func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, bool, error) {
+	for attempt := 0; attempt < 5; attempt++ {
+		var h queuedHead
+		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint,
+			&h.content, &h.status, &h.generation, &h.deaths, &h.agent, &h.metadata)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if r.agentOf(h.agent) == nil {
+			r.skipForAgent(ctx, h.id, h.agent)
+			return nil, false, nil
+		}
+		var slot *sync.Once
+		if h.status == schema.StoredProcessing {
+			// A dead run to resume: not after MaxAttempts runs, and not
+			// more than MaxConcurrent at once in this Runner.
+			if h.deaths >= int64(r.cfg.Resume.MaxAttempts) {
+				if _, err := r.giveUp(ctx, h); err != nil {
+					return nil, false, err
+				}
+				r.notify()
+				continue
+			}
+			if !r.takeResumeSlot() {
+				return nil, false, nil
+			}
+			slot = new(sync.Once)
+		}
+		run, err := r.claim(ctx, claim{kind: queueHead, id: h.id, holder: r.holder(), from: h.status, fromQueue: true,
+			msg: Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint,
+				Agent: h.agent, Metadata: rawOrNil(h.metadata)}})
+		if slot != nil {
+			if err != nil {
+				r.giveResumeSlot()
+			} else {
+				run.slot = slot
+			}
+		}
+		switch {
+		case err == nil:
+			r.notify()
+			return run, false, nil
+		case errors.Is(err, errAskedToStop):
+			// Cancelled or interrupted after the head was read: it is
+			// settled, not resumed; then the next head.
+			if _, err := r.settleInterrupted(ctx, sessionKey, h.id); err != nil {
+				return nil, false, err
+			}
+			r.notify()
+			continue
+		case errors.As(err, new(*session.BusyError)):
+			return nil, false, nil
+		case errors.As(err, new(*session.NotFoundError)):
+			return nil, false, err
+		case errors.Is(err, lease.ErrState), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), engine.IsRetryable(err):
+			continue // the head changed under us: read it again
+		}
+		return nil, false, err
+	}
+	return nil, false, nil
 }

@@ -2,17 +2,12 @@ package request
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"sync"
+	"fmt"
 	"sync/atomic"
 	"time"
 
-	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/internal/retry"
-	"github.com/rowlease/rowlease/lease"
-	"github.com/rowlease/rowlease/schema"
-	"github.com/rowlease/rowlease/session"
 )
 
 // continueQueue looks, in a goroutine of the Runner, for the next queued
@@ -29,7 +24,10 @@ func (r *Runner) continueQueue(sessionKey string) {
 		defer r.q.runs.Done()
 		ctx, cancel := context.WithTimeout(r.q.life, r.cfg.ReleaseTimeout)
 		defer cancel()
-		run, err := r.claimHead(ctx, sessionKey)
+		run, empty, err := r.claimHead(ctx, sessionKey)
+		if empty {
+			r.unhint(sessionKey)
+		}
 		if err != nil {
 			r.log.Warn("rowlease: starting the next queued message failed; the dispatcher will", "err", err)
 			return
@@ -38,6 +36,23 @@ func (r *Runner) continueQueue(sessionKey string) {
 			r.deliver(run)
 		}
 	}()
+}
+
+// onPlaced acts, for Handle, on where the queue put a new message of a
+// busy session (p): the session is hinted, so that a run of this process
+// that frees it looks for the next message; then a queued message is
+// answered at once with its position, after one try to start the head of
+// the queue (the session may have been freed between the busy answer and
+// the insert, by a run that did not know of this message: kick), and an
+// interrupting one waits until it can run (awaitOwn).
+func (r *Runner) onPlaced(ctx context.Context, msg Message, p placement) (*Run, Outcome, error) {
+	r.hint(msg.SessionKey)
+	if p.policy == Queue {
+		r.kick(ctx, msg.SessionKey)
+		return nil, Outcome{RequestID: p.id, Queued: true, Position: p.position}, nil
+	}
+	defer r.disown(p.id, p.own)
+	return r.awaitOwn(ctx, msg, p.id, p.position, p.own)
 }
 
 // kick starts the head of the session's queue if the session is free, in
@@ -57,7 +72,10 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 	if err != nil || st.Held {
 		return err
 	}
-	run, err := r.claimHead(ctx, sessionKey)
+	run, empty, err := r.claimHead(ctx, sessionKey)
+	if empty {
+		r.unhint(sessionKey)
+	}
 	if err != nil || run == nil {
 		return err
 	}
@@ -65,87 +83,51 @@ func (r *Runner) tryStart(ctx context.Context, sessionKey string) error {
 	return nil
 }
 
-// queuedHead is the head of a session's queue, as headQ reads it.
-type queuedHead struct {
-	id, clientRequestID, fingerprint, content, status string
-	generation                                        int64
-	deaths                                            int64  // see deaths in resume.go
-	agent                                             string // its agent's name, "" for the default
-	metadata                                          string // its metadata, "" for none
-}
-
-// claimHead takes the session for the head of its queue and starts it:
-// the session, then the request (queued → processing, or a dead run's
-// request taken over), in one transaction, which also marks interrupted
-// the dead runs that were asked to stop. It returns nil when there is
-// nothing to start or the session is busy, and when the head's agent is
-// not one this Runner has: the head is left alone (and reported once, see
-// skipForAgent), and nothing behind it overtakes it; a Runner that has
-// its agent starts it.
-func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, error) {
-	for attempt := 0; attempt < 5; attempt++ {
-		var h queuedHead
-		err := r.db.QueryRowContext(ctx, r.sql.head, sessionKey, sessionKey).Scan(&h.id, &h.clientRequestID, &h.fingerprint,
-			&h.content, &h.status, &h.generation, &h.deaths, &h.agent, &h.metadata)
-		if errors.Is(err, sql.ErrNoRows) {
-			r.unhint(sessionKey)
-			return nil, nil
+// awaitOwn waits, for an interrupting Handle, until its queued message
+// can start, and returns the claimed run (to execute with the caller's
+// agent) — or, when another process started it, its final outcome. When
+// ctx ends first, the message stays queued (and runs later) or running
+// elsewhere, and the error matches ctx's cause.
+func (r *Runner) awaitOwn(ctx context.Context, msg Message, id string, pos int, ch chan *Run) (*Run, Outcome, error) {
+	delay := r.cfg.Queue.PollMin
+	for {
+		changed := r.changedChan()
+		if err := r.tryStart(ctx, msg.SessionKey); err != nil && ctx.Err() == nil {
+			r.log.Warn("rowlease: starting a queued message failed; retrying", "err", err)
 		}
-		if err != nil {
-			return nil, err
+		select {
+		case run := <-ch:
+			return run, Outcome{}, nil
+		default:
 		}
-		if r.agentOf(h.agent) == nil {
-			r.skipForAgent(ctx, h.id, h.agent)
-			return nil, nil
+		// Queued still, or started: by a run of this process that is about
+		// to hand it over on ch, or elsewhere (then wait for its outcome).
+		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
+		if err == nil && st.State.Final() {
+			out, err := st.Outcome()
+			return nil, out, err
 		}
-		var slot *sync.Once
-		if h.status == schema.StoredProcessing {
-			// A dead run to resume: not after MaxAttempts runs, and not
-			// more than MaxConcurrent at once in this Runner.
-			if h.deaths >= int64(r.cfg.Resume.MaxAttempts) {
-				if _, err := r.giveUp(ctx, h); err != nil {
-					return nil, err
-				}
-				r.notify()
-				continue
+		if err == nil && st.State == StateQueued {
+			pos = st.Position
+		}
+		t := time.NewTimer(retry.Jitter(delay))
+		select {
+		case run := <-ch:
+			t.Stop()
+			return run, Outcome{}, nil
+		case <-ctx.Done():
+			t.Stop()
+			if st.State == StateProcessing {
+				return nil, Outcome{RequestID: id}, fmt.Errorf("%w: %w", ErrInFlight, context.Cause(ctx))
 			}
-			if !r.takeResumeSlot() {
-				return nil, nil
-			}
-			slot = new(sync.Once)
+			return nil, Outcome{RequestID: id, Queued: true, Position: pos},
+				fmt.Errorf("request: still queued to interrupt the running message: %w", context.Cause(ctx))
+		case <-changed:
+			t.Stop()
+		case <-t.C:
 		}
-		run, err := r.claim(ctx, claim{kind: queueHead, id: h.id, holder: r.holder(), from: h.status, fromQueue: true,
-			msg: Message{SessionKey: sessionKey, ClientRequestID: h.clientRequestID, Content: h.content, Fingerprint: h.fingerprint,
-				Agent: h.agent, Metadata: rawOrNil(h.metadata)}})
-		if slot != nil {
-			if err != nil {
-				r.giveResumeSlot()
-			} else {
-				run.slot = slot
-			}
-		}
-		switch {
-		case err == nil:
-			r.notify()
-			return run, nil
-		case errors.Is(err, errAskedToStop):
-			// Cancelled or interrupted after the head was read: it is
-			// settled, not resumed; then the next head.
-			if _, err := r.settleInterrupted(ctx, sessionKey, h.id); err != nil {
-				return nil, err
-			}
-			r.notify()
-			continue
-		case errors.As(err, new(*session.BusyError)):
-			return nil, nil
-		case errors.As(err, new(*session.NotFoundError)):
-			return nil, err
-		case errors.Is(err, lease.ErrState), errors.Is(err, lease.ErrHeld), errors.Is(err, lease.ErrNotFound), engine.IsRetryable(err):
-			continue // the head changed under us: read it again
-		}
-		return nil, err
+		delay = min(delay*2, r.cfg.Queue.PollMax)
 	}
-	return nil, nil
 }
 
 // deliver hands a claimed run to the Handle of this process that waits to
@@ -187,6 +169,53 @@ func (r *Runner) deliver(run *Run) {
 // that gives up, say) once deliver has chosen the waiting Handle and let
 // go of the lock.
 var afterOwnerFound atomic.Pointer[func(run *Run)]
+
+// disown ends the registration; a run delivered just as the caller gave
+// up is started as any other, not lost.
+func (r *Runner) disown(id string, ch chan *Run) {
+	r.q.mu.Lock()
+	if r.q.owners[id] == ch {
+		delete(r.q.owners, id)
+	}
+	r.q.mu.Unlock()
+	select {
+	case run := <-ch:
+		r.deliver(run)
+	default:
+	}
+}
+
+// hint records that the session may have queued messages: a run of this
+// process that frees it then looks for the next one.
+func (r *Runner) hint(sessionKey string) {
+	r.q.mu.Lock()
+	if len(r.q.hints) >= maxHints {
+		// Hints only save the dispatcher's delay; forget them rather than
+		// grow without bound.
+		clear(r.q.hints)
+	}
+	r.q.hints[sessionKey] = struct{}{}
+	r.q.mu.Unlock()
+}
+
+// maxHints bounds the sessions a Runner remembers as having queued
+// messages.
+const maxHints = 10000
+
+// unhint forgets the hint of a session found with nothing queued to start.
+func (r *Runner) unhint(sessionKey string) {
+	r.q.mu.Lock()
+	delete(r.q.hints, sessionKey)
+	r.q.mu.Unlock()
+}
+
+// hinted reports whether the session may have queued messages (hint).
+func (r *Runner) hinted(sessionKey string) bool {
+	r.q.mu.Lock()
+	defer r.q.mu.Unlock()
+	_, ok := r.q.hints[sessionKey]
+	return ok
+}
 
 // Start starts the Runner's background work: the dispatcher, which starts
 // queued messages of sessions that no process of this service is running
@@ -310,7 +339,10 @@ func (r *Runner) dispatchOnce(ctx context.Context) int {
 		if err != nil || st.Held {
 			continue
 		}
-		run, err := r.claimHead(ctx, k)
+		run, empty, err := r.claimHead(ctx, k)
+		if empty {
+			r.unhint(k)
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log.Warn("rowlease: starting a queued message failed; retrying at the next interval", "err", err)

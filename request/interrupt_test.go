@@ -183,7 +183,7 @@ func TestInterruptClaimWaitsForTheDeadRunsRequestLease(t *testing.T) {
 		// The session lease lapses; the request lease is still live.
 		_, err = db.ExecContext(ctx, "UPDATE "+schema.SessionTable+" SET token = NULL, holder = NULL, expires_at = NULL WHERE session_key = 's'")
 		require.NoError(t, err)
-		run, err := r.claimHead(ctx, "s")
+		run, _, err := r.claimHead(ctx, "s")
 		require.NoError(t, err)
 		if run != nil {
 			r.releaseAll(ctx, run)
@@ -198,7 +198,7 @@ func TestInterruptClaimWaitsForTheDeadRunsRequestLease(t *testing.T) {
 		// request interrupted and starts the interrupter.
 		_, err = db.ExecContext(ctx, e.d.Rebind("UPDATE "+schema.RequestTable+" SET token = NULL, holder = NULL, expires_at = NULL WHERE session_key = 's' AND client_request_id = ?"), "dead")
 		require.NoError(t, err)
-		run, err = r.claimHead(ctx, "s")
+		run, _, err = r.claimHead(ctx, "s")
 		require.NoError(t, err)
 		require.NotNil(t, run)
 		assert.Equal(t, "new", run.ClientRequestID())

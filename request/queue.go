@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/rowlease/rowlease/internal/engine"
-	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 )
 
@@ -221,64 +220,47 @@ func (r *Runner) changedChan() <-chan struct{} {
 	return r.q.changed
 }
 
-// hint records that the session may have queued messages: a run of this
-// process that frees it then looks for the next one.
-func (r *Runner) hint(sessionKey string) {
-	r.q.mu.Lock()
-	if len(r.q.hints) >= maxHints {
-		// Hints only save the dispatcher's delay; forget them rather than
-		// grow without bound.
-		clear(r.q.hints)
-	}
-	r.q.hints[sessionKey] = struct{}{}
-	r.q.mu.Unlock()
+// placement is what the queue did with a new message whose session was
+// busy (onBusy), for Handle to act on (onPlaced, dispatch.go): the queue
+// itself starts nothing and waits for nothing.
+type placement struct {
+	// policy is the message's OnBusy, Queue or Interrupt, once the queue
+	// has stored it; Reject until then.
+	policy Policy
+	// id is the queued request's id, chosen once per Handle.
+	id string
+	// position is how many queued messages of the session run before it.
+	position int
+	// own is, for Interrupt, where a run of this process that starts the
+	// message hands it to this Handle (own): registered before the message
+	// is stored, and given up by Handle (disown).
+	own chan *Run
 }
 
-// maxHints bounds the sessions a Runner remembers as having queued
-// messages.
-const maxHints = 10000
+// placed reports whether the queue stored the message.
+func (p placement) placed() bool { return p.policy != Reject }
 
-func (r *Runner) unhint(sessionKey string) {
-	r.q.mu.Lock()
-	delete(r.q.hints, sessionKey)
-	r.q.mu.Unlock()
-}
-
-func (r *Runner) hinted(sessionKey string) bool {
-	r.q.mu.Lock()
-	defer r.q.mu.Unlock()
-	_, ok := r.q.hints[sessionKey]
-	return ok
-}
-
-// busy handles a new message whose session is busy, under its policy.
-func (r *Runner) busy(ctx context.Context, msg Message, busyErr error) (*Run, Outcome, error) {
-	if r.agentOf(msg.Agent) == nil {
-		return nil, Outcome{}, busyErr
-	}
-	id := uuid.NewString()
-	var own chan *Run
-	if msg.OnBusy == Interrupt {
-		// This call runs the message itself when it can start: say so
-		// before it is queued, so that a run of this process that frees
-		// the session hands it over instead of starting it elsewhere.
-		own = r.own(id)
-	}
-	pos, err := r.enqueue(ctx, msg, id)
-	if err != nil {
-		if own != nil {
-			r.disown(id, own)
+// onBusy places a new message whose session is busy, under its policy
+// (Queue or Interrupt), into p: it stores it as queued (enqueue), an
+// interrupting one ahead of the plain queued messages, with the session's
+// processing requests asked to stop. An interrupting message's Handle
+// runs it itself when it can start: onBusy says so before the message is
+// stored (own), so that a run of this process that frees the session
+// hands it over instead of starting it elsewhere. p keeps its id and that
+// registration across begin's attempts.
+func (r *Runner) onBusy(ctx context.Context, msg Message, p *placement) error {
+	if p.id == "" {
+		p.id = uuid.NewString()
+		if msg.OnBusy == Interrupt {
+			p.own = r.own(p.id)
 		}
-		return nil, Outcome{}, err
 	}
-	if msg.OnBusy == Queue {
-		// The session may have been freed between the busy answer and the
-		// insert, by a run that did not know of this message: start it.
-		r.kick(ctx, msg.SessionKey)
-		return nil, Outcome{RequestID: id, Queued: true, Position: pos}, nil
+	pos, err := r.enqueue(ctx, msg, p.id)
+	if err != nil {
+		return err
 	}
-	defer r.disown(id, own)
-	return r.awaitOwn(ctx, msg, id, pos, own)
+	p.policy, p.position = msg.OnBusy, pos
+	return nil
 }
 
 // enqueue stores msg as queued for its session, in one transaction: the
@@ -301,7 +283,6 @@ func (r *Runner) enqueue(ctx context.Context, msg Message, id string) (position 
 	if err != nil {
 		return 0, err
 	}
-	r.hint(msg.SessionKey)
 	return position, nil
 }
 
@@ -360,73 +341,12 @@ func (r *Runner) ahead(ctx context.Context, db lease.DB, msg Message) (bool, err
 var errQueueAhead = errors.New("request: messages are queued ahead")
 
 // own registers a Handle call of this process that waits to run the
-// queued request id itself: deliver hands it the claimed run.
+// queued request id itself: deliver hands it the claimed run, and disown
+// ends the registration (dispatch.go).
 func (r *Runner) own(id string) chan *Run {
 	ch := make(chan *Run, 1)
 	r.q.mu.Lock()
 	r.q.owners[id] = ch
 	r.q.mu.Unlock()
 	return ch
-}
-
-// disown ends the registration; a run delivered just as the caller gave
-// up is started as any other, not lost.
-func (r *Runner) disown(id string, ch chan *Run) {
-	r.q.mu.Lock()
-	if r.q.owners[id] == ch {
-		delete(r.q.owners, id)
-	}
-	r.q.mu.Unlock()
-	select {
-	case run := <-ch:
-		r.deliver(run)
-	default:
-	}
-}
-
-// awaitOwn waits, for an interrupting Handle, until its queued message
-// can start, and returns the claimed run (to execute with the caller's
-// agent) — or, when another process started it, its final outcome. When
-// ctx ends first, the message stays queued (and runs later) or running
-// elsewhere, and the error matches ctx's cause.
-func (r *Runner) awaitOwn(ctx context.Context, msg Message, id string, pos int, ch chan *Run) (*Run, Outcome, error) {
-	delay := r.cfg.Queue.PollMin
-	for {
-		changed := r.changedChan()
-		if err := r.tryStart(ctx, msg.SessionKey); err != nil && ctx.Err() == nil {
-			r.log.Warn("rowlease: starting a queued message failed; retrying", "err", err)
-		}
-		select {
-		case run := <-ch:
-			return run, Outcome{}, nil
-		default:
-		}
-		// Queued still, or started: by a run of this process that is about
-		// to hand it over on ch, or elsewhere (then wait for its outcome).
-		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
-		if err == nil && st.State.Final() {
-			out, err := st.Outcome()
-			return nil, out, err
-		}
-		if err == nil && st.State == StateQueued {
-			pos = st.Position
-		}
-		t := time.NewTimer(retry.Jitter(delay))
-		select {
-		case run := <-ch:
-			t.Stop()
-			return run, Outcome{}, nil
-		case <-ctx.Done():
-			t.Stop()
-			if st.State == StateProcessing {
-				return nil, Outcome{RequestID: id}, fmt.Errorf("%w: %w", ErrInFlight, context.Cause(ctx))
-			}
-			return nil, Outcome{RequestID: id, Queued: true, Position: pos},
-				fmt.Errorf("request: still queued to interrupt the running message: %w", context.Cause(ctx))
-		case <-changed:
-			t.Stop()
-		case <-t.C:
-		}
-		delay = min(delay*2, r.cfg.Queue.PollMax)
-	}
 }

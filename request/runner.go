@@ -438,8 +438,9 @@ type Agent func(ctx context.Context, run *Run) (Answer, error)
 // stored: name the agent registered for the same work, so that a resume
 // of the request (its run died) or a start from the queue finds it.
 // Steps 1 to 4 are claim.go's (begin), with existing.go's answers from a
-// request that exists; 5 is run.go's (runAndContinue), 6 and the release
-// finish.go's, and the next queued message dispatch.go's.
+// request that exists and the queue's placement (queue.go), which Handle
+// acts on (onPlaced, dispatch.go); 5 is run.go's (runAndContinue), 6 and
+// the release finish.go's, and the next queued message dispatch.go's.
 func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outcome, err error) {
 	if obs := r.cfg.Observer; obs != nil {
 		var end func(error, ...lease.Attr)
@@ -465,7 +466,16 @@ func (r *Runner) Handle(ctx context.Context, msg Message, agent Agent) (out Outc
 	if msg.OnBusy != Reject && named == nil {
 		return Outcome{}, invalid("on busy", msg.OnBusy.String()+" needs the message's agent: Config.Agent")
 	}
-	run, out, err := r.begin(ctx, msg)
+	run, out, p, err := r.begin(ctx, msg)
+	switch {
+	case err == nil && p.placed():
+		// The session was busy, and the queue stored the message: answer
+		// with its position, or wait to run it.
+		run, out, err = r.onPlaced(ctx, msg, p)
+	case p.own != nil:
+		// Registered to wait for a message that the queue did not store.
+		r.disown(p.id, p.own)
+	}
 	if err != nil || run == nil {
 		return out, err
 	}

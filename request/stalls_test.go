@@ -106,7 +106,7 @@ func TestDisownWhileDeliveringStrandsNothing(t *testing.T) {
 		own := r.own(id)
 		_, err := r.enqueue(ctx, msg, id)
 		require.NoError(t, err)
-		run, err := r.claimHead(ctx, "s")
+		run, _, err := r.claimHead(ctx, "s")
 		require.NoError(t, err)
 		require.NotNil(t, run)
 		require.Equal(t, id, run.id)

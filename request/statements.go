@@ -32,7 +32,8 @@ type statements struct {
 	// sweepSteps deletes the steps of the sweeper's tombstones.
 	sweepSteps func(n int) string
 
-	// The queue (queue.go, dispatch.go).
+	// The queue (queue.go, dispatch.go; the claim of its head in
+	// claim.go).
 	head, ahead, aheadInterrupt, stats, insert, flag, settle, settleOne string
 	// candidates reads the dispatcher's sessions, and foreign the requests
 	// ready to run whose agent the Runner does not have (agents.go): own is
