@@ -136,16 +136,25 @@
 // tables, and on MariaDB the multi-table UPDATE costs the server more than
 // the writes one by one. A replay costs one statement and takes no lock.
 //
-// The code follows the flow, one file per step: runner.go (Config, New,
-// Handle), claim.go (steps 1 to 4: read the request, answer from it, or
-// claim it), run.go (step 5: the heartbeat, and the Run handed to the
-// agent), step.go (Run.Step), finish.go (step 6: mark the request, free
-// the session), queue.go (the busy policies, the queue) and dispatch.go
-// (step 7, and the dispatcher). Beside the flow: status.go (Status,
-// Wait), cancel.go, interrupt.go, resume.go, sweep.go, observe.go, and
-// statements.go, which holds every statement of this package (the lease
-// operations are package lease's; the tool-execution table is package
-// toolexec's).
+// The code follows a message's path, each file once: runner.go (Config,
+// New, Handle: the checks before any SQL, with agents.go and metadata.go,
+// then what Handle does with what begin came to), claim.go (steps 1 to 4:
+// begin; the claimer that New chose by the dialect, one statement on
+// PostgreSQL for a Reject message, a transaction elsewhere; claim, the one
+// transaction that takes a request on every path, and claimHead),
+// existing.go (a request that exists: read it, replay it or say why it
+// does not run, or hand claim.go its takeover), queue.go (the busy
+// policies: the queue stores a message and says where, and Handle acts on
+// it), dispatch.go (a queued message's answer, an interrupting one's wait;
+// step 7, and the dispatcher), run.go (step 5: the heartbeat, and the Run
+// handed to the agent), step.go (Run.Step) and finish.go (step 6: mark the
+// request, free the session). Each step returns what it came to, and its
+// caller acts on it: an answer from a request hands back the takeover it
+// calls for, the queue where it put a message, and neither claims nor
+// starts anything. Beside the path: status.go (Status, Wait), cancel.go,
+// interrupt.go, resume.go, sweep.go, observe.go, and statements.go, which
+// holds every statement of this package (the lease operations are package
+// lease's; the tool-execution table is package toolexec's).
 //
 // # Guarantees
 //
