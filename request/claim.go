@@ -457,9 +457,10 @@ func newRow(msg Message) lease.CreateOptions {
 // survives ctx's cancellation: the session, if the new request's id (a
 // fresh UUID) holds it, then the request row, both token-checked.
 func (r *Runner) claimAtOnce(ctx context.Context, c claim) (run *Run, done bool, err error) {
+	row := newRow(c.msg)
 	sg, g, err := engine.AcquireCreate(ctx, r.db,
 		engine.NewAcquireOp(r.sessions.Lease(), c.msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
-		engine.NewCreateOp(r.req, c.id, c.holder, r.cfg.TTL, newRow(c.msg)))
+		engine.NewCreateOp(r.req, c.id, c.holder, r.cfg.TTL, row))
 	return r.atOnceResult(ctx, c, sg, g, err)
 }
 
@@ -473,9 +474,10 @@ func (r *Runner) claimUnless(ctx context.Context, msg Message, holder string) (r
 	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
 	var reply, result, interruptedBy sql.NullString
 	var queueSeq sql.NullInt64
+	row := newRow(msg)
 	sg, g, found, err := engine.AcquireCreateUnless(ctx, r.db,
 		engine.NewAcquireOp(r.sessions.Lease(), msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{}),
-		engine.NewCreateOp(r.req, c.id, c.holder, r.cfg.TTL, newRow(msg)),
+		engine.NewCreateOp(r.req, c.id, c.holder, r.cfg.TTL, row),
 		engine.Unless{
 			Match: []lease.Assignment{lease.Set(schema.ColSessionKey, msg.SessionKey), lease.Set(schema.ColClientRequestID, msg.ClientRequestID)},
 			Columns: []string{schema.ColID, schema.ColFingerprint, schema.ColStatus, schema.ColReply, schema.ColResult,
