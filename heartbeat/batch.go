@@ -61,7 +61,7 @@ type BatchConfig struct {
 
 // Batcher renews the leases of many Supervisors together: every Interval,
 // one statement per table (per engine.MaxBatch leases) renews every lease
-// it keeps — lease.Lease.RenewMany — instead of one statement per lease.
+// it keeps — engine.RenewMany — instead of one statement per lease.
 // A thousand runs in flight, each with a session and a request lease, cost
 // two statements per Interval instead of two thousand.
 //
@@ -562,7 +562,7 @@ func (r *LeaseRenewer[K]) pool() lease.DB {
 }
 
 // renewGroup renews rs, all *LeaseRenewer[K] of r's group, with
-// lease.Lease.RenewMany on db: their pool, or one of its connections.
+// engine.RenewMany on db: their pool, or one of its connections.
 func (r *LeaseRenewer[K]) renewGroup(ctx context.Context, db lease.DB, rs []batchable) ([]time.Time, []error) {
 	dls := make([]time.Time, len(rs))
 	errs := make([]error, len(rs))

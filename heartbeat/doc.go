@@ -34,7 +34,7 @@
 //
 // Many flows in one process share a Batcher (Config.Batcher): it renews
 // the LeaseRenewers of every Supervisor that uses it together, one
-// statement per table per interval (lease.Lease.RenewMany), while each
+// statement per table per interval (engine.RenewMany), while each
 // Supervisor keeps its own work context, deadlines and Stop. A thousand
 // flows of two leases cost two statements per interval instead of two
 // thousand. See Batcher for what it guarantees, and for SQLite.
@@ -67,7 +67,7 @@
 //   - A renewal that succeeds only after its lease's trust deadline does not
 //     rescue it: the lease is lost, since the work ran untrusted meanwhile.
 //   - A trust deadline moves only on a committed renewal. A renewal that a
-//     lease.FlowDB routes into the flow's open transaction (SQLite) moves
+//     engine.FlowDB routes into the flow's open transaction (SQLite) moves
 //     it provisionally, and only while that transaction holds the write
 //     lock (nobody else can take the lease then). If the transaction does
 //     not commit, the deadline goes back to the last committed renewal's

@@ -140,11 +140,11 @@
 // it (502), not row 1; and one inside a tool's failure
 // (*toolexec.FailedError) is the other service's that the side effect
 // called — toolexec asked the side effect's transaction, which still
-// worked (lease.IsUnavailableIn) — so an agent that returns it gets row
-// 15 (500). Both are lease.ForeignError, which lease.IsUnavailable does
+// worked (engine.IsUnavailableIn) — so an agent that returns it gets row
+// 15 (500). Both are engine.ForeignError, which lease.IsUnavailable does
 // not look below. A network error the agent returns bare, from a call of
 // its own, cannot be told from the database's, and is 503 (wrap it in an
-// error of your own that is a lease.ForeignError to answer otherwise).
+// error of your own that is a engine.ForeignError to answer otherwise).
 //
 // A message in flight when the database went away gets 503 too, even one
 // whose COMMIT was cut (it may have committed: the resend finds out). The

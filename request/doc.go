@@ -83,7 +83,7 @@
 //     the session is busy with this very message, sent a moment ago by a
 //     duplicate; with Queue or Interrupt, see below). On PostgreSQL a new
 //     message with OnBusy Reject does both in one autocommit statement
-//     instead (lease.AcquireCreateUnless: a data-modifying WITH), both or
+//     instead (engine.AcquireCreateUnless: a data-modifying WITH), both or
 //     neither as well, and that statement is also step 1's read: it reads
 //     the request first and writes nothing if it exists; when it does not
 //     take the session (busy, or the session's lock row missing) it wrote
@@ -130,7 +130,7 @@
 // from (TestLockPathStatements, BenchmarkLockPath): on PostgreSQL 4
 // statements and one transaction (BEGIN/COMMIT, the tool's side effect),
 // 6 round trips — the read of the request and the claim are one statement
-// (lease.AcquireCreateUnless) for a new message with OnBusy Reject; on
+// (engine.AcquireCreateUnless) for a new message with OnBusy Reject; on
 // MySQL and SQLite 9 statements and two transactions (the claim's and the
 // side effect's), 13 round trips: SQLite has no statement that writes two
 // tables, and on MariaDB the multi-table UPDATE costs the server more than
@@ -201,7 +201,7 @@
 //   - fn runs once per position of the request's run, and its output
 //     (JSON, at most Config.MaxStepOutput bytes) is appended as one row of
 //     the step table (schema.StepTable: request id, position, name,
-//     output) by lease.ConfirmPut, fenced by the run's request lease: one
+//     output) by engine.ConfirmPut, fenced by the run's request lease: one
 //     statement per recorded step on PostgreSQL (the confirmation of the
 //     lease, a write of its row, and the insert, in one WITH) and on
 //     SQLite (the insert, checking the lease; one writer at a time), a
@@ -502,7 +502,7 @@
 //     left). ErrInFlight also ends the attempts to take the locks when
 //     each failed with a retryable database error (a deadlock, SQLite
 //     busy): the last of them stays in the chain and in the text
-//     (lease.IsRetryable reports it), so that a database that keeps
+//     (lease.IsTransient reports it), so that a database that keeps
 //     refusing is not mistaken for a busy request.
 //   - ErrTakenOver: this run lost a lease while running; its work was
 //     cancelled and it wrote nothing more. A retry replays or resumes.

@@ -135,7 +135,7 @@
 // trailing spaces are equal (and collide in a unique key), while PostgreSQL
 // and SQLite keep them apart. The library therefore refuses session keys,
 // holders and client request ids that end in a space, on every dialect,
-// before any SQL (lease.CheckText); check text of your own that goes into
+// before any SQL (engine.CheckText); check text of your own that goes into
 // these columns the same way. (A NO PAD collation has no name common to
 // MariaDB and MySQL 8, and would not help tables of your own.) Open
 // connections with

@@ -121,7 +121,7 @@
 //     committed, the call is not marked error and is left free, and
 //     Execute returns the database's error, so that the run ends rather
 //     than show the model a failure it did not cause. It is decided by
-//     where the error came from (lease.IsUnavailableIn): a driver's error
+//     where the error came from (engine.IsUnavailableIn): a driver's error
 //     of a broken connection is the database's; a network error (a
 //     *net.OpError, a *net.DNSError, io.ErrUnexpectedEOF), which a mail,
 //     Redis or gRPC client the side effect calls gives too, is the
@@ -201,11 +201,11 @@
 //     side refused: NotPerformed), a network error of another service it
 //     called included; nothing committed, the call is marked error, and
 //     the text is for the model. A retry runs it again. It is a
-//     lease.ForeignError: lease.IsUnavailable (httpapi's 503) does not
+//     engine.ForeignError: lease.IsUnavailable (httpapi's 503) does not
 //     look below it.
 //   - *UnknownOutcomeError: an external effect may have
 //     happened; the call is left started and free. It carries the effect
-//     key; reconcile before acting again. It is a lease.ForeignError: the
+//     key; reconcile before acting again. It is a engine.ForeignError: the
 //     error it wraps is the remote side's, even a refused or reset
 //     connection, and lease.IsUnavailable does not look below it.
 //   - *OutsideTxError, on SQLite: the side effect
@@ -215,7 +215,7 @@
 //     transient; httpapi answers it 500 without Retry-After.
 //   - *TransientError (lease.IsTransient): the database kept failing
 //     transiently; nothing committed, the call is left free; retry.
-//   - An error lease.IsUnavailableIn finds the database's, returned by
+//   - An error engine.IsUnavailableIn finds the database's, returned by
 //     the side effect: the database went away mid-transaction; nothing
 //     committed, the call is left free (its lease given back if the
 //     database lets it); resend once it is back.

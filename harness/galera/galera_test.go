@@ -159,7 +159,7 @@ func TestTokenCheckedAcrossNodes(t *testing.T) {
 	cfgs := galera.Database(t, nil)
 	e := conformance.Setup(t, galera.OpenNode(t, cfgs, 0), lease.Options{})
 	ctx := ctxT(t)
-	multi, err := lease.New[string](lease.MySQL, e.Lease.Table(), lease.Options{MultiPrimary: true})
+	multi, err := lease.New[string](lease.MySQL, engine.TableOf(e.Lease), lease.Options{MultiPrimary: true})
 	require.NoError(t, err)
 	dbs := []*sqlx.DB{galera.OpenNode(t, cfgs, 0), galera.OpenNode(t, cfgs, 1), galera.OpenNode(t, cfgs, 2)}
 	const n = 300

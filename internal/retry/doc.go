@@ -3,7 +3,7 @@
 // the jitter of poll loops, and a sleep that ends with its context.
 //
 // It decides nothing about which errors are worth another run: that is
-// the lease package's error vocabulary (lease.IsRetryable,
+// the lease package's error vocabulary (lease.IsTransient,
 // lease.IsTransient), which every floor consults before calling Backoff.
 //
 // Guarantees: every wait returns at once when its context ends, and
