@@ -44,7 +44,7 @@ func New[K Key](d Dialect, t Table, opts Options) (*Lease[K], error) {
 // lost. Grant.Trusted(now) says whether now is before Deadline.
 type Grant[K Key] = engine.Grant[K]
 
-// Token is a grant's random secret (128 bits). It never prints: String,
+// Token is a grant's random secret (a UUIDv4). It never prints: String,
 // every fmt verb, slog and encoding as text give [redacted]; there is no
 // way to read it from outside the library.
 type Token = engine.Token
