@@ -40,7 +40,7 @@
 // which engine treats as "check again later" (or as proof of a wrong
 // dialect, when another driver recognises it).
 //
-// The lease conformance suite (internal/conformance) is the driver
+// The lease conformance suite (internal/testkit/conformance) is the driver
 // suite: it runs unchanged on every driver through engine (see
 // internal/engine's TestConformance), so a driver is correct when the
 // suite passes on its database.

@@ -8,7 +8,7 @@ import (
 )
 
 // TestConformance is the driver suite: it runs the lease conformance
-// suite (internal/conformance), unchanged, through a Lease of each
+// suite (internal/testkit/conformance), unchanged, through a Lease of each
 // dialect, and so on each driver of internal/driver — mysql, postgres and
 // sqlite, each subtest named after its driver: SQLite always,
 // MySQL/MariaDB and PostgreSQL when their DSNs are set (all three with
