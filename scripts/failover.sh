@@ -25,8 +25,11 @@
 # FAILOVER_ASYNC_LAG_MS bounds how long the replication stream is cut
 # before each asynchronous primary's kill (default 1000; each cut is drawn
 # at random up to it), the tail that mode loses; FAILOVER_REPL_LATENCY_MS
-# delays the replication stream (default 10). The summary lines are
-# printed; the whole log only on a failure.
+# delays the replication stream (default 10); FAILOVER_RUN_MINUTES bounds
+# each PostgreSQL mode's run (default 30): one that has not answered every
+# message and made every kill by then fails, naming the messages still
+# unanswered with the last error each got. The summary lines are printed;
+# the whole log only on a failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { echo "failover.sh: $*" >&2; }

@@ -350,7 +350,8 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 	}
 	addRequests(cfg.Sessions * cfg.PerSession)
 	answered := map[string]string{}
-	posted := map[string]bool{} // effect ids workers saw committed
+	posted := map[string]bool{}    // effect ids workers saw committed
+	lastErr := map[string]string{} // the last error each request was answered with
 	// The workers in flight, for where a restart lands.
 	var liveMu sync.Mutex
 	var live []*proc
@@ -479,6 +480,7 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 				f := strings.Fields(l)
 				rep.record(f)
 				if len(f) >= 3 && f[0] == "error" {
+					lastErr[f[1]] = strings.Join(f[2:], " ")
 					rep.Refusals[f[2]]++
 					if f[2] == "takenover" {
 						msg := strings.Join(f[3:], " ")
@@ -529,7 +531,10 @@ func RunCrash(ctx context.Context, cfg CrashConfig) (CrashReport, error) {
 		rep.Errors = append(rep.Errors, rerr.Error())
 	}
 	if err := ctx.Err(); err != nil {
-		return rep, err
+		// Say what the run was still waiting for: its requests, and its
+		// restarts.
+		return rep, fmt.Errorf("%w: %d of %d restarts made; %d requests unanswered%s",
+			err, n, cfg.Restarts, len(pending), unanswered(pending, lastErr))
 	}
 	sort.Slice(rep.AnswerTimes, func(i, j int) bool { return rep.AnswerTimes[i].Before(rep.AnswerTimes[j]) })
 	rep.Answered = len(answered)
@@ -770,4 +775,26 @@ func checkInvariants(ctx context.Context, e *Env, recv *Receiver, ttl time.Durat
 		}
 	}
 	return nil
+}
+
+// unanswered lists up to 5 of the pending jobs with the last error each
+// was answered with ("never tried" when a worker never reached it).
+func unanswered(pending []string, lastErr map[string]string) string {
+	var b strings.Builder
+	for i, j := range pending {
+		if i == 5 {
+			fmt.Fprintf(&b, "; and %d more", len(pending)-5)
+			break
+		}
+		_, crid, _ := strings.Cut(j, "/")
+		last, ok := lastErr[crid]
+		if !ok {
+			last = "never answered"
+		}
+		if len(last) > 160 {
+			last = last[:160]
+		}
+		fmt.Fprintf(&b, "; %s: %s", j, last)
+	}
+	return b.String()
 }

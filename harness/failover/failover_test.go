@@ -105,7 +105,10 @@ func runPostgres(t *testing.T, bin string, synchronous bool, kills int, rng *ran
 	if synchronous {
 		mode = "sync"
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	// FAILOVER_RUN_MINUTES bounds one mode's run (30 by default): a run
+	// that has not answered every request and made every restart by then
+	// fails, naming what it still waited for.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(envInt("FAILOVER_RUN_MINUTES", 30))*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("/tmp", "rowlease-failover-pg-")
 	if err != nil {
