@@ -3,7 +3,8 @@ package engine
 import (
 	"context"
 	"database/sql"
-	"reflect"
+
+	"github.com/rowlease/rowlease/internal/driver"
 )
 
 // DB is the small database interface every operation takes. *sql.DB,
@@ -22,15 +23,6 @@ type TxBeginner interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 }
 
-// isNil reports whether db is nil or a typed nil pointer inside the interface.
-func isNil(db DB) bool {
-	if db == nil {
-		return true
-	}
-	v := reflect.ValueOf(db)
-	switch v.Kind() {
-	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
-		return v.IsNil()
-	}
-	return false
-}
+// isNil reports whether db is nil or a typed nil inside the interface
+// (the driver layer's rule, which a driver's probe applies too).
+func isNil(db DB) bool { return driver.IsNil(db) }
