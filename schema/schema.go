@@ -133,7 +133,27 @@ const (
 	// and canonical arguments is occurrence n−1, an effect of its own. Part
 	// of ToolExecutionCallUnique. Since migration 6.
 	ColOccurrence = "occurrence"
+	// ColWaitName names the question a waiting request asks
+	// (RequestTable, at most MaxWaitNameLen bytes, NULL unless the request
+	// is StoredWaiting): the name its agent gave request.Await. Since
+	// migration 7.
+	ColWaitName = "wait_name"
+	// ColWaitQuestion is the JSON of the question a waiting request asks
+	// (RequestTable, large text, NULL unless waiting). Since migration 7.
+	ColWaitQuestion = "wait_question"
+	// ColWaitSeq is the position in the request's step journal
+	// (StepTable's ColSeq) at which the answer to the open question is
+	// recorded (RequestTable, INTEGER, NULL unless waiting). Since
+	// migration 7.
+	ColWaitSeq = "wait_seq"
+	// ColWaitUntil is the deadline of the open question, by the database
+	// clock, in the representation of the lease time columns
+	// (RequestTable, NULL: no deadline, or not waiting). Since migration 7.
+	ColWaitUntil = "wait_until"
 )
+
+// MaxWaitNameLen bounds the name of a question (ColWaitName), in bytes.
+const MaxWaitNameLen = 128
 
 // MaxAgentNameLen bounds an agent's name (ColAgent), in bytes.
 const MaxAgentNameLen = 128
@@ -171,7 +191,8 @@ const (
 // text of two of them keeps the words of the first migration, "success"
 // and "error", so that existing rows and CHECK constraints stay valid.
 // StoredStarted is allowed in ToolExecutionTable only; StoredQueued,
-// StoredInterrupted, StoredCancelled and StoredExpired in RequestTable only.
+// StoredInterrupted, StoredCancelled, StoredExpired and StoredWaiting in
+// RequestTable only.
 const (
 	// StoredQueued marks a request stored to run when its session is free
 	// (RequestTable, from migration 3 on).
@@ -199,6 +220,10 @@ const (
 	// outcome the retention sweeper deleted (RequestTable, from migration 3
 	// on).
 	StoredExpired = "expired"
+	// StoredWaiting marks a request whose run stopped to wait for a
+	// person's answer (request.Await): no lease is held while it waits
+	// (RequestTable, from migration 7 on).
+	StoredWaiting = "waiting"
 )
 
 // Maximum lengths, in characters, of the VARCHAR columns on MySQL and
