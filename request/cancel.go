@@ -82,6 +82,8 @@ func (run *Run) stopCause(cause error) error {
 //     last Status read (processing) with an error matching ctx's cause,
 //     and the cancel still takes effect;
 //   - failed: it is marked cancelled, so no resend runs it again;
+//   - waiting for an answer (Await): it is marked cancelled at once, and
+//     an answer sent after gets a *NotWaitingError;
 //   - succeeded, interrupted, cancelled or expired: nothing changes.
 //
 // Every resend of a cancelled request's id gets ErrCancelled (with the
@@ -99,19 +101,26 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 			return st, err
 		}
 		switch st.State {
-		case StateQueued, StateFailed:
+		case StateQueued, StateFailed, StateWaiting:
 			q := r.sql.cancelQueued
-			if st.State == StateFailed {
+			switch st.State {
+			case StateFailed:
 				q = r.sql.cancelFailed
+			case StateWaiting:
+				q = r.sql.cancelWaiting
 			}
 			n, err := r.exec(ctx, q, sessionKey, clientRequestID)
 			if err != nil {
 				return st, fmt.Errorf("request: cancelling: %w", err)
 			}
 			if n == 0 {
-				continue // it started, or was resent, meanwhile: read it again
+				continue // it started, or was resent or answered, meanwhile: read it again
 			}
 			r.notify()
+			if st.State == StateWaiting {
+				r.hint(sessionKey)
+				r.kick(ctx, sessionKey) // the queue behind it may go on
+			}
 			return r.Status(ctx, sessionKey, clientRequestID)
 		case StateProcessing:
 			if st.InterruptedBy == "" && !st.CancelRequested {

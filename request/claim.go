@@ -567,6 +567,19 @@ func (r *Runner) claimHead(ctx context.Context, sessionKey string) (*Run, bool, 
 			r.skipForAgent(ctx, h.id, h.agent)
 			return nil, false, nil
 		}
+		if h.status == schema.StoredWaiting {
+			// A wait whose deadline passed: its expiry is recorded as the
+			// wait's step, and the request, processing and free, is run
+			// on now, as a dead run is resumed.
+			ok, err := r.expireWait(ctx, h)
+			if err != nil && !engine.IsRetryable(err) {
+				return nil, false, err
+			}
+			if !ok {
+				continue // answered, cancelled or interrupted meanwhile
+			}
+			h.status = schema.StoredProcessing
+		}
 		var slot *sync.Once
 		if h.status == schema.StoredProcessing {
 			// A dead run to resume: not after MaxAttempts runs, and not

@@ -67,6 +67,19 @@ func (r *Runner) answer(ctx context.Context, msg Message, ex *existing, holder s
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
 	case schema.StoredCancelled:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
+	case schema.StoredWaiting:
+		// Waiting for a person: the resend answers with the question.
+		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
+		if errors.Is(err, lease.ErrNotFound) {
+			return nil, Outcome{}, errVanished
+		}
+		if err != nil {
+			return nil, Outcome{}, err
+		}
+		if st.State != StateWaiting {
+			return nil, Outcome{}, errVanished
+		}
+		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation, Waiting: st.Waiting}, nil
 	case schema.StoredQueued:
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
 		if errors.Is(err, lease.ErrNotFound) {

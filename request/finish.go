@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
@@ -55,6 +56,11 @@ func (r *Runner) finish(ctx, ictx context.Context, run *Run, ans Answer, aerr er
 		// interrupted, token-checked, and frees the session. Its tool
 		// calls that committed stay; it never runs again.
 		return base, r.markStopped(ctx, run, schema.StoredInterrupted, ie)
+	}
+	if p := run.parkedAt(); p != nil {
+		// The agent stopped at a wait (Await): the request waits for its
+		// answer, with no lease held, whatever the agent returned.
+		return r.park(ctx, run, p)
 	}
 	if aerr != nil && ctx.Err() != nil {
 		// The caller gave up (shutdown, client gone) and the agent
@@ -128,6 +134,15 @@ func (r *Runner) trimSteps(ctx context.Context, run *Run) error {
 			return fmt.Errorf("request: reading which steps decided tool calls: %w", err)
 		}
 	}
+	// A person's answer is kept whatever followed it: it is not asked
+	// for again.
+	run.stepMu.Lock()
+	for i, rec := range run.steps[:min(n, len(run.steps))] {
+		if strings.HasPrefix(rec.Name, waitStepPrefix) && i+1 > keep && (diverged == nil || i < diverged.Position) {
+			keep = i + 1
+		}
+	}
+	run.stepMu.Unlock()
 	if keep >= n {
 		return nil
 	}

@@ -314,6 +314,9 @@ func (r *Runner) enqueueTx(ctx context.Context, msg Message, id string) (positio
 		if _, err := tx.ExecContext(ctx, r.sql.flag, msg.ClientRequestID, msg.SessionKey); err != nil {
 			return 0, err
 		}
+		if _, err := tx.ExecContext(ctx, r.sql.stopWaits, msg.ClientRequestID, msg.SessionKey); err != nil {
+			return 0, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
@@ -329,6 +332,12 @@ func (r *Runner) ahead(ctx context.Context, db lease.DB, msg Message) (bool, err
 	q := r.sql.ahead
 	if msg.OnBusy == Interrupt {
 		q = r.sql.aheadInterrupt
+		// An interrupting message ends the session's open question: a
+		// request waiting for an answer is interrupted, and this message
+		// runs in its place.
+		if _, err := db.ExecContext(ctx, r.sql.stopWaits, msg.ClientRequestID, msg.SessionKey); err != nil {
+			return false, err
+		}
 	}
 	var n int
 	if err := db.QueryRowContext(ctx, q, msg.SessionKey).Scan(&n); err != nil {

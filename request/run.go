@@ -112,6 +112,9 @@ type Run struct {
 	resumed bool
 	prior   []ToolRecord
 	sup     *heartbeat.Supervisor
+	// parked is the wait the run stopped at (Await), under stepMu: the
+	// request is marked waiting when the agent returns.
+	parked *parked
 	// fromQueue: the request came through the queue; when it ends, the
 	// session's next queued message is started.
 	fromQueue bool
@@ -315,6 +318,9 @@ func (run *Run) stopped() error {
 	}
 	if run.work != nil && errors.Is(context.Cause(run.work), ErrCancelled) {
 		return ErrCancelled
+	}
+	if run.parkedAt() != nil {
+		return ErrWaiting // the run stopped at a wait: nothing after it runs
 	}
 	return nil
 }

@@ -403,6 +403,10 @@ type Outcome struct {
 	// Position is, when Queued, the number of queued messages of the
 	// session that run before it (0: it runs next).
 	Position int `json:"position,omitempty"`
+	// Waiting is, when the run stopped at a wait for a person's answer
+	// (Await), the open question; Reply is empty. Runner.Answer runs the
+	// request on.
+	Waiting *Question `json:"waiting,omitempty"`
 }
 
 // Agent is the caller's work: model rounds and tool calls. ctx dies as

@@ -48,6 +48,16 @@ type statements struct {
 	cancelQueued, cancelFailed, cancelFlag string
 	// The sweeper (sweep.go): the finished requests to sweep.
 	sweepIDs string
+
+	// Waits for a person (await.go): park marks a run's request waiting
+	// (parkUntil with a deadline); unpark makes a waiting request
+	// processing and free for its answer (unparkExpired, for its expiry);
+	// waitRecord records the answer or the expiry as the wait's step;
+	// waitRead reads a request for Answer, waitAnswer the answer recorded
+	// under a wait's name, waitOf a waiting request's wait; stopWaits
+	// marks the session's waiting requests interrupted (an interrupting
+	// message); cancelWaiting cancels one.
+	park, parkUntil, unpark, unparkExpired, waitRecord, waitRead, waitAnswer, waitOf, stopWaits, cancelWaiting string
 }
 
 // agentValue is what the agent column stores for name: NULL for the
@@ -78,9 +88,24 @@ func lane(p string) string {
 	return "CASE WHEN " + p + schema.ColOnBusy + " = " + lit(Interrupt.String()) + " THEN 0 ELSE 1 END"
 }
 
-// finished are the statuses the sweeper sweeps.
+// finished are the statuses the sweeper sweeps: the final ones, and a
+// request that waits for an answer (no lease held) as long as the
+// retention.
 var finished = "(" + lit(schema.StoredSucceeded) + ", " + lit(schema.StoredFailed) + ", " + lit(schema.StoredInterrupted) +
-	", " + lit(schema.StoredCancelled) + ")"
+	", " + lit(schema.StoredCancelled) + ", " + lit(schema.StoredWaiting) + ")"
+
+// openWait is the condition of a request that waits for an answer whose
+// deadline has not passed (p: "" or an alias and a dot); dueWait, of one
+// whose deadline has passed, to be run on with the expiry.
+func openWait(p, now string) string {
+	return "(" + p + schema.ColStatus + " = " + lit(schema.StoredWaiting) + " AND (" + p + schema.ColWaitUntil + " IS NULL OR " +
+		p + schema.ColWaitUntil + " > " + now + "))"
+}
+
+func dueWait(p, now string) string {
+	return "(" + p + schema.ColStatus + " = " + lit(schema.StoredWaiting) + " AND " + p + schema.ColWaitUntil + " IS NOT NULL AND " +
+		p + schema.ColWaitUntil + " <= " + now + ")"
+}
 
 // newStatements builds the Runner's statements on table t.
 func (r *Runner) newStatements(t, steps lease.Table) statements {
@@ -119,7 +144,9 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	pResumable, pDue := r.resumeConds("p.")
 	queued := schema.ColStatus + " = " + lit(schema.StoredQueued) + " AND " + schema.ColQueueSeq + " IS NOT NULL AND " +
 		schema.ColInterruptedBy + " IS NULL"
-	runnable := "((" + queued + ") OR (" + resumable + " AND " + due + "))"
+	// A wait whose deadline passed is run on (with the expiry) as a
+	// dead run is resumed: ahead of the queue.
+	runnable := "((" + queued + ") OR (" + resumable + " AND " + due + ") OR " + dueWait("", now) + ")"
 	// The head: a run that died first (it was running), then the
 	// interrupting messages, then the queued ones, each in arrival order.
 	// Nothing starts while a run to resume is still processing under a
@@ -128,7 +155,8 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	// apart), and the next message must not overtake it; it is resumed
 	// first, once it is due. Nor while a run asked to stop still holds its
 	// request lease: the claim marks it interrupted only once that lease
-	// is free or expired, and no later claim would.
+	// is free or expired, and no later claim would. Nor while a request
+	// of the session waits for an answer: what follows runs after it.
 	s.head = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColClientRequestID + ", " + schema.ColFingerprint +
 		", COALESCE(" + schema.ColContent + ", ''), " + schema.ColStatus + ", " + schema.ColGeneration + ", " + deaths("") +
 		", COALESCE(" + schema.ColAgent + ", ''), COALESCE(" + schema.ColMetadata + ", '') FROM " + tq +
@@ -136,13 +164,15 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		" AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = ? AND ((" + pResumable +
 		" AND NOT " + pDue + ")" + " OR (p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND p." +
 		schema.ColInterruptedBy + " IS NOT NULL AND p." + schema.ColToken + " IS NOT NULL AND p." + schema.ColExpiresAt +
-		" > " + now + ")))" +
-		" ORDER BY CASE WHEN " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " THEN 0 ELSE 1 END, " +
+		" > " + now + ") OR " + openWait("p.", now) + "))" +
+		" ORDER BY CASE WHEN " + schema.ColStatus + " IN (" + lit(schema.StoredProcessing) + ", " + lit(schema.StoredWaiting) +
+		") THEN 0 ELSE 1 END, " +
 		lane("") + ", " + schema.ColQueueSeq + " LIMIT 1")
-	// What a new message must not overtake: the queued messages, and the
+	// What a new message must not overtake: the queued messages, the
 	// runs to resume, due or not yet (a new message must not run while a
-	// dead run of the session waits out its grace).
-	waiting := "((" + queued + ") OR (" + resumable + "))"
+	// dead run of the session waits out its grace), and a request that
+	// waits for an answer (an interrupting message stops it first).
+	waiting := "((" + queued + ") OR (" + resumable + ") OR " + schema.ColStatus + " = " + lit(schema.StoredWaiting) + ")"
 	s.ahead = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + waiting)
 	s.aheadInterrupt = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + waiting +
 		" AND (" + schema.ColStatus + " <> " + lit(schema.StoredQueued) + " OR " + schema.ColOnBusy + " = " +
@@ -185,9 +215,9 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	s.candidates = func(own string) string {
 		return d.Rebind("SELECT " + schema.ColSessionKey + ", MAX(CASE WHEN " + stopped + " THEN 1 ELSE 0 END) FROM " +
 			tq + " c WHERE " + schema.ColSessionKey + " > ? AND ((" + runnable + " AND " + own + ") OR (" + stopped + ")) AND NOT EXISTS (SELECT 1 FROM " + tq + " p WHERE p." + schema.ColSessionKey + " = c." +
-			schema.ColSessionKey + " AND p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND ((p." +
+			schema.ColSessionKey + " AND ((p." + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND ((p." +
 			schema.ColToken + " IS NOT NULL AND p." + schema.ColExpiresAt + " > " + now + ") OR (" + pResumable + " AND NOT " +
-			pDue + "))) GROUP BY " + schema.ColSessionKey + " ORDER BY " + schema.ColSessionKey + " LIMIT ?")
+			pDue + "))) OR " + openWait("p.", now) + ")) GROUP BY " + schema.ColSessionKey + " ORDER BY " + schema.ColSessionKey + " LIMIT ?")
 	}
 	// The runnable requests of the agents the Runner does not have (CASE:
 	// a NULL agent not in own is another's too).
@@ -221,10 +251,15 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ? AND " + schema.ColStatus + " = "
 	s.cancelQueued = d.Rebind(cancel + lit(schema.StoredQueued))
 	s.cancelFailed = d.Rebind(cancel + lit(schema.StoredFailed) + " AND " + free(now))
+	s.cancelWaiting = d.Rebind(cancel + lit(schema.StoredWaiting))
 	s.cancelFlag = d.Rebind("UPDATE " + tq + " SET " + schema.ColInterruptedBy + " = " + schema.ColClientRequestID +
 		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ? AND " + schema.ColStatus + " = " +
 		lit(schema.StoredProcessing) + " AND " + schema.ColInterruptedBy + " IS NULL")
 
+	s.newWaitStatements(d, tq, sq, now)
+	if r.cfg.Lease.MultiPrimary {
+		s.waitRead = engine.SyncWait(s.waitRead) // see an answer just recorded through another node
+	}
 	s.sweepIDs = d.Rebind("SELECT " + schema.ColID + " FROM " + tq + " WHERE " + schema.ColStatus + " IN " + finished +
 		" AND " + schema.ColUpdatedAt + " <= " + cutoff(d) + " LIMIT ?")
 	return s
@@ -251,7 +286,10 @@ func (r *Runner) statusStatement(tq string) string {
 		" q WHERE " + c("q", schema.ColSessionKey) + " = " + c("r", schema.ColSessionKey) + " " +
 		"AND " + c("q", schema.ColStatus) + " = " + lit(schema.StoredQueued) + " AND " + c("q", schema.ColQueueSeq) +
 		" IS NOT NULL AND (" + lane("q.") + " < " + lane("r.") + " OR (" + lane("q.") + " = " + lane("r.") + " AND " +
-		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END, COALESCE(" + c("r", schema.ColAgent) + ", ''), COALESCE(" + c("r", schema.ColMetadata) + ", '') " +
+		c("q", schema.ColQueueSeq) + " < " + c("r", schema.ColQueueSeq) + "))) ELSE 0 END, COALESCE(" + c("r", schema.ColAgent) + ", ''), COALESCE(" + c("r", schema.ColMetadata) + ", ''), " +
+		"COALESCE(" + c("r", schema.ColWaitName) + ", ''), COALESCE(" + c("r", schema.ColWaitQuestion) + ", ''), CASE WHEN " +
+		c("r", schema.ColWaitUntil) + " IS NULL THEN 0 ELSE 1 END, CASE WHEN " + c("r", schema.ColWaitUntil) + " IS NULL THEN 0 ELSE " +
+		engine.MicrosUntil(d, c("r", schema.ColWaitUntil)) + " END " +
 		"FROM " + tq + " r WHERE " + c("r", schema.ColSessionKey) + " = ? AND " + c("r", schema.ColClientRequestID) + " = ?")
 }
 
@@ -261,7 +299,8 @@ func (r *Runner) sweepStatement(t lease.Table, n int) string {
 	d := r.cfg.Dialect
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
 	emptied := []string{schema.ColReply, schema.ColResult, schema.ColError, schema.ColContent, schema.ColMetadata,
-		schema.ColQueueSeq, schema.ColOnBusy, schema.ColInterruptedBy}
+		schema.ColQueueSeq, schema.ColOnBusy, schema.ColInterruptedBy, schema.ColWaitName, schema.ColWaitQuestion,
+		schema.ColWaitSeq, schema.ColWaitUntil}
 	return d.Rebind("UPDATE " + engine.QuotedTable(t, d) + " SET " + schema.ColStatus + " = " + lit(schema.StoredExpired) + ", " +
 		strings.Join(emptied, " = NULL, ") + " = NULL, " + schema.ColUpdatedAt + " = " + engine.Now(d) +
 		" WHERE " + schema.ColID + " IN " + in + " AND " + schema.ColStatus + " IN " + finished + " AND " +
@@ -283,4 +322,38 @@ func minusMicros(d lease.Dialect, t, expr string) string {
 		return "(" + t + " - CAST((" + expr + ") AS bigint) * INTERVAL '1 microsecond')"
 	}
 	return "(" + t + " - (" + expr + "))"
+}
+
+// newWaitStatements builds the statements of waits for a person
+// (await.go) on the request table tq and the step table sq.
+func (s *statements) newWaitStatements(d lease.Dialect, tq, sq, now string) {
+	park := "UPDATE " + tq + " SET " + schema.ColStatus + " = " + lit(schema.StoredWaiting) + ", " + schema.ColHolder + " = NULL, " +
+		schema.ColToken + " = NULL, " + schema.ColExpiresAt + " = NULL, " + schema.ColWaitName + " = ?, " +
+		schema.ColWaitQuestion + " = ?, " + schema.ColWaitSeq + " = ?, " + schema.ColWaitUntil + " = "
+	// Token-checked, as every write of a run: and not once another
+	// message or its client asked the run to stop (the caller marks it
+	// as they asked instead).
+	cond := ", " + schema.ColUpdatedAt + " = " + now + " WHERE " + schema.ColID + " = ? AND " + schema.ColToken + " = ? AND " +
+		schema.ColGeneration + " = ? AND " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + " AND " +
+		schema.ColInterruptedBy + " IS NULL"
+	s.park = d.Rebind(park + "NULL" + cond)
+	s.parkUntil = d.Rebind(park + engine.NowPlus(d, "?") + cond)
+	unpark := "UPDATE " + tq + " SET " + schema.ColStatus + " = " + lit(schema.StoredProcessing) + ", " + schema.ColWaitName +
+		" = NULL, " + schema.ColWaitQuestion + " = NULL, " + schema.ColWaitSeq + " = NULL, " + schema.ColWaitUntil + " = NULL, " +
+		schema.ColUpdatedAt + " = " + now + " WHERE " + schema.ColID + " = ? AND " + schema.ColWaitName + " = ? AND "
+	s.unpark = d.Rebind(unpark + openWait("", now))
+	s.unparkExpired = d.Rebind(unpark + dueWait("", now))
+	s.waitRecord = d.Rebind("INSERT INTO " + sq + " (" + schema.ColRequestID + ", " + schema.ColSeq + ", " + schema.ColName + ", " +
+		schema.ColOutput + ", " + schema.ColGeneration + ") VALUES (?, ?, ?, ?, ?)")
+	s.waitRead = d.Rebind("SELECT " + schema.ColID + ", " + schema.ColStatus + ", COALESCE(" + schema.ColWaitName + ", ''), " +
+		schema.ColWaitSeq + ", CASE WHEN " + dueWait("", now) + " THEN 1 ELSE 0 END, " + schema.ColGeneration + ", " +
+		schema.ColFingerprint + ", COALESCE(" + schema.ColContent + ", ''), COALESCE(" + schema.ColAgent + ", ''), COALESCE(" +
+		schema.ColMetadata + ", '') FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ?")
+	s.waitAnswer = d.Rebind("SELECT " + schema.ColOutput + " FROM " + sq + " WHERE " + schema.ColRequestID + " = ? AND " +
+		schema.ColName + " = ?")
+	s.waitOf = d.Rebind("SELECT " + schema.ColWaitName + ", " + schema.ColWaitSeq + " FROM " + tq + " WHERE " + schema.ColID +
+		" = ? AND " + schema.ColStatus + " = " + lit(schema.StoredWaiting))
+	s.stopWaits = d.Rebind("UPDATE " + tq + " SET " + schema.ColStatus + " = " + lit(schema.StoredInterrupted) + ", " +
+		schema.ColInterruptedBy + " = ?, " + schema.ColUpdatedAt + " = " + now + " WHERE " + schema.ColSessionKey + " = ? AND " +
+		schema.ColStatus + " = " + lit(schema.StoredWaiting))
 }

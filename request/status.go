@@ -28,6 +28,11 @@ const (
 	// StateProcessing: running, or left by a run that stopped or died
 	// (Status.Live tells them apart).
 	StateProcessing State = "processing"
+	// StateWaiting: its run stopped to wait for a person's answer
+	// (Await); no lease is held. Status.Waiting is the question;
+	// Runner.Answer runs it on, its deadline passing runs it on with the
+	// expiry, Cancel and an interrupting message end it. Not final.
+	StateWaiting State = "waiting"
 	// StateSucceeded: finished; its reply is stored and replayed.
 	StateSucceeded State = "succeeded"
 	// StateFailed: the agent failed; a resend runs it again.
@@ -100,14 +105,18 @@ type Status struct {
 	// (Message.Metadata); nil when it had none, and once the request
 	// expired (the sweeper empties it with the content).
 	Metadata json.RawMessage
+	// Waiting is the open question of a waiting request (StateWaiting);
+	// nil in every other state.
+	Waiting *Question
 }
 
 // Outcome returns what Handle returns for a finished request: the stored
 // reply of a succeeded one (Replayed), an *InterruptedError, ErrCancelled,
 // ErrExpired,
 // or for a failed one an error matching ErrAgentFailed with the stored
-// text. For a queued request it is a queued Outcome; for a processing
-// one, an error matching ErrInFlight.
+// text. For a queued request it is a queued Outcome; for a waiting one,
+// an Outcome whose Waiting is its question; for a processing one, an
+// error matching ErrInFlight.
 func (s Status) Outcome() (Outcome, error) {
 	switch s.State {
 	case StateSucceeded:
@@ -122,6 +131,8 @@ func (s Status) Outcome() (Outcome, error) {
 		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrExpired
 	case StateQueued:
 		return Outcome{RequestID: s.RequestID, Queued: true, Position: s.Position}, nil
+	case StateWaiting:
+		return Outcome{RequestID: s.RequestID, Attempt: s.Attempt, Waiting: s.Waiting}, nil
 	}
 	return Outcome{RequestID: s.RequestID, Attempt: s.Attempt}, ErrInFlight
 }
@@ -135,10 +146,12 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 		return Status{}, err
 	}
 	st := Status{SessionKey: sessionKey, ClientRequestID: clientRequestID}
-	var status, result, metadata string
-	var live int
+	var status, result, metadata, waitName, question string
+	var live, hasDeadline int
+	var left int64
 	err := r.db.QueryRowContext(ctx, r.sql.status, sessionKey, clientRequestID).Scan(&st.RequestID, &status,
-		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position, &st.Agent, &metadata)
+		&st.Reply, &result, &st.Error, &st.Attempt, &st.InterruptedBy, &live, &st.Position, &st.Agent, &metadata,
+		&waitName, &question, &hasDeadline, &left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Status{}, fmt.Errorf("request: no message %q in session %q: %w", clientRequestID, sessionKey, lease.ErrNotFound)
 	}
@@ -148,6 +161,13 @@ func (r *Runner) Status(ctx context.Context, sessionKey, clientRequestID string)
 	st.State, st.Live, st.Result, st.Metadata = stateOf(status), live == 1, rawOrNil(result), rawOrNil(metadata)
 	if st.InterruptedBy == clientRequestID {
 		st.InterruptedBy, st.CancelRequested = "", true
+	}
+	if st.State == StateWaiting {
+		st.Waiting = &Question{Name: waitName, Question: rawOrNil(question)}
+		if hasDeadline == 1 {
+			d := time.Now().Add(time.Duration(left) * time.Microsecond)
+			st.Waiting.Deadline = &d
+		}
 	}
 	return st, nil
 }
@@ -164,7 +184,8 @@ func validateKeys(sessionKey, clientRequestID string) error {
 
 // Wait waits until the request (sessionKey, clientRequestID) is in a
 // final state (succeeded, failed, interrupted or expired: see
-// State.Final) and returns its Status, with the stored outcome
+// State.Final) or waits for a person's answer (StateWaiting), and
+// returns its Status, with the stored outcome
 // (Status.Outcome gives what Handle would). It works across processes:
 // it reads the status (one statement) with a jittered backoff from
 // QueueConfig.PollMin to PollMax, and is woken at once when a request of
@@ -186,7 +207,7 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 		if err != nil {
 			return st, err
 		}
-		if st.State.Final() {
+		if st.State.Final() || st.State == StateWaiting {
 			return st, nil
 		}
 		t := time.NewTimer(retry.Jitter(delay))

@@ -95,8 +95,9 @@ type stepRecord struct {
 // records null) of at most Config.MaxStepOutput bytes (else a
 // *StepTooLargeError, and nothing is recorded); it is
 // returned as recorded. name must be non-empty UTF-8 of at most
-// MaxStepNameLen bytes. fn's error is returned as it is, and nothing is
-// recorded.
+// MaxStepNameLen bytes, and not begin with "await:" (the waits of Await
+// are recorded under such names). fn's error is returned as it is, and
+// nothing is recorded.
 //
 // A request that fails keeps the steps that its committed tool calls
 // followed, and its resend asks again from there (see Runner.Handle): a
@@ -105,6 +106,9 @@ type stepRecord struct {
 func (run *Run) Step(ctx context.Context, name string, fn func(ctx context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	if name == "" || len(name) > MaxStepNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
 		return nil, invalid("step name", "empty, longer than 128 bytes, not UTF-8 or with a NUL byte")
+	}
+	if strings.HasPrefix(name, waitStepPrefix) {
+		return nil, invalid("step name", "begins with "+waitStepPrefix+", which names the waits of Await")
 	}
 	if fn == nil {
 		return nil, invalid("step function", "nil")

@@ -134,7 +134,7 @@ const (
 	// of ToolExecutionCallUnique. Since migration 6.
 	ColOccurrence = "occurrence"
 	// ColWaitName names the question a waiting request asks
-	// (RequestTable, at most MaxWaitNameLen bytes, NULL unless the request
+	// (RequestTable, VARCHAR(128), at most MaxWaitNameLen bytes, NULL unless the request
 	// is StoredWaiting): the name its agent gave request.Await. Since
 	// migration 7.
 	ColWaitName = "wait_name"
@@ -153,7 +153,7 @@ const (
 )
 
 // MaxWaitNameLen bounds the name of a question (ColWaitName), in bytes.
-const MaxWaitNameLen = 128
+const MaxWaitNameLen = 120
 
 // MaxAgentNameLen bounds an agent's name (ColAgent), in bytes.
 const MaxAgentNameLen = 128

@@ -109,6 +109,14 @@ func DetectDialect(db any) (Dialect, error) {
 // only with it.
 func Now(d Dialect) string { return d.driver().Now() }
 
+// NowPlus is Now of d plus micros (an SQL expression of a microsecond
+// count), in the lease column representation.
+func NowPlus(d Dialect, micros string) string { return d.driver().PlusMicros(d.driver().Now(), micros) }
+
+// MicrosUntil is the number of whole microseconds from Now of d until the
+// time expression t (negative once t has passed).
+func MicrosUntil(d Dialect, t string) string { return d.driver().MicrosUntil(t) }
+
 // Rebind rewrites ? placeholders as $1, $2, … for PostgreSQL and leaves
 // them alone for MySQL and SQLite. The query must not contain a literal ?.
 func (d Dialect) Rebind(q string) string { return d.driver().Rebind(q) }
