@@ -48,21 +48,26 @@
 //	    request.ErrAgentFailed)
 //	15  *toolexec.OutsideTxError (also inside       500    tool-write-outside-tx     –              none: the service's tool must be fixed
 //	    request.ErrAgentFailed)
-//	16  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	17  lease.ErrInvalid (the library's own         400    invalid-request           –              fix the input
+//	16  *request.NotWaitingError                    409    not-waiting               –              read the status: it waits for another name, or for none
+//	    (lease.ErrState)
+//	17  *request.AnsweredError (lease.ErrExists)    409    already-answered          –              nothing: the first answer stands; read the status
+//	18  *request.WaitExpiredError (lease.ErrState;  409    wait-expired              –              nothing: no answer is taken now; read the status
+//	    also inside request.ErrAgentFailed)
+//	19  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	20  lease.ErrInvalid (the library's own         400    invalid-request           –              fix the input
 //	    refusals, *request.UnknownAgentError,
 //	    *request.MetadataTooLargeError,
 //	    *toolexec.ArgumentsError)
-//	18  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	19  lease.ErrLost                               409    lease-lost                1 s            retry
-//	20  lease.ErrNotFound                           404    not-found                 –
-//	21  lease.ErrExists                             409    already-exists            –
-//	22  lease.ErrState                              409    wrong-state               –
+//	21  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	22  lease.ErrLost                               409    lease-lost                1 s            retry
+//	23  lease.ErrNotFound                           404    not-found                 –
+//	24  lease.ErrExists                             409    already-exists            –
+//	25  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // Row 1's lease.ErrPoolExhausted is a run stopped because its heartbeat
 // found no free connection of the pool until the leases' trust deadline
-// (it matches lease.ErrLost too, so it comes before row 11 and row 19):
+// (it matches lease.ErrLost too, so it comes before row 11 and row 22):
 // nobody took the run over, and the server's pool is too small for its
 // load (README, "Sizing the pool"). A resend resumes the request.
 //
@@ -88,7 +93,7 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // An invalid input (lease.ErrInvalid) inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 16 comes before row 17. A transient
+// not bad client input, so row 19 comes before row 20. A transient
 // database error (row 2), an unknown external outcome (row 13), a taken
 // effect key (row 14) or a tool that wrote outside its transaction (row
 // 15) inside ErrAgentFailed says more than "the agent failed", so they
@@ -97,11 +102,29 @@
 // sweeper keeps a tombstone): the resent message makes a call whose key,
 // derived from the client request id, is the old request's call. Nothing
 // was performed, and a resend with the same id derives the same key, so it
-// is a 409 without Retry-After, before row 21 (it also matches
+// is a 409 without Retry-After, before row 24 (it also matches
 // lease.ErrExists); the client's move is a new client request id. In
 // the same way, every detail of a package matches lease's kind too (a
 // busy session is lease.ErrHeld, a missing one lease.ErrNotFound), so its
 // row comes before the kind's.
+//
+// Rows 16 to 18 are the answers to request.Runner.Answer (AnswerHandler)
+// that are not the request's own outcome. Each matches one of lease's
+// kinds (a wait answered otherwise is lease.ErrExists, the others
+// lease.ErrState), and the kind's rows, 24 and 25, would say only "already
+// exists" or "wrong state"; their own types tell the client what to do: an
+// answer under the wrong name (not-waiting) is fixed by reading the
+// status, which names the wait the request has open, if any; a different
+// answer to a wait already answered (already-answered) changes nothing,
+// the first stands; a wait whose deadline passed (wait-expired) takes no
+// answer, the request runs on without one. None carries Retry-After: a
+// retry answers the same. Nothing was written for any of them. They come
+// before row 19 because an agent may return the *request.WaitExpiredError
+// that Await gave it (the run resumed after the deadline) instead of
+// turning it into a reply: the request fails with it, and every resend
+// replays the expiry and fails the same way, so "wait-expired" without
+// Retry-After helps where "agent failed, resend" would invite resends
+// forever, as with row 14.
 //
 // Row 15 is a 500 without Retry-After, not row 2's 503: on SQLite a side
 // effect that writes through the pool instead of its transaction
@@ -141,7 +164,7 @@
 // (*toolexec.FailedError) is the other service's that the side effect
 // called — toolexec asked the side effect's transaction, which still
 // worked (engine.IsUnavailableIn) — so an agent that returns it gets row
-// 15 (500). Both are engine.ForeignError, which lease.IsUnavailable does
+// 19 (500). Both are engine.ForeignError, which lease.IsUnavailable does
 // not look below. A network error the agent returns bare, from a call of
 // its own, cannot be told from the database's, and is 503 (wrap it in an
 // error of your own that is a engine.ForeignError to answer otherwise).
