@@ -2,9 +2,10 @@
 // for every error the library returns, an RFC 9457 problem+json writer
 // with stable problem types and Retry-After, a test for "the database
 // cannot be reached" (IsUnavailable), and a reader for RFC 7240's
-// "Prefer: wait=N"; and the two handlers a service mounts under its own
-// routes, for its message endpoint (MessageHandler) and its status
-// endpoint (StatusHandler).
+// "Prefer: wait=N"; and the three handlers a service mounts under its own
+// routes, for its message endpoint (MessageHandler), its status endpoint
+// (StatusHandler) and the endpoint a person's answer to a waiting message
+// is sent to (AnswerHandler).
 //
 //	out, err := runner.Handle(ctx, msg, agent)
 //	if err != nil {
@@ -137,7 +138,9 @@
 // A message that request.Runner.Handle queued (Message.OnBusy:
 // request.Queue) comes back with a nil error and Outcome.Queued: it is
 // not a problem, and answering it (202 Accepted, with a Location to poll)
-// is the handler's job. Rows 4 to 7 are the answers of the queue,
+// is the handler's job; so is a message whose run stopped to wait for a
+// person's answer (request.Await), which comes back with a nil error and
+// Outcome.Waiting (202 Accepted with its question). Rows 4 to 7 are the answers of the queue,
 // interrupts, cancels and retention: a resend of an id the sweeper
 // expired (410), a full queue (429), a message that a later one
 // interrupted, and a message its client cancelled (409, without
@@ -196,26 +199,58 @@
 //	     also a replay (Replayed)
 //	202  queued: Location (cfg.Location) and {"status":"queued","position":N}
 //	     (cfg.WriteQueued)
+//	202  waiting for a person's answer (request.Await), also a resend of
+//	     such a message: Location and a WaitingBody (cfg.WriteWaiting),
+//	     {"status":"waiting","waiting":{"name":…,"question":…,"deadline":…}}
+//	     (deadline in UTC, left out when the wait has none)
 //	4xx/5xx  the error (cfg.Fail; by default the table above, under
 //	     Problems.Base, Retry-After capped by Problems.MaxRetryAfter)
 //
 // With "Prefer: wait=N" (capped by MaxWait), a message in flight (409) or
 // queued (202) is waited for with request.Runner.Wait for up to N seconds:
-// then its stored outcome is answered (200 replayed, or its problem), or,
-// still unfinished, what it answers now; the response carries
-// "Preference-Applied: wait=N".
+// then its stored outcome is answered (200 replayed, or its problem; 202
+// waiting as soon as its run stops to wait for an answer), or, still
+// unfinished, what it answers now; the response carries
+// "Preference-Applied: wait=N". A waiting message is an answer already:
+// it is not waited for.
 //
 // StatusHandler answers request.Runner.Status of the message that
 // cfg.Keys names (PathKeys reads path wildcards): 200 with its state
-// (cfg.WriteStatus; by default a StatusBody), 404 unknown, 410 expired;
-// "Prefer: wait=N" waits for a final state.
+// (cfg.WriteStatus; by default a StatusBody, with a "waiting" member, the
+// question, for a waiting message only), 404 unknown, 410 expired;
+// "Prefer: wait=N" waits for a final state or a wait for an answer.
+//
+// AnswerHandler sends a person's answer to the wait that cfg.Keys names
+// (session key, client request id and the wait's name; PathAnswerKeys
+// reads path wildcards) with request.Runner.Answer, which records it and
+// runs the request on. It takes POST only (405 with "Allow: POST"
+// otherwise), and the body is the answer: one JSON value, at most
+// cfg.MaxBytes (DefaultMaxAnswerBytes, 64 KiB); anything else is a 400
+// invalid-request and nothing is recorded. The route the examples use:
+//
+//	POST /sessions/{session}/messages/{id}/answers/{name}
+//
+//	200  the request's outcome (cfg.WriteAnswer; by default the
+//	     request.Outcome as JSON); the same answer sent again (the same
+//	     JSON value) gets the same outcome and runs nothing twice
+//	202  the run stopped at a later wait: Location and a WaitingBody
+//	     (cfg.WriteWaiting)
+//	404  not-found: no such message
+//	409  not-waiting (the request waits for another name, or for none),
+//	     already-answered (another answer came first, and stands),
+//	     wait-expired (past the wait's deadline): nothing was written
+//	409  session-busy, Retry-After: the answer is recorded, but the
+//	     session answers another message; the request runs when it is
+//	     free (a Started Runner), or when the same answer is sent again
+//	4xx/5xx  the run's own outcome, as MessageHandler answers it
 //
 // The default Fail adds RFC 9457 extension members where they help the
 // client: request_id (the request's id, when known: quote it to the
 // operator), interrupted_by (the client request id of the message that
 // interrupted this one), queue_max (with a 429). A service that keeps a
-// contract of its own supplies Fail, WriteAnswer, WriteQueued and
-// WriteStatus (examples/bookkeeper does).
+// contract of its own supplies Fail, WriteAnswer, WriteQueued,
+// WriteWaiting and WriteStatus (examples/bookkeeper supplies all but
+// WriteWaiting: its agent never waits for a person).
 //
 // The handlers run the message under cfg.RunContext, by default
 // context.WithoutCancel of the request's: a client that goes away does not
@@ -230,8 +265,9 @@
 //   - Every 409 that a retry can resolve (session-busy, request-in-flight,
 //     tool-in-flight, taken-over, lease-held, lease-lost), every 503 and
 //     the 429 carry RetryAfter, which Write sends as Retry-After. The 409
-//     interrupted, the 409 cancelled, the 409 effect-key-taken and the 410
-//     expired do not: a retry answers the same.
+//     interrupted, the 409 cancelled, the 409 effect-key-taken, the 409s
+//     not-waiting, already-answered and wait-expired, and the 410 expired
+//     do not: a retry answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
 //     token. The one error text shown is that of lease.ErrInvalid, for a
 //     400, and it never contains a token.
