@@ -248,9 +248,8 @@
 // client: request_id (the request's id, when known: quote it to the
 // operator), interrupted_by (the client request id of the message that
 // interrupted this one), queue_max (with a 429). A service that keeps a
-// contract of its own supplies Fail, WriteAnswer, WriteQueued,
-// WriteWaiting and WriteStatus (examples/bookkeeper supplies all but
-// WriteWaiting: its agent never waits for a person).
+// contract of its own supplies Fail and the Write… funcs (WriteAnswer,
+// WriteQueued, WriteWaiting, WriteStatus), as examples/bookkeeper does.
 //
 // The handlers run the message under cfg.RunContext, by default
 // context.WithoutCancel of the request's: a client that goes away does not
