@@ -127,5 +127,12 @@ func contractErrors() map[string]error {
 		"invalid arguments":        invalidArgs,
 		"arguments not an object":  notObject,
 		"invalid arguments, agent": agentFailed(invalidArgs),
+		// Answer's refusals (readWait's checks), and Await's expiry returned by an agent.
+		"not waiting, other name":   &request.NotWaitingError{Name: "approve", State: request.StateWaiting, Waiting: "confirm"},
+		"not waiting, none":         &request.NotWaitingError{Name: "approve", State: request.StateSucceeded},
+		"already answered":          &request.AnsweredError{Name: "approve"},
+		"wait expired":              &request.WaitExpiredError{Name: "approve"},
+		"wait expired, agent":       agentFailed(&request.WaitExpiredError{Name: "approve"}),
+		"waiting, outside an agent": request.ErrWaiting,
 	}
 }

@@ -2,9 +2,10 @@
 // for every error the library returns, an RFC 9457 problem+json writer
 // with stable problem types and Retry-After, a test for "the database
 // cannot be reached" (IsUnavailable), and a reader for RFC 7240's
-// "Prefer: wait=N"; and the two handlers a service mounts under its own
-// routes, for its message endpoint (MessageHandler) and its status
-// endpoint (StatusHandler).
+// "Prefer: wait=N"; and the three handlers a service mounts under its own
+// routes, for its message endpoint (MessageHandler), its status endpoint
+// (StatusHandler) and the endpoint a person's answer to a waiting message
+// is sent to (AnswerHandler).
 //
 //	out, err := runner.Handle(ctx, msg, agent)
 //	if err != nil {
@@ -48,21 +49,26 @@
 //	    request.ErrAgentFailed)
 //	15  *toolexec.OutsideTxError (also inside       500    tool-write-outside-tx     –              none: the service's tool must be fixed
 //	    request.ErrAgentFailed)
-//	16  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
-//	17  lease.ErrInvalid (the library's own         400    invalid-request           –              fix the input
+//	16  *request.NotWaitingError                    409    not-waiting               –              read the status: it waits for another name, or for none
+//	    (lease.ErrState)
+//	17  *request.AnsweredError (lease.ErrExists)    409    already-answered          –              nothing: the first answer stands; read the status
+//	18  *request.WaitExpiredError (lease.ErrState;  409    wait-expired              –              nothing: no answer is taken now; read the status
+//	    also inside request.ErrAgentFailed)
+//	19  request.ErrAgentFailed (the rest)           500    agent-failed              –              resend, same id: it runs again
+//	20  lease.ErrInvalid (the library's own         400    invalid-request           –              fix the input
 //	    refusals, *request.UnknownAgentError,
 //	    *request.MetadataTooLargeError,
 //	    *toolexec.ArgumentsError)
-//	18  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
-//	19  lease.ErrLost                               409    lease-lost                1 s            retry
-//	20  lease.ErrNotFound                           404    not-found                 –
-//	21  lease.ErrExists                             409    already-exists            –
-//	22  lease.ErrState                              409    wrong-state               –
+//	21  lease.ErrHeld (*lease.ConflictError)        409    lease-held                time left      retry after Retry-After
+//	22  lease.ErrLost                               409    lease-lost                1 s            retry
+//	23  lease.ErrNotFound                           404    not-found                 –
+//	24  lease.ErrExists                             409    already-exists            –
+//	25  lease.ErrState                              409    wrong-state               –
 //	    anything else, and nil                      500    internal                  –
 //
 // Row 1's lease.ErrPoolExhausted is a run stopped because its heartbeat
 // found no free connection of the pool until the leases' trust deadline
-// (it matches lease.ErrLost too, so it comes before row 11 and row 19):
+// (it matches lease.ErrLost too, so it comes before row 11 and row 22):
 // nobody took the run over, and the server's pool is too small for its
 // load (README, "Sizing the pool"). A resend resumes the request.
 //
@@ -88,7 +94,7 @@
 // and its session freed, so a resend with the same id after Retry-After
 // runs it again and finds the tool call done or free — a 409, not a 500.
 // An invalid input (lease.ErrInvalid) inside ErrAgentFailed is the agent's own bug,
-// not bad client input, so row 16 comes before row 17. A transient
+// not bad client input, so row 19 comes before row 20. A transient
 // database error (row 2), an unknown external outcome (row 13), a taken
 // effect key (row 14) or a tool that wrote outside its transaction (row
 // 15) inside ErrAgentFailed says more than "the agent failed", so they
@@ -97,11 +103,29 @@
 // sweeper keeps a tombstone): the resent message makes a call whose key,
 // derived from the client request id, is the old request's call. Nothing
 // was performed, and a resend with the same id derives the same key, so it
-// is a 409 without Retry-After, before row 21 (it also matches
+// is a 409 without Retry-After, before row 24 (it also matches
 // lease.ErrExists); the client's move is a new client request id. In
 // the same way, every detail of a package matches lease's kind too (a
 // busy session is lease.ErrHeld, a missing one lease.ErrNotFound), so its
 // row comes before the kind's.
+//
+// Rows 16 to 18 are the answers to request.Runner.Answer (AnswerHandler)
+// that are not the request's own outcome. Each matches one of lease's
+// kinds (a wait answered otherwise is lease.ErrExists, the others
+// lease.ErrState), and the kind's rows, 24 and 25, would say only "already
+// exists" or "wrong state"; their own types tell the client what to do: an
+// answer under the wrong name (not-waiting) is fixed by reading the
+// status, which names the wait the request has open, if any; a different
+// answer to a wait already answered (already-answered) changes nothing,
+// the first stands; a wait whose deadline passed (wait-expired) takes no
+// answer, the request runs on without one. None carries Retry-After: a
+// retry answers the same. Nothing was written for any of them. They come
+// before row 19 because an agent may return the *request.WaitExpiredError
+// that Await gave it (the run resumed after the deadline) instead of
+// turning it into a reply: the request fails with it, and every resend
+// replays the expiry and fails the same way, so "wait-expired" without
+// Retry-After helps where "agent failed, resend" would invite resends
+// forever, as with row 14.
 //
 // Row 15 is a 500 without Retry-After, not row 2's 503: on SQLite a side
 // effect that writes through the pool instead of its transaction
@@ -114,7 +138,9 @@
 // A message that request.Runner.Handle queued (Message.OnBusy:
 // request.Queue) comes back with a nil error and Outcome.Queued: it is
 // not a problem, and answering it (202 Accepted, with a Location to poll)
-// is the handler's job. Rows 4 to 7 are the answers of the queue,
+// is the handler's job; so is a message whose run stopped to wait for a
+// person's answer (request.Await), which comes back with a nil error and
+// Outcome.Waiting (202 Accepted with its question). Rows 4 to 7 are the answers of the queue,
 // interrupts, cancels and retention: a resend of an id the sweeper
 // expired (410), a full queue (429), a message that a later one
 // interrupted, and a message its client cancelled (409, without
@@ -141,7 +167,7 @@
 // (*toolexec.FailedError) is the other service's that the side effect
 // called — toolexec asked the side effect's transaction, which still
 // worked (engine.IsUnavailableIn) — so an agent that returns it gets row
-// 15 (500). Both are engine.ForeignError, which lease.IsUnavailable does
+// 19 (500). Both are engine.ForeignError, which lease.IsUnavailable does
 // not look below. A network error the agent returns bare, from a call of
 // its own, cannot be told from the database's, and is 503 (wrap it in an
 // error of your own that is a engine.ForeignError to answer otherwise).
@@ -173,26 +199,57 @@
 //	     also a replay (Replayed)
 //	202  queued: Location (cfg.Location) and {"status":"queued","position":N}
 //	     (cfg.WriteQueued)
+//	202  waiting for a person's answer (request.Await), also a resend of
+//	     such a message: Location and a WaitingBody (cfg.WriteWaiting),
+//	     {"status":"waiting","waiting":{"name":…,"question":…,"deadline":…}}
+//	     (deadline in UTC, left out when the wait has none)
 //	4xx/5xx  the error (cfg.Fail; by default the table above, under
 //	     Problems.Base, Retry-After capped by Problems.MaxRetryAfter)
 //
 // With "Prefer: wait=N" (capped by MaxWait), a message in flight (409) or
 // queued (202) is waited for with request.Runner.Wait for up to N seconds:
-// then its stored outcome is answered (200 replayed, or its problem), or,
-// still unfinished, what it answers now; the response carries
-// "Preference-Applied: wait=N".
+// then its stored outcome is answered (200 replayed, or its problem; 202
+// waiting as soon as its run stops to wait for an answer), or, still
+// unfinished, what it answers now; the response carries
+// "Preference-Applied: wait=N". A waiting message is an answer already:
+// it is not waited for.
 //
 // StatusHandler answers request.Runner.Status of the message that
 // cfg.Keys names (PathKeys reads path wildcards): 200 with its state
-// (cfg.WriteStatus; by default a StatusBody), 404 unknown, 410 expired;
-// "Prefer: wait=N" waits for a final state.
+// (cfg.WriteStatus; by default a StatusBody, with a "waiting" member, the
+// question, for a waiting message only), 404 unknown, 410 expired;
+// "Prefer: wait=N" waits for a final state or a wait for an answer.
+//
+// AnswerHandler sends a person's answer to the wait that cfg.Keys names
+// (session key, client request id and the wait's name; PathAnswerKeys
+// reads path wildcards) with request.Runner.Answer, which records it and
+// runs the request on. It takes POST only (405 with "Allow: POST"
+// otherwise), and the body is the answer: one JSON value, at most
+// cfg.MaxBytes (DefaultMaxAnswerBytes, 64 KiB); anything else is a 400
+// invalid-request and nothing is recorded. The route the examples use:
+//
+//	POST /sessions/{session}/messages/{id}/answers/{name}
+//
+//	200  the request's outcome (cfg.WriteAnswer; by default the
+//	     request.Outcome as JSON); the same answer sent again (the same
+//	     JSON value) gets the same outcome and runs nothing twice
+//	202  the run stopped at a later wait: Location and a WaitingBody
+//	     (cfg.WriteWaiting)
+//	404  not-found: no such message
+//	409  not-waiting (the request waits for another name, or for none),
+//	     already-answered (another answer came first, and stands),
+//	     wait-expired (past the wait's deadline): nothing was written
+//	409  session-busy, Retry-After: the answer is recorded, but the
+//	     session answers another message; the request runs when it is
+//	     free (a Started Runner), or when the same answer is sent again
+//	4xx/5xx  the run's own outcome, as MessageHandler answers it
 //
 // The default Fail adds RFC 9457 extension members where they help the
 // client: request_id (the request's id, when known: quote it to the
 // operator), interrupted_by (the client request id of the message that
 // interrupted this one), queue_max (with a 429). A service that keeps a
-// contract of its own supplies Fail, WriteAnswer, WriteQueued and
-// WriteStatus (examples/bookkeeper does).
+// contract of its own supplies Fail and the Write… funcs (WriteAnswer,
+// WriteQueued, WriteWaiting, WriteStatus), as examples/bookkeeper does.
 //
 // The handlers run the message under cfg.RunContext, by default
 // context.WithoutCancel of the request's: a client that goes away does not
@@ -207,8 +264,9 @@
 //   - Every 409 that a retry can resolve (session-busy, request-in-flight,
 //     tool-in-flight, taken-over, lease-held, lease-lost), every 503 and
 //     the 429 carry RetryAfter, which Write sends as Retry-After. The 409
-//     interrupted, the 409 cancelled, the 409 effect-key-taken and the 410
-//     expired do not: a retry answers the same.
+//     interrupted, the 409 cancelled, the 409 effect-key-taken, the 409s
+//     not-waiting, already-answered and wait-expired, and the 410 expired
+//     do not: a retry answers the same.
 //   - A problem's detail never carries a driver's error text or a lease
 //     token. The one error text shown is that of lease.ErrInvalid, for a
 //     400, and it never contains a token.

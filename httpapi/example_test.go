@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -131,4 +133,95 @@ func ExamplePreferWait() {
 	// 10s true
 	// Preference-Applied: wait=10
 	// 0s false
+}
+
+// ExampleAnswerHandler mounts the message, status and answer handlers on
+// SQLite, for an agent that asks a person to approve a payment: the
+// message is a 202 with the question, the answer runs it on (200 with
+// the reply), and another answer afterwards is a 409.
+func ExampleAnswerHandler() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "httpapi-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "chat.db")+
+		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	if err := schema.Apply(ctx, db, lease.SQLite); err != nil {
+		log.Fatal(err)
+	}
+	agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		ok, err := request.Await[bool](ctx, run, "approve", map[string]any{"pay": 35})
+		if err != nil {
+			return request.Answer{}, err // request.ErrWaiting: the run stops as waiting
+		}
+		if !ok {
+			return request.Answer{Reply: "not paid"}, nil
+		}
+		return request.Answer{Reply: "paid 35"}, nil
+	}
+	runner, err := request.New(request.Config{DB: db, TTL: 10 * time.Second, Agent: agent, Session: session.Config{AutoCreate: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer runner.Close(ctx)
+
+	location := func(m request.Message) string { return "/sessions/" + m.SessionKey + "/messages/" + m.ClientRequestID }
+	messages, err := httpapi.MessageHandler(httpapi.MessageConfig{Runner: runner, Message: httpapi.JSONMessage("session", 0), Location: location})
+	if err != nil {
+		log.Fatal(err)
+	}
+	status, err := httpapi.StatusHandler(httpapi.StatusConfig{Runner: runner, Keys: httpapi.PathKeys("session", "id")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	answers, err := httpapi.AnswerHandler(httpapi.AnswerConfig{Runner: runner, Keys: httpapi.PathAnswerKeys("session", "id", "name"), Location: location})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /sessions/{session}/messages", messages)
+	mux.Handle("GET /sessions/{session}/messages/{id}", status)
+	mux.Handle("POST /sessions/{session}/messages/{id}/answers/{name}", answers)
+	send := func(method, path, body string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+		return w
+	}
+
+	w := send("POST", "/sessions/s-1/messages", `{"client_request_id":"m-1","content":"pay the taxi"}`)
+	fmt.Println(w.Code, w.Header().Get("Location"))
+	fmt.Print(w.Body.String())
+
+	var st httpapi.StatusBody
+	w = send("GET", "/sessions/s-1/messages/m-1", "")
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(w.Code, st.State, st.Waiting.Name, string(st.Waiting.Question))
+
+	var out request.Outcome
+	w = send("POST", "/sessions/s-1/messages/m-1/answers/approve", `true`)
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(w.Code, out.Reply)
+
+	var p httpapi.Problem
+	w = send("POST", "/sessions/s-1/messages/m-1/answers/approve", `false`)
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(w.Code, p.Type)
+	// Output:
+	// 202 /sessions/s-1/messages/m-1
+	// {"status":"waiting","waiting":{"name":"approve","question":{"pay":35}}}
+	// 200 waiting approve {"pay":35}
+	// 200 paid 35
+	// 409 https://rowlease.dev/problems/already-answered
 }

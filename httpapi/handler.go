@@ -120,6 +120,11 @@ type MessageConfig struct {
 	// header is set; nil writes {"status": "queued", "position": N}. An
 	// error it returns before writing is answered as Fail says.
 	WriteQueued func(w http.ResponseWriter, r *http.Request, out request.Outcome) error
+	// WriteWaiting writes the 202 of a message whose run stopped to wait
+	// for a person's answer (out.Waiting is set), after the Location
+	// header is set; nil writes a WaitingBody. An error it returns before
+	// writing is answered as Fail says.
+	WriteWaiting func(w http.ResponseWriter, r *http.Request, out request.Outcome) error
 	// Fail answers an error; nil writes Problems.For(err) with the
 	// extension members request_id (when the request is known),
 	// interrupted_by and queue_max.
@@ -138,6 +143,38 @@ type QueuedBody struct {
 	Position int `json:"position"`
 }
 
+// WaitingBody is the default body of a 202 for a message whose run
+// stopped to wait for a person's answer (request.Await): the question to
+// put to the person, and the name to send the answer under (AnswerHandler).
+type WaitingBody struct {
+	// Status is "waiting" (request.StateWaiting).
+	Status request.State `json:"status"`
+	// Waiting is the open question: its name, the JSON the agent asked
+	// with (null for none) and, when the wait has one, its deadline (RFC
+	// 3339, UTC; the database's deadline as this process's clock reads
+	// it).
+	Waiting *request.Question `json:"waiting"`
+}
+
+// NewWaitingBody returns the WaitingBody of the open question q.
+func NewWaitingBody(q *request.Question) WaitingBody {
+	return WaitingBody{Status: request.StateWaiting, Waiting: forClient(q)}
+}
+
+// forClient is a copy of q with its deadline in UTC (nil for nil): the
+// Question the handlers send.
+func forClient(q *request.Question) *request.Question {
+	if q == nil {
+		return nil
+	}
+	c := *q
+	if c.Deadline != nil {
+		d := c.Deadline.UTC()
+		c.Deadline = &d
+	}
+	return &c
+}
+
 // MessageHandler returns the handler of a message endpoint (for example
 // POST /sessions/{session}/messages), to mount under the service's own
 // route:
@@ -148,6 +185,11 @@ type QueuedBody struct {
 //     200 (cfg.WriteAnswer);
 //   - a queued one is a 202 with Location (cfg.Location) and its
 //     position (cfg.WriteQueued);
+//   - one whose run stopped to wait for a person's answer
+//     (request.Await; Outcome.Waiting), or a resend of such a message, is a
+//     202 with Location and the question (cfg.WriteWaiting, by default a
+//     WaitingBody): the client puts it to the person and sends the answer
+//     to an AnswerHandler;
 //   - an error is a problem+json (cfg.Fail): 409 with Retry-After for a
 //     busy session or a message in flight, and the rest of the table in
 //     the package documentation. The default Fail gives a message in
@@ -161,7 +203,9 @@ type QueuedBody struct {
 // request.Runner.Wait, and its stored outcome answered: 200 with the reply
 // (Replayed), the problem of a failed, interrupted or cancelled one, or,
 // still unfinished, what it answers now (409, or 202 with its current
-// position). The response then carries "Preference-Applied: wait=N".
+// position). A run that stops to wait for a person's answer is an answer
+// too: the 202 waiting, at once, whether Handle or the wait found it. The
+// response carries "Preference-Applied: wait=N" when the handler waited.
 //
 // It returns an error for a cfg without Runner or Message.
 func MessageHandler(cfg MessageConfig) (http.Handler, error) {
@@ -205,31 +249,54 @@ func (h *messageHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err, out.RequestID)
 		return
 	}
-	if out.Queued {
-		if h.cfg.Location != nil {
-			w.Header().Set("Location", h.cfg.Location(msg))
-		}
-		if h.cfg.WriteQueued == nil {
-			WriteJSON(w, http.StatusAccepted, QueuedBody{Status: request.StateQueued, Position: out.Position})
-			return
-		}
-		if err := h.cfg.WriteQueued(w, r, out); err != nil {
-			w.Header().Del("Location")
-			h.fail(w, r, err, out.RequestID)
-		}
+	fail := func(err error) { h.fail(w, r, err, out.RequestID) }
+	switch {
+	case out.Waiting != nil:
+		writeAccepted(w, r, h.cfg.Location, msg, out, h.cfg.WriteWaiting, NewWaitingBody(out.Waiting), fail)
+	case out.Queued:
+		writeAccepted(w, r, h.cfg.Location, msg, out, h.cfg.WriteQueued,
+			QueuedBody{Status: request.StateQueued, Position: out.Position}, fail)
+	default:
+		writeAnswer(w, r, out, h.cfg.WriteAnswer, fail)
+	}
+}
+
+// writeAccepted writes the 202 of a queued or waiting message: Location
+// (when location is set) and write's body, or def when write is nil. An
+// error of write is answered by fail, without the Location.
+func writeAccepted(w http.ResponseWriter, r *http.Request, location func(request.Message) string, msg request.Message,
+	out request.Outcome, write func(http.ResponseWriter, *http.Request, request.Outcome) error, def any, fail func(error)) {
+	if location != nil {
+		w.Header().Set("Location", location(msg))
+	}
+	if write == nil {
+		WriteJSON(w, http.StatusAccepted, def)
 		return
 	}
-	if h.cfg.WriteAnswer == nil {
+	if err := write(w, r, out); err != nil {
+		w.Header().Del("Location")
+		fail(err)
+	}
+}
+
+// writeAnswer writes the 200 of an answered message: write's body, or the
+// Outcome as JSON when write is nil. An error of write is answered by
+// fail.
+func writeAnswer(w http.ResponseWriter, r *http.Request, out request.Outcome,
+	write func(http.ResponseWriter, *http.Request, request.Outcome) error, fail func(error)) {
+	if write == nil {
 		WriteJSON(w, http.StatusOK, out)
 		return
 	}
-	if err := h.cfg.WriteAnswer(w, r, out); err != nil {
-		h.fail(w, r, err, out.RequestID)
+	if err := write(w, r, out); err != nil {
+		fail(err)
 	}
 }
 
 // waitIfAsked honours "Prefer: wait=N" for a message in flight or queued;
-// anything else is returned as it came.
+// anything else, a waiting message's outcome included, is returned as it
+// came. A wait ends when the message waits for an answer too
+// (request.Runner.Wait returns then).
 func (h *messageHandler) waitIfAsked(w http.ResponseWriter, r *http.Request, msg request.Message, out request.Outcome, err error) (request.Outcome, error) {
 	wait, ok := preferWait(r, h.cfg.MaxWait)
 	if !ok || !(errors.Is(err, request.ErrInFlight) || err == nil && out.Queued) {
@@ -299,11 +366,15 @@ type StatusBody struct {
 	// Live: a run holds the request's lease now.
 	Live bool `json:"live"`
 	// Reply and Result are set for a succeeded message only.
-	Reply           *string         `json:"reply,omitempty"`
-	Result          json.RawMessage `json:"result,omitempty"`
-	Attempt         int64           `json:"attempt"`
-	InterruptedBy   string          `json:"interrupted_by,omitempty"`
-	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	Reply  *string         `json:"reply,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	// Waiting is set for a waiting message only: its open question (the
+	// wait's name, the JSON the agent asked with, and its deadline, RFC
+	// 3339 in UTC, when it has one), as in a WaitingBody.
+	Waiting         *request.Question `json:"waiting,omitempty"`
+	Attempt         int64             `json:"attempt"`
+	InterruptedBy   string            `json:"interrupted_by,omitempty"`
+	CancelRequested bool              `json:"cancel_requested,omitempty"`
 	// Metadata is the JSON object the message was sent with, if any.
 	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
@@ -320,6 +391,8 @@ func NewStatusBody(st request.Status) StatusBody {
 	case request.StateSucceeded:
 		reply := st.Reply
 		b.Reply, b.Result = &reply, st.Result
+	case request.StateWaiting:
+		b.Waiting = forClient(st.Waiting)
 	}
 	return b
 }
@@ -327,13 +400,15 @@ func NewStatusBody(st request.Status) StatusBody {
 // StatusHandler returns the handler of a message's status endpoint (for
 // example GET /sessions/{session}/messages/{id}), to mount under the
 // service's own route. It answers request.Runner.Status: 200 with the
-// status (cfg.WriteStatus) of a queued, processing, succeeded, failed,
-// interrupted or cancelled message; 404 for an unknown one; 410 expired
-// for one whose outcome the retention swept.
+// status (cfg.WriteStatus) of a queued, processing, waiting (with its
+// question), succeeded, failed, interrupted or cancelled message; 404 for
+// an unknown one; 410 expired for one whose outcome the retention swept.
 //
 // "Prefer: wait=N" (capped by cfg.MaxWait) waits up to N seconds with
-// request.Runner.Wait for a final state, then answers the status of then
-// (unfinished, if the wait ran out), with "Preference-Applied: wait=N".
+// request.Runner.Wait for a final state or a wait for a person's answer,
+// then answers the status of then (unfinished, if the wait ran out), with
+// "Preference-Applied: wait=N". A message that waits for an answer
+// already is answered at once: only the answer moves it on.
 //
 // It returns an error for a cfg without Runner or Keys.
 func StatusHandler(cfg StatusConfig) (http.Handler, error) {
@@ -361,7 +436,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := h.cfg.Runner.Status(r.Context(), sessionKey, clientRequestID)
-	if wait, ok := preferWait(r, h.cfg.MaxWait); ok && err == nil && !st.State.Final() {
+	if wait, ok := preferWait(r, h.cfg.MaxWait); ok && err == nil && !st.State.Final() && st.State != request.StateWaiting {
 		SetPreferenceApplied(w.Header(), wait)
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		var werr error

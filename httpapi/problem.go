@@ -38,6 +38,9 @@ const (
 	TypeQueueFull             = "queue-full"               // 429, Retry-After
 	TypeInterrupted           = "interrupted"              // 409
 	TypeCancelled             = "cancelled"                // 409
+	TypeNotWaiting            = "not-waiting"              // 409
+	TypeAlreadyAnswered       = "already-answered"         // 409
+	TypeWaitExpired           = "wait-expired"             // 409
 	TypeOutcomeUnknown        = "outcome-unknown"          // 502, Retry-After
 	TypeDatabaseBusy          = "database-busy"            // 503, Retry-After
 	TypeAgentFailed           = "agent-failed"             // 500

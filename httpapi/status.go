@@ -114,8 +114,8 @@ func validationText(err error) string {
 // problems is the table of the package documentation, in its order: the
 // first row that matches an error decides. The order matters where an
 // error matches two rows (a run stopped for want of a connection is also
-// a lost lease; an agent's failure may carry a busy tool call; a session's
-// detail also matches lease's kind).
+// a lost lease; an agent's failure may carry a busy tool call or a wait's
+// expiry; a session's or a wait's detail also matches lease's kind).
 var problems = []row{
 	{match: is(lease.ErrPoolExhausted), status: http.StatusServiceUnavailable, name: TypePoolExhausted, title: "Pool exhausted", retry: retryDefault,
 		detail: "the server had no free database connection to keep this message's locks alive, and stopped it; nobody else took it over: resend with the same client request id after Retry-After seconds"},
@@ -150,6 +150,12 @@ var problems = []row{
 		detail: "a tool call of this message has the effect key of a call that an earlier message with this client request id made, whose record is gone; nothing was performed: use a new client request id for a new message"},
 	{match: as[*toolexec.OutsideTxError](), status: http.StatusInternalServerError, name: TypeToolWriteOutsideTx, title: "Tool wrote outside its transaction",
 		detail: "a tool of this service wrote outside its transaction, which the database refused; nothing of it committed. It is the service's bug: a resend fails the same way until the tool is fixed"},
+	{match: as[*request.NotWaitingError](), status: http.StatusConflict, name: TypeNotWaiting, title: "Not waiting",
+		detail: "this message does not wait for an answer under this name; read its status: it waits for another name, or for none"},
+	{match: as[*request.AnsweredError](), status: http.StatusConflict, name: TypeAlreadyAnswered, title: "Already answered",
+		detail: "this wait was already answered with another answer; the first answer stands: read the message's status"},
+	{match: as[*request.WaitExpiredError](), status: http.StatusConflict, name: TypeWaitExpired, title: "Wait expired",
+		detail: "this wait passed its deadline before it was answered and takes no answer now; the message runs on without one: read its status"},
 	{match: is(request.ErrAgentFailed), status: http.StatusInternalServerError, name: TypeAgentFailed, title: "Agent failed",
 		detail: "the agent failed; retry with the same client request id"},
 	{match: as[*request.MetadataTooLargeError](), status: http.StatusBadRequest, name: TypeInvalidRequest, title: "Invalid request",
