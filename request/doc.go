@@ -166,8 +166,10 @@
 // request, free the session). Each step returns what it came to, and its
 // caller acts on it: an answer from a request hands back the takeover it
 // calls for, the queue where it put a message, and neither claims nor
-// starts anything. Beside the path: status.go (Status, Wait), cancel.go,
-// interrupt.go, resume.go, sweep.go, observe.go, and statements.go, which
+// starts anything. Beside the path: status.go (Status, Wait), await.go
+// (Await, Answer, and park, which finish calls for a run that stopped at
+// a wait), cancel.go, interrupt.go, resume.go, sweep.go, observe.go, and
+// statements.go, which
 // holds every statement of this package (the lease operations are package
 // lease's; the tool-execution table is package toolexec's).
 //
