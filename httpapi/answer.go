@@ -134,12 +134,10 @@ func (h *answerHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err, "")
 		return
 	}
-	ctx, done := context.WithoutCancel(r.Context()), func() {}
-	if h.cfg.RunContext != nil {
-		if ctx, done, err = h.cfg.RunContext(r); err != nil {
-			h.fail(w, r, err, "")
-			return
-		}
+	ctx, done, err := runContext(r, h.cfg.RunContext)
+	if err != nil {
+		h.fail(w, r, err, "")
+		return
 	}
 	defer done()
 	out, err := h.cfg.Runner.Answer(ctx, sessionKey, clientRequestID, name, answer)

@@ -235,12 +235,10 @@ func (h *messageHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err, "")
 		return
 	}
-	ctx, done := context.WithoutCancel(r.Context()), func() {}
-	if h.cfg.RunContext != nil {
-		if ctx, done, err = h.cfg.RunContext(r); err != nil {
-			h.fail(w, r, err, "")
-			return
-		}
+	ctx, done, err := runContext(r, h.cfg.RunContext)
+	if err != nil {
+		h.fail(w, r, err, "")
+		return
 	}
 	defer done()
 	out, err := h.cfg.Runner.Handle(ctx, msg, h.cfg.Agent)
@@ -544,4 +542,14 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
+}
+
+// runContext is the context a handler runs a message (or an answer) under,
+// and the func to call when the run is over: rc's, or, with rc nil, the
+// request's context without its cancellation.
+func runContext(r *http.Request, rc func(*http.Request) (context.Context, func(), error)) (context.Context, func(), error) {
+	if rc == nil {
+		return context.WithoutCancel(r.Context()), func() {}, nil
+	}
+	return rc(r)
 }

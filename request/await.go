@@ -151,8 +151,8 @@ type parked struct {
 // Await must replay deterministically, and a resumed run that asks at a
 // recorded position under another name gets a *StepDivergedError.
 func (run *Run) Await(ctx context.Context, name string, question any, opts ...AwaitOption) (json.RawMessage, error) {
-	if name == "" || len(name) > schema.MaxWaitNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
-		return nil, invalid("wait name", fmt.Sprintf("empty, longer than %d bytes, not UTF-8 or with a NUL byte", schema.MaxWaitNameLen))
+	if err := validWaitName(name); err != nil {
+		return nil, err
 	}
 	var o awaitOptions
 	for _, opt := range opts {
@@ -297,8 +297,8 @@ func (r *Runner) Answer(ctx context.Context, sessionKey, clientRequestID, name s
 	if err := validateKeys(sessionKey, clientRequestID); err != nil {
 		return Outcome{}, err
 	}
-	if name == "" || len(name) > schema.MaxWaitNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
-		return Outcome{}, invalid("wait name", fmt.Sprintf("empty, longer than %d bytes, not UTF-8 or with a NUL byte", schema.MaxWaitNameLen))
+	if err := validWaitName(name); err != nil {
+		return Outcome{}, err
 	}
 	raw, err := json.Marshal(answer)
 	if err != nil {
@@ -490,4 +490,13 @@ func sameJSON(a, b json.RawMessage) bool {
 func expiredEnvelope(raw json.RawMessage) bool {
 	var env waitEnvelope
 	return json.Unmarshal(raw, &env) == nil && env.Expired
+}
+
+// validWaitName checks a wait's name: non-empty UTF-8 of at most
+// schema.MaxWaitNameLen bytes, without a NUL byte.
+func validWaitName(name string) error {
+	if name == "" || len(name) > schema.MaxWaitNameLen || !utf8.ValidString(name) || strings.IndexByte(name, 0) >= 0 {
+		return invalid("wait name", fmt.Sprintf("empty, longer than %d bytes, not UTF-8 or with a NUL byte", schema.MaxWaitNameLen))
+	}
+	return nil
 }

@@ -67,31 +67,21 @@ func (r *Runner) answer(ctx context.Context, msg Message, ex *existing, holder s
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, &InterruptedError{By: ex.interruptedBy}
 	case schema.StoredCancelled:
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation}, ErrCancelled
-	case schema.StoredWaiting:
-		// Waiting for a person: the resend answers with the question.
+	case schema.StoredWaiting, schema.StoredQueued:
+		// Queued: the resend answers with its position; waiting for a
+		// person, with the question. Both are read by Status.
 		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
-		if errors.Is(err, lease.ErrNotFound) {
+		switch {
+		case errors.Is(err, lease.ErrNotFound):
 			return nil, Outcome{}, errVanished
-		}
-		if err != nil {
+		case err != nil:
 			return nil, Outcome{}, err
-		}
-		if st.State != StateWaiting {
+		case st.State != stateOf(ex.status):
 			return nil, Outcome{}, errVanished
+		case st.State == StateQueued:
+			return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
 		}
 		return nil, Outcome{RequestID: ex.id, Attempt: ex.generation, Waiting: st.Waiting}, nil
-	case schema.StoredQueued:
-		st, err := r.Status(ctx, msg.SessionKey, msg.ClientRequestID)
-		if errors.Is(err, lease.ErrNotFound) {
-			return nil, Outcome{}, errVanished
-		}
-		if err != nil {
-			return nil, Outcome{}, err
-		}
-		if st.State != StateQueued {
-			return nil, Outcome{}, errVanished
-		}
-		return nil, Outcome{RequestID: ex.id, Queued: true, Position: st.Position}, nil
 	}
 	if ex.status == schema.StoredProcessing {
 		// Running now, or left by a run that died? The database clock
