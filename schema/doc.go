@@ -50,8 +50,9 @@
 //	session_key        VARCHAR(191)  NOT NULL
 //	client_request_id  VARCHAR(191)  NOT NULL
 //	fingerprint        VARCHAR(64)   NOT NULL; hash of the request payload
-//	status             VARCHAR(16)   NOT NULL; 'queued', 'processing', 'success',
-//	                                 'error', 'interrupted', 'cancelled' or 'expired'
+//	status             VARCHAR(16)   NOT NULL; 'queued', 'processing', 'waiting',
+//	                                 'success', 'error', 'interrupted', 'cancelled'
+//	                                 or 'expired'
 //	holder, token, expires_at, generation   as in rowlease_session
 //	reply              large text    NULL
 //	result             large text    NULL; JSON
@@ -68,6 +69,12 @@
 //	agent              VARCHAR(128)  NULL; the agent that runs the request (NULL:
 //	                                 the Runner's default agent)
 //	metadata           large text    NULL; JSON the client sent with the message
+//	wait_name          VARCHAR(128)  NULL; the name of the question a 'waiting'
+//	                                 request asks (NULL unless waiting)
+//	wait_question      large text    NULL; the question's JSON
+//	wait_seq           INT           NULL; the position in the request's steps
+//	                                 (rowlease_step seq) of the answer
+//	wait_until         time          NULL; the question's deadline (NULL: none)
 //	UNIQUE (session_key, client_request_id)   rowlease_request_session_client_uq
 //	UNIQUE (session_key, queue_seq)           rowlease_request_session_queue_uq
 //	INDEX (status, updated_at)                rowlease_request_status_updated_idx
@@ -77,7 +84,9 @@
 // the status 'cancelled' with migration 4 (and a column steps, the JSON
 // array of the recorded steps, which migration 5 moved into
 // rowlease_step); deaths with migration 5; agent and metadata with
-// migration 6; package request says what they mean. On PostgreSQL and SQLite the queue key is a table
+// migration 6; wait_name, wait_question, wait_seq, wait_until and the
+// status 'waiting' (a run stopped to wait for a person's answer, holding
+// no lease) with migration 7; package request says what they mean. On PostgreSQL and SQLite the queue key is a table
 // constraint (on SQLite its index is named sqlite_autoindex_…), because
 // the DDL cannot create an index on queue_seq before Apply has upgraded a
 // table of an earlier version.
@@ -190,7 +199,7 @@
 //
 // # Upgrading
 //
-// The DDL has changed five times. Since migration 2 the status CHECK of
+// The DDL has changed six times. Since migration 2 the status CHECK of
 // rowlease_tool_execution (rowlease_tool_execution_status_ck) also allows
 // 'started' (StoredStarted: the intent of an effect outside the database is
 // recorded, its result not yet). Since migration 3 rowlease_request has the
@@ -205,7 +214,10 @@
 // column step_seq. Since migration 6 rowlease_request has the columns
 // agent and metadata, and rowlease_tool_execution the column occurrence
 // (0 for the rows of earlier versions), which its unique key
-// rowlease_tool_execution_call_uq takes in as its fourth column. Tables
+// rowlease_tool_execution_call_uq takes in as its fourth column. Since
+// migration 7 the request table's status CHECK also allows 'waiting', and
+// it has the columns wait_name, wait_question, wait_seq and wait_until (on
+// SQLite its rowlease_request_time_ck also checks wait_until). Tables
 // that an earlier Apply created, like tables of the earlier migrations
 // alone, lack them.
 //
@@ -217,7 +229,8 @@
 // before, runs the statements of that table's migration (2 for the
 // tool-execution table; 3 for the request table with the CHECK of
 // migration 1, then 4 for the request table with the CHECK of migration
-// 3). Migrations 5 and 6 change no CHECK: 5 runs if the request table
+// 3, and 7, after 5 and 6, for the request table with the CHECK of
+// migration 4, which 5 and 6 keep). Migrations 5 and 6 change no CHECK: 5 runs if the request table
 // still has the column steps, 6 if the request table lacks the column
 // agent or the tool-execution table the column occurrence (read from
 // PostgreSQL pg_attribute, MySQL and MariaDB information_schema.COLUMNS,
@@ -293,7 +306,7 @@
 // violation of the status CHECK.
 //
 // If you manage the tables with golang-migrate or goose instead, copy
-// migrations 2 to 6 into your migration directory (or use Migrations,
+// migrations 2 to 7 into your migration directory (or use Migrations,
 // which has them) and run them: Apply's upgrade does not write your tool's
 // version table.
 //
@@ -362,18 +375,28 @@
 //     (error 1060) and SQLite ("duplicate column name"), changing nothing
 //     (record version 6 as applied instead), and on PostgreSQL it makes
 //     the same key again and changes nothing else.
+//   - 7, request_wait: the request table's status 'waiting' and columns
+//     wait_name, wait_question, wait_seq and wait_until (the upgrade
+//     above); on SQLite a rebuild as in migration 2, with the same notes,
+//     that keeps every column of migration 6. Down restores the request
+//     table of migration 6, losing the open questions, and fails, changing
+//     nothing, while a request is 'waiting' (the errors of migration 2's
+//     down). Up runs once, as migration 4's: on a table that already has
+//     the columns it fails on MySQL, MariaDB (error 1060) and SQLite
+//     ("duplicate column name"), changing nothing (record version 7 as
+//     applied instead), and on PostgreSQL it changes nothing.
 //
 // The golang-migrate files are the source of every statement: the goose
 // file of a migration holds its up and down files as they are, and the DDL
 // is the up files folded into one CREATE … IF NOT EXISTS per table and
-// index, both generated (go generate) and committed. Migrations 1 to 6
+// index, both generated (go generate) and committed. Migrations 1 to 7
 // together build exactly what the DDL builds: a test applies them to real
 // databases of each dialect and compares tables, columns, constraints and
 // indexes. A database set up by any version of
 // Apply can adopt the migrations: migration 1 creates nothing that exists,
 // and migration 2 may run again on tables that already allow 'started' (it
 // replaces the CHECK by the same one; on SQLite it rebuilds the table once
-// more); for migrations 3 to 6, see above.
+// more); for migrations 3 to 7, see above.
 //
 // With golang-migrate (github.com/golang-migrate/migrate/v4 and its
 // source/iofs package):
@@ -398,6 +421,6 @@
 //
 // goose splits the file itself at semicolons that end a line, so no
 // multi-statement option is needed. The golang-migrate files are numbered
-// 000001 to 000006 and the goose files 00001 to 00006; add your own
+// 000001 to 000007 and the goose files 00001 to 00007; add your own
 // migrations after them, or copy the files into your own migration directory.
 package schema

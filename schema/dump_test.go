@@ -44,7 +44,7 @@ func eachDialect(t *testing.T, fn func(t *testing.T, d lease.Dialect)) {
 
 // lastMigration is the version of the newest migration: the one whose
 // tables Apply's DDL builds.
-const lastMigration = 6
+const lastMigration = 7
 
 // Migration file names, per version.
 var (
@@ -55,6 +55,7 @@ var (
 		4: {"000004_request_steps.up.sql", "000004_request_steps.down.sql"},
 		5: {"000005_step_journal.up.sql", "000005_step_journal.down.sql"},
 		6: {"000006_agent_metadata_occurrence.up.sql", "000006_agent_metadata_occurrence.down.sql"},
+		7: {"000007_request_wait.up.sql", "000007_request_wait.down.sql"},
 	}
 	gooseFiles = map[int]string{
 		1: "00001_create_lock_tables.sql",
@@ -63,6 +64,7 @@ var (
 		4: "00004_request_steps.sql",
 		5: "00005_step_journal.sql",
 		6: "00006_agent_metadata_occurrence.sql",
+		7: "00007_request_wait.sql",
 	}
 	migrationTools = []string{"golang-migrate", "goose"}
 )

@@ -267,9 +267,18 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		mustDrift("migration 2 that allows one more status", toolStatusCheck, freshDump(t, d, migrationsWith2(
 			edit(m.up[2], "'started', ", "'started', 'cancelled', "))))
 		mustDrift("DDL with the request CHECK of migration 1", requestStatusCheck, freshDump(t, d, ddlWith(
-			edit(m.ddl, "'queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'", "'processing', 'success', 'error'"))))
+			edit(m.ddl, "'queued', 'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired'", "'processing', 'success', 'error'"))))
 		mustDrift("DDL with the request CHECK of migration 3", requestStatusCheck, freshDump(t, d, ddlWith(
-			edit(m.ddl, "'interrupted', 'cancelled', 'expired'", "'interrupted', 'expired'"))))
+			edit(m.ddl, "'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired'",
+				"'processing', 'success', 'error', 'interrupted', 'expired'"))))
+		mustDrift("DDL with the request CHECK of migration 6", requestStatusCheck, freshDump(t, d, ddlWith(
+			edit(m.ddl, "'processing', 'waiting', ", "'processing', "))))
+		mustDrift("DDL without the wait_name column", ColWaitName, freshDump(t, d, ddlWith(
+			regexp.MustCompile(`(?m)^\s*wait_name\s.*\n`).ReplaceAllString(m.ddl, ""))))
+		mustDrift("migration 7 that forgets the status it adds", requestStatusCheck, freshDump(t, d, migrationsWith(7,
+			edit(m.up[7], "'waiting', ", ""))))
+		mustDrift("migration 7 that names wait_seq otherwise", ColWaitSeq, freshDump(t, d, migrationsWith(7,
+			strings.ReplaceAll(m.up[7], ColWaitSeq, "wait_step"))))
 		mustDrift("DDL without the deaths column", ColDeaths, freshDump(t, d, ddlWith(
 			regexp.MustCompile(`(?m)^\s*deaths\s.*\n`).ReplaceAllString(m.ddl, ""))))
 		mustDrift("DDL with the steps column of migration 4", oldStepsColumn, freshDump(t, d, ddlWith(
@@ -283,18 +292,21 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 		noStepSeq := strings.ReplaceAll(m.up[5], ColStepSeq, "step_sequence")
 		require.NotEqual(t, m.up[5], noStepSeq)
 		mustDrift("migration 5 that names step_seq otherwise", ColStepSeq, freshDump(t, d, migrationsWith(5, noStepSeq)))
-		mustDrift("migration 4 that forgets a status", requestStatusCheck, freshDump(t, d, migrationsWith(4,
-			edit(m.up[4], "'cancelled', ", ""))))
-		// Migration 4 rebuilds the table on SQLite, with its indexes: there
-		// the index is forgotten in migration 4.
+		// Migration 7 writes the whole request CHECK again: a status that
+		// an earlier migration forgot comes back with it, and a migration 7
+		// that forgets one is the drift.
+		mustDrift("migration 7 that forgets an earlier status", requestStatusCheck, freshDump(t, d, migrationsWith(7,
+			edit(m.up[7], "'cancelled', ", ""))))
+		// Migration 7 rebuilds the table on SQLite, with its indexes: there
+		// the index is forgotten in migration 7.
 		var noIndex string
 		noIndexIn := 3
 		switch d {
 		case lease.MySQL:
 			noIndex = edit(m.up[3], "    ADD KEY "+RequestStatusUpdatedIndex+" (status, updated_at),\n", "")
 		case lease.SQLite:
-			noIndexIn = 4
-			noIndex = m.up[4][:strings.LastIndex(m.up[4], "CREATE INDEX")]
+			noIndexIn = 7
+			noIndex = m.up[7][:strings.LastIndex(m.up[7], "CREATE INDEX")]
 		default:
 			noIndex = m.up[3][:strings.LastIndex(m.up[3], "CREATE INDEX")]
 		}
@@ -305,6 +317,10 @@ func TestDriftCheckCatchesEdits(t *testing.T) {
 			mustDrift("migration 2 that forgets an index", ToolExecutionSessionRequestIndex, freshDump(t, d, migrationsWith2(up2)))
 			mustDrift("migration 2 that rebuilds a column without its default", ColGeneration, freshDump(t, d, migrationsWith2(
 				edit(m.up[2], "INTEGER NOT NULL DEFAULT 0", "INTEGER NOT NULL"))))
+			mustDrift("migration 7 whose time CHECK leaves out wait_until", "rowlease_request_time_ck", freshDump(t, d, migrationsWith(7,
+				edit(m.up[7], " AND typeof(wait_until) IN ('integer', 'null')", ""))))
+			mustDrift("migration 7 that rebuilds without the deaths column's default", ColDeaths, freshDump(t, d, migrationsWith(7,
+				edit(m.up[7], "deaths            INTEGER NOT NULL DEFAULT 0", "deaths            INTEGER NOT NULL DEFAULT 1"))))
 		}
 	})
 }

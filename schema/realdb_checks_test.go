@@ -144,7 +144,8 @@ var wantColumns = map[string][]string{
 	SessionTable: {ColSessionKey, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColCreatedAt, ColUpdatedAt},
 	RequestTable: {ColID, ColSessionKey, ColClientRequestID, ColFingerprint, ColStatus, ColHolder, ColToken,
 		ColExpiresAt, ColGeneration, ColReply, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
-		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColDeaths, ColAgent, ColMetadata},
+		ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy, ColDeaths, ColAgent, ColMetadata,
+		ColWaitName, ColWaitQuestion, ColWaitSeq, ColWaitUntil},
 	ToolExecutionTable: {ColID, ColSessionKey, ColRequestID, ColToolName, ColArgumentsHash, ColIdempotencyKey,
 		ColStatus, ColHolder, ColToken, ColExpiresAt, ColGeneration, ColResult, ColError, ColCreatedAt, ColUpdatedAt,
 		ColStepSeq, ColOccurrence},
@@ -180,7 +181,7 @@ func (h *harness) checkStructure(t *testing.T) {
 	for table, cols := range wantColumns {
 		assert.Equal(t, cols, h.columns(t, table), "columns of %s", table)
 		assert.ElementsMatch(t, h.wantIndexesOf(table), h.indexes(t, table), "indexes of %s", table)
-		for _, col := range []string{ColExpiresAt, ColCreatedAt, ColUpdatedAt} {
+		for _, col := range []string{ColExpiresAt, ColCreatedAt, ColUpdatedAt, ColWaitUntil} {
 			if !slices.Contains(cols, col) {
 				continue // StepTable has created_at only
 			}

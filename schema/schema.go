@@ -60,8 +60,8 @@ const (
 	// payload in RequestTable.
 	ColFingerprint = "fingerprint"
 	// ColStatus is the state of a request (StoredQueued, StoredProcessing,
-	// StoredSucceeded, StoredFailed, StoredInterrupted, StoredCancelled or
-	// StoredExpired) or of a tool execution (StoredProcessing,
+	// StoredWaiting, StoredSucceeded, StoredFailed, StoredInterrupted,
+	// StoredCancelled or StoredExpired) or of a tool execution (StoredProcessing,
 	// StoredStarted, StoredSucceeded or StoredFailed); a CHECK constraint on
 	// each table rejects anything else.
 	ColStatus = "status"
@@ -341,11 +341,13 @@ func Statements(dialect lease.Dialect) ([]string, error) {
 // table has the CHECK of migration 3 (without StoredCancelled), those of
 // migration 4; if the request table still has the steps column
 // (ColSteps), those of migration 5, which move its steps into StepTable
-// and drop it; and if the request table lacks ColAgent or the
-// tool-execution table ColOccurrence, those of migration 6, which add
-// ColAgent, ColMetadata and ColOccurrence and make ToolExecutionCallUnique
-// with ColOccurrence (see the package documentation, "Upgrading"). For
-// that it reads the catalog through db's QueryContext method, which
+// and drop it; if the request table lacks ColAgent or the tool-execution
+// table ColOccurrence, those of migration 6, which add ColAgent,
+// ColMetadata and ColOccurrence and make ToolExecutionCallUnique with
+// ColOccurrence; and if the request table has the CHECK of migration 4
+// (without StoredWaiting), those of migration 7, which allow StoredWaiting
+// and add ColWaitName, ColWaitQuestion, ColWaitSeq and ColWaitUntil (see
+// the package documentation, "Upgrading"). For that it reads the catalog through db's QueryContext method, which
 // *sql.DB, *sql.Tx, *sql.Conn and their sqlx forms have; a db with
 // ExecContext alone gets no upgrade. On SQLite, and for migrations 5 and 6
 // on every dialect, the upgrade runs on one connection, so db must then be a pool, a

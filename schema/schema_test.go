@@ -101,11 +101,17 @@ func TestStatementsShape(t *testing.T) {
 			ColClientRequestID, ColFingerprint, ColStatus, ColReply, ColResult, ColError, ColRequestID,
 			ColToolName, ColArgumentsHash, ColIdempotencyKey, ColContent, ColQueueSeq, ColOnBusy, ColInterruptedBy,
 			ColSeq, ColName, ColOutput, ColDeaths, ColStepSeq, ColAgent, ColMetadata, ColOccurrence,
+			ColWaitName, ColWaitQuestion, ColWaitSeq, ColWaitUntil,
 		} {
 			assert.Regexp(t, `\b`+name+`\b`, ddl, "%s DDL lacks %s", d, name)
 		}
 		assert.Contains(t, ddl, "rowlease_request_status_ck CHECK (status IN ('"+StoredQueued+"', '"+
-			StoredProcessing+"', '"+StoredSucceeded+"', '"+StoredFailed+"', '"+StoredInterrupted+"', '"+StoredCancelled+"', '"+StoredExpired+"'))", d)
+			StoredProcessing+"', '"+StoredWaiting+"', '"+StoredSucceeded+"', '"+StoredFailed+"', '"+StoredInterrupted+"', '"+
+			StoredCancelled+"', '"+StoredExpired+"'))", d)
+		if d == lease.SQLite {
+			assert.Contains(t, ddl, "typeof(expires_at) IN ('integer', 'null') AND typeof("+ColWaitUntil+") IN ('integer', 'null'))",
+				"sqlite DDL: the request's time CHECK takes in wait_until")
+		}
 		assert.NotRegexp(t, `\b`+oldStepsColumn+`\b`, ddl, "%s DDL still has the steps column of migration 4", d)
 		assert.Regexp(t, ToolExecutionCallUnique+`\b[^(]*\(request_id, tool_name, arguments_hash, occurrence\)`, ddl,
 			"%s DDL: the call's unique key takes in the occurrence", d)
@@ -203,9 +209,11 @@ func TestMigrationsFS(t *testing.T) {
 			"000003_request_queue.down.sql", "000003_request_queue.up.sql",
 			"000004_request_steps.down.sql", "000004_request_steps.up.sql",
 			"000005_step_journal.down.sql", "000005_step_journal.up.sql",
-			"000006_agent_metadata_occurrence.down.sql", "000006_agent_metadata_occurrence.up.sql"},
+			"000006_agent_metadata_occurrence.down.sql", "000006_agent_metadata_occurrence.up.sql",
+			"000007_request_wait.down.sql", "000007_request_wait.up.sql"},
 		"goose": {"00001_create_lock_tables.sql", "00002_tool_execution_started.sql", "00003_request_queue.sql",
-			"00004_request_steps.sql", "00005_step_journal.sql", "00006_agent_metadata_occurrence.sql"},
+			"00004_request_steps.sql", "00005_step_journal.sql", "00006_agent_metadata_occurrence.sql",
+			"00007_request_wait.sql"},
 	}
 	tools := map[string]string{"golang-migrate": "migrate", "migrate": "migrate", "Golang-Migrate": "migrate", "goose": "goose", "GOOSE": "goose"}
 	for _, d := range dialects {

@@ -14,21 +14,23 @@ import (
 )
 
 // This file brings tables made by an earlier version of this package up to
-// the current DDL, for Apply. There are five such changes so far:
+// the current DDL, for Apply. There are six such changes so far:
 // migration 2 lets a tool execution have status 'started', migration 3
 // gives the request table the columns and statuses of the queue,
 // interrupts and retention, migration 4 its recorded steps and status
 // 'cancelled', migration 5 moves the recorded steps into a table of their
-// own (rowlease_step), and migration 6 gives requests their agent and
+// own (rowlease_step), migration 6 gives requests their agent and
 // metadata and counts identical tool calls (occurrence, in the call's
-// unique key). A table that an older Apply (or the migrations before) set
-// up still has the status CHECK of the migration before (1 for migrations
-// 2 and 3, 3 for migration 4); for the migrations that change no CHECK, it
-// still has the column that the migration drops (5: steps) or lacks one
-// that it adds (6: agent, occurrence). upgrade finds that CHECK or column
-// in the catalog and only then runs the statements of the migration's
-// golang-migrate up file, the same statements that users of golang-migrate
-// and goose run.
+// unique key), and migration 7 lets a request be 'waiting' for a person's
+// answer, with the columns of its open question. A table that an older
+// Apply (or the migrations before) set up still has the status CHECK of
+// the migration before (1 for migrations 2 and 3, 3 for migration 4, 4
+// for migration 7: 5 and 6 keep it); for the migrations that change no
+// CHECK, it still has the column that the migration drops (5: steps) or
+// lacks one that it adds (6: agent, occurrence). upgrade finds that CHECK
+// or column in the catalog and only then runs the statements of the
+// migration's golang-migrate up file, the same statements that users of
+// golang-migrate and goose run.
 
 // step is one upgrade: the migration that changes one table. What the
 // step runs, and the CHECK it finds an older table by, are read from the
@@ -80,6 +82,11 @@ var steps = []step{
 	{version: 6, file: "000006_agent_metadata_occurrence.up.sql", table: RequestTable,
 		added: []tableColumn{{RequestTable, ColAgent}, {ToolExecutionTable, ColOccurrence}},
 		what:  "for agents, metadata and repeated tool calls", exclusive: true},
+	// Found by its CHECK, as migration 4: it changes the status CHECK, and
+	// on SQLite rebuilds the table (triggers created again), which the
+	// steps found by a column do not.
+	{version: 7, file: "000007_request_wait.up.sql", table: RequestTable,
+		check: "rowlease_request_status_ck", what: "for requests waiting for an answer"},
 }
 
 // migrationFile returns the text of the step's golang-migrate up or down
@@ -382,9 +389,9 @@ func constraintClause(tableSQL, name string) (string, bool) {
 }
 
 // runExclusive runs the step's up file on one connection: on SQLite every
-// step (SQLite cannot alter a CHECK, so migrations 2 to 4 rebuild their
-// table, and the statements of a rebuild must share a connection and a
-// transaction), elsewhere the steps whose file has several statements that
+// step (SQLite cannot alter a CHECK, so migrations 2 to 4 and 7 rebuild
+// their table, and the statements of a rebuild must share a connection and
+// a transaction), elsewhere the steps whose file has several statements that
 // must not interleave with another process's (exclusive). A pool (*sql.DB,
 // *sqlx.DB) lends one of its connections; a transaction (*sql.Tx,
 // *sqlx.Tx) is used as it is; a connection (*sql.Conn, *sqlx.Conn) gets a
@@ -561,9 +568,9 @@ func (s step) rebuildSQLiteOnConn(ctx context.Context, c sqliteConn, script stri
 
 // rebuildSQLiteInTx checks again, now inside the transaction, that the
 // table is older, then runs the step. A step that rebuilds the table
-// (check: migrations 2 to 4) is followed by the triggers on the table,
-// created again (DROP TABLE drops them; the migration files leave that to
-// the user), and legacy_alter_table, which the rebuild switches on and off
+// (check: migrations 2 to 4 and 7) is followed by the triggers on the
+// table, created again (DROP TABLE drops them; the migration files leave
+// that to the user), and legacy_alter_table, which the rebuild switches on and off
 // around its RENAME, is put back if it was on. Migrations 5 and 6 alter
 // their tables in place, which keeps their triggers.
 func (s step) rebuildSQLiteInTx(ctx context.Context, c sqliteConn, script string) error {

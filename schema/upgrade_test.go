@@ -315,26 +315,40 @@ var migration1Statuses = []string{StoredFailed, StoredProcessing, StoredSucceede
 // CHECK of migration 3 allows, sorted.
 var migration3RequestStatuses = []string{StoredFailed, StoredExpired, StoredInterrupted, StoredProcessing, StoredQueued, StoredSucceeded}
 
-// TestUpgradeStepsReadOldChecks: each upgrade step reads, from its down
-// file, the status CHECK of the migration before it, on every dialect.
+// migration6RequestStatuses are the values the request table's status
+// CHECK of migrations 4 to 6 allows, sorted: the CHECK that migration 7
+// replaces.
+var migration6RequestStatuses = []string{StoredCancelled, StoredFailed, StoredExpired, StoredInterrupted, StoredProcessing, StoredQueued, StoredSucceeded}
+
+// TestUpgradeStepsReadOldChecks: each upgrade step that finds an older
+// table by its status CHECK reads, from its down file, the CHECK of the
+// migration before it, on every dialect; the others find it by a column.
 func TestUpgradeStepsReadOldChecks(t *testing.T) {
 	t.Parallel()
-	want := map[int][]string{2: migration1Statuses, 3: migration1Statuses, 4: migration3RequestStatuses}
-	require.Len(t, steps, len(want)+2)
+	want := map[int][]string{2: migration1Statuses, 3: migration1Statuses, 4: migration3RequestStatuses, 7: migration6RequestStatuses}
+	var versions []int
+	byVersion := map[int]step{}
+	for _, s := range steps {
+		versions = append(versions, s.version)
+		byVersion[s.version] = s
+	}
+	require.Equal(t, []int{2, 3, 4, 5, 6, 7}, versions, "one step per migration after 1, in order")
 	// Migrations 5 and 6 change no CHECK: the column that 5 drops, and
 	// those that 6 adds, find an older table.
-	m5, m6 := steps[len(steps)-2], steps[len(steps)-1]
-	assert.Equal(t, 5, m5.version)
+	m5, m6 := byVersion[5], byVersion[6]
 	assert.Equal(t, []string{"", RequestTable, oldStepsColumn}, []string{m5.check, m5.table, m5.column})
 	assert.Nil(t, m5.added)
-	assert.Equal(t, 6, m6.version)
 	assert.Equal(t, []string{"", RequestTable, ""}, []string{m6.check, m6.table, m6.column})
 	assert.Equal(t, []tableColumn{{RequestTable, ColAgent}, {ToolExecutionTable, ColOccurrence}}, m6.added)
+	// Migration 7 changes the request table's CHECK, as 4 does.
+	m7 := byVersion[7]
+	assert.Equal(t, []string{requestStatusCheck, RequestTable, ""}, []string{m7.check, m7.table, m7.column})
+	assert.Nil(t, m7.added)
 	for _, d := range dialects {
-		for _, s := range steps[:len(steps)-2] {
-			got, err := s.oldStatuses(d.String())
-			require.NoError(t, err, "%s step %d", d, s.version)
-			assert.Equal(t, want[s.version], got, "%s step %d", d, s.version)
+		for v, statuses := range want {
+			got, err := byVersion[v].oldStatuses(d.String())
+			require.NoError(t, err, "%s step %d", d, v)
+			assert.Equal(t, statuses, got, "%s step %d", d, v)
 		}
 	}
 }
@@ -368,6 +382,15 @@ func TestIsMigration1StatusCheck(t *testing.T) {
 		"CHECK (((status)::text = ANY ((ARRAY['queued'::character varying, 'processing'::character varying])::text[])))": false,
 	} {
 		assert.Equal(t, want, isStatusCheckOf(def, migration3RequestStatuses), def)
+	}
+	// The request CHECK of migrations 4 to 6, which migration 7 replaces.
+	for def, want := range map[string]bool{
+		"`status` in ('queued','processing','success','error','interrupted','cancelled','expired')":                        true,
+		"CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'))":            true,
+		"CHECK (status IN ('queued', 'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired'))": false,
+		"CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'expired'))":                         false,
+	} {
+		assert.Equal(t, want, isStatusCheckOf(def, migration6RequestStatuses), def)
 	}
 }
 

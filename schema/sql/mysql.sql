@@ -44,11 +44,15 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     deaths            INT          NOT NULL DEFAULT 0,
     agent             VARCHAR(128) NULL,
     metadata          LONGTEXT     NULL,
+    wait_name         VARCHAR(128) NULL,
+    wait_question     LONGTEXT     NULL,
+    wait_seq          INT          NULL,
+    wait_until        DATETIME(6)  NULL,
     PRIMARY KEY (id),
     UNIQUE KEY rowlease_request_session_client_uq (session_key, client_request_id),
     UNIQUE KEY rowlease_request_session_queue_uq (session_key, queue_seq),
     KEY rowlease_request_status_updated_idx (status, updated_at),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'))
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired'))
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS rowlease_tool_execution (

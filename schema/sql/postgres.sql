@@ -47,10 +47,14 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     deaths            INTEGER      NOT NULL DEFAULT 0,
     agent             VARCHAR(128) NULL,
     metadata          TEXT         NULL,
+    wait_name         VARCHAR(128) NULL,
+    wait_question     TEXT         NULL,
+    wait_seq          INTEGER      NULL,
+    wait_until        TIMESTAMPTZ  NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_client_uq UNIQUE (session_key, client_request_id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired'))
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired'))
 );
 
 CREATE INDEX IF NOT EXISTS rowlease_request_status_updated_idx

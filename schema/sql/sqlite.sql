@@ -50,10 +50,14 @@ CREATE TABLE IF NOT EXISTS rowlease_request (
     deaths            INTEGER NOT NULL DEFAULT 0,
     agent             TEXT    NULL,
     metadata          TEXT    NULL,
+    wait_name         TEXT    NULL,
+    wait_question     TEXT    NULL,
+    wait_seq          INTEGER NULL,
+    wait_until        INTEGER NULL,
     CONSTRAINT rowlease_request_pk PRIMARY KEY (id),
     CONSTRAINT rowlease_request_session_queue_uq UNIQUE (session_key, queue_seq),
-    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'success', 'error', 'interrupted', 'cancelled', 'expired')),
-    CONSTRAINT rowlease_request_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null'))
+    CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired')),
+    CONSTRAINT rowlease_request_time_ck CHECK (typeof(created_at) = 'integer' AND typeof(updated_at) = 'integer' AND typeof(expires_at) IN ('integer', 'null') AND typeof(wait_until) IN ('integer', 'null'))
 );
 
 CREATE UNIQUE INDEX IF NOT EXISTS rowlease_request_session_client_uq

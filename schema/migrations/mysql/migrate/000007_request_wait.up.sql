@@ -1,0 +1,24 @@
+-- Migration 7, up: requests that wait for a person's answer (mysql).
+--
+-- One ALTER TABLE lets a request be 'waiting' (its run stopped to wait for
+-- a person's answer; no lease is held meanwhile) and adds the columns of
+-- the open question: wait_name (the name its agent gave it), wait_question
+-- (its JSON), wait_seq (the position in the request's steps at which the
+-- answer is recorded) and wait_until (its deadline, by the database clock;
+-- NULL: none). All four are NULL unless the request is waiting.
+-- MariaDB 10.6+, MySQL 8.0.19+ (DROP CONSTRAINT). The server checks every
+-- row against the new CHECK; MariaDB copies the table to do so and blocks
+-- writes to it meanwhile.
+--
+-- Run it once. On a table that already has the columns (schema.Apply
+-- upgraded it before you adopted the migrations) it fails with error 1060
+-- (duplicate column) and changes nothing: record version 7 as applied
+-- instead (golang-migrate force 7; goose: a row in its version table).
+
+ALTER TABLE rowlease_request
+    ADD COLUMN wait_name VARCHAR(128) NULL,
+    ADD COLUMN wait_question LONGTEXT NULL,
+    ADD COLUMN wait_seq INT NULL,
+    ADD COLUMN wait_until DATETIME(6) NULL,
+    DROP CONSTRAINT rowlease_request_status_ck,
+    ADD CONSTRAINT rowlease_request_status_ck CHECK (status IN ('queued', 'processing', 'waiting', 'success', 'error', 'interrupted', 'cancelled', 'expired'));
