@@ -67,6 +67,12 @@
 //	                 round 1 decided, each time it is made; the model is
 //	                 told it may retry and books in round 2 (for tests;
 //	                 default 0, never)
+//	-approve-above   an expense above this amount is booked only once a
+//	                 person approves it: the message waits (202 waiting)
+//	                 for POST …/messages/{id}/answers/{name} (default
+//	                 1000.00; 0 or negative never asks)
+//	-approval-within deadline of an approval; past it nothing is booked
+//	                 and the reply says it expired (default 0, none)
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),
