@@ -81,9 +81,11 @@
 // that no client request id produced more than one transaction and that
 // every transaction was posted once; then a scene where a tool takes 3s
 // (-slow-tool) with a lease TTL of 1s while a second device's duplicate
-// gets 409 and, afterwards, the stored reply. It exits non-zero when a
+// gets 409 and, afterwards, the stored reply; last, an expense above
+// -approve-above that waits for a person, approved by one device (and
+// answered the same by another), and one denied. It exits non-zero when a
 // check fails. It defaults -llm-latency to 500ms (half the server's) so it
-// finishes in about 15 seconds.
+// finishes in about 25 seconds.
 //
 // # Shutdown
 //
