@@ -58,14 +58,15 @@ func TestMigrationsMatchDDL(t *testing.T) {
 	})
 }
 
-// TestMigrationsDownUp runs migrations 6, 4, 3 and 2 down and up again
-// on a database with rows, with each tool (migration 5 has a test of its
-// own, TestMigration5DownUp; here the database goes down through it from 6
-// to 4): down gives back the schema of the version before, up the schema
-// of the version, and the rows survive both (down 6 deletes the rows of
-// repeated calls, which the key before it has no room for). Down refuses, and changes nothing, while a row has a status only
-// the newer version allows. Migration 2 runs again harmlessly on a
-// database that already has it; migrations 3 and 4 do on PostgreSQL, and
+// TestMigrationsDownUp runs migrations 7, 6, 4, 3 and 2 down and up
+// again on a database with rows, with each tool (migration 5 has a test of
+// its own, TestMigration5DownUp; here the database goes down through it
+// from 6 to 4): down gives back the schema of the version before, up the
+// schema of the version, and the rows survive both (down 6 deletes the
+// rows of repeated calls, which the key before it has no room for). Down
+// refuses, and changes nothing, while a row has a status only the newer
+// version allows. Migration 2 runs again harmlessly on a database that
+// already has it; migrations 3, 4, 6 and 7 do on PostgreSQL, and
 // elsewhere refuse loudly, changing nothing (a database that Apply
 // upgraded before the user copied the migrations).
 func TestMigrationsDownUp(t *testing.T) {
@@ -82,8 +83,10 @@ func TestMigrationsDownUp(t *testing.T) {
 			require.NotEqual(t, v3, v4, "migrations 1-3 must differ from 1-4")
 
 			db := testdb.Open(t, d)
-			migrateUp(t, db, d, tool, 6)
+			migrateUp(t, db, d, tool, 7)
 			seedRows(t, db, d)
+			testMigration7DownUp(t, db, d, tool)
+			require.NoError(t, runMigration(t, db, d, tool, 7, false), "%s down 7", tool)
 			testMigration6DownUp(t, db, d, tool)
 			seeded := tableRows(t, db)
 			require.NoError(t, runMigration(t, db, d, tool, 6, false), "%s down 6", tool)

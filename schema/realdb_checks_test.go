@@ -380,7 +380,7 @@ func (h *harness) checkConstraints(t *testing.T) {
 	h.mustExec(t, insRequest, uuid3, "s2", "c1", hashA, StoredFailed)
 	h.mustExec(t, insRequest, uuid4, "s1", "C1", hashA, StoredFailed)
 	h.wantUnique(t, h.exec(t, insRequest, uuid1, "s9", "c9", hashA, StoredSucceeded), h.pkName(RequestTable), RequestTable, ColID)
-	for i, st := range []string{StoredQueued, StoredInterrupted, StoredExpired} {
+	for i, st := range []string{StoredQueued, StoredInterrupted, StoredExpired, StoredWaiting} {
 		h.mustExec(t, insRequest, fmt.Sprintf("q-%d", i), "s1", fmt.Sprintf("q%d", i), hashA, st)
 	}
 	h.mustExec(t, "UPDATE "+RequestTable+" SET queue_seq = ? WHERE id = ?", int64(1), "q-0")
@@ -488,6 +488,7 @@ func (h *harness) checkTimes(t *testing.T) {
 		h.wantCheck(t, h.exec(t, "INSERT INTO "+SessionTable+" (session_key, expires_at) VALUES (?, ?)", "t-bad", bad), "rowlease_session_time_ck")
 		h.wantCheck(t, h.exec(t, "UPDATE "+SessionTable+" SET updated_at = ? WHERE session_key = ?", bad, "t-exp"), "rowlease_session_time_ck")
 		h.wantCheck(t, h.exec(t, "UPDATE "+RequestTable+" SET expires_at = ? WHERE id = ?", bad, uuid6), "rowlease_request_time_ck")
+		h.wantCheck(t, h.exec(t, "UPDATE "+RequestTable+" SET "+ColWaitUntil+" = ? WHERE id = ?", bad, uuid6), "rowlease_request_time_ck")
 		h.wantCheck(t, h.exec(t, "UPDATE "+ToolExecutionTable+" SET created_at = ? WHERE id = ?", bad, uuid6), "rowlease_tool_execution_time_ck")
 	}
 	// A text that looks like an integer is converted by INTEGER affinity.

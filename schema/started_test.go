@@ -56,13 +56,13 @@ func TestStartedStatus(t *testing.T) {
 
 // requireQueueStatusesAllowed checks the request status CHECK of a
 // database at the current schema: a request may be 'queued',
-// 'interrupted', 'cancelled' or 'expired', has deaths and recorded steps
+// 'interrupted', 'cancelled', 'expired' or 'waiting', has deaths and recorded steps
 // (StepTable, unique per request and seq), its queue position is unique
 // per session, and a bogus status is refused.
 func requireQueueStatusesAllowed(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	ctx := t.Context()
-	for _, s := range []string{StoredQueued, StoredProcessing, StoredSucceeded, StoredFailed, StoredInterrupted, StoredCancelled, StoredExpired} {
+	for _, s := range []string{StoredQueued, StoredProcessing, StoredSucceeded, StoredFailed, StoredInterrupted, StoredCancelled, StoredExpired, StoredWaiting} {
 		require.NoError(t, insertRequest(ctx, db, "req-"+s, s), "a request may be %q", s)
 	}
 	requireCheckViolation(t, insertRequest(ctx, db, "req-bogus", "aborted"), requestStatusCheck)
@@ -81,8 +81,8 @@ func requireQueueStatusesAllowed(t *testing.T, db *sqlx.DB) {
 	require.Error(t, err, "(session_key, queue_seq) is unique")
 }
 
-// TestQueueStatuses: a request may be 'queued', 'interrupted', 'cancelled'
-// or 'expired', and has the columns of migrations 3 and 5 and its steps
+// TestQueueStatuses: a request may be 'queued', 'interrupted',
+// 'cancelled', 'expired' or 'waiting', and has the columns of migrations 3 and 5 and its steps
 // table, however the database got its tables.
 func TestQueueStatuses(t *testing.T) {
 	t.Parallel()

@@ -31,14 +31,14 @@ func applyOf(t *testing.T, d lease.Dialect, version int) func(db *sqlx.DB) {
 }
 
 // TestApplyUpgradesOlderTables: Apply, called by several sessions at once
-// on the tables of an older Apply (of migrations 1, 2, 3 and 5)
+// on the tables of an older Apply (of migrations 1, 2, 3, 5 and 6)
 // with rows in them, upgrades them to exactly the schema of a fresh Apply,
 // keeps every row, and afterwards runs nothing but the DDL's CREATE … IF
 // NOT EXISTS statements.
 func TestApplyUpgradesOlderTables(t *testing.T) {
 	t.Parallel()
 	eachDialect(t, func(t *testing.T, d lease.Dialect) {
-		for _, version := range []int{1, 2, 3, 5} {
+		for _, version := range []int{1, 2, 3, 5, 6} {
 			t.Run(fmt.Sprintf("from version %d", version), func(t *testing.T) {
 				testApplyUpgradesFrom(t, d, version)
 			})
@@ -78,6 +78,7 @@ func testApplyUpgradesFrom(t *testing.T, d lease.Dialect, version int) {
 		requireStartedAllowed(t, db)
 		requireQueueStatusesAllowed(t, db)
 		requireMigration6Columns(t, db)
+		requireMigration7Columns(t, db, d)
 	}
 }
 
