@@ -16,6 +16,7 @@ import (
 	"github.com/rowlease/rowlease/internal/retry"
 	"github.com/rowlease/rowlease/lease"
 	"github.com/rowlease/rowlease/schema"
+	"github.com/rowlease/rowlease/session"
 )
 
 // waitStepPrefix begins the step name under which a wait's answer is
@@ -337,6 +338,8 @@ func (r *Runner) Answer(ctx context.Context, sessionKey, clientRequestID, name s
 			switch {
 			case w.recorded == nil:
 				return Outcome{RequestID: w.id}, &NotWaitingError{Name: name, State: stateOf(w.status)}
+			case expiredEnvelope(w.recorded):
+				return Outcome{RequestID: w.id}, &WaitExpiredError{Name: name}
 			case !sameJSON(w.recorded, env):
 				return Outcome{RequestID: w.id}, &AnsweredError{Name: name}
 			}
@@ -351,6 +354,20 @@ func (r *Runner) Answer(ctx context.Context, sessionKey, clientRequestID, name s
 func (r *Runner) runAnswered(ctx context.Context, w waitRow) (Outcome, error) {
 	r.hint(w.msg.SessionKey) // the session's queued messages start after it
 	out, err := r.Handle(ctx, w.msg, nil)
+	if errors.As(err, new(*session.BusyError)) {
+		// Busy with this very request, taken by an answer sent at the
+		// same time (the request's id holds the session), or with
+		// another message: the status tells.
+		st, serr := r.Status(ctx, w.msg.SessionKey, w.msg.ClientRequestID)
+		switch {
+		case serr != nil:
+			return out, err
+		case st.State == StateProcessing && st.Live:
+			err = ErrInFlight
+		case st.State != StateProcessing:
+			return st.Outcome()
+		}
+	}
 	if !errors.Is(err, ErrInFlight) {
 		return out, err
 	}
@@ -467,4 +484,10 @@ func sameJSON(a, b json.RawMessage) bool {
 		return bytes.Equal(a, b)
 	}
 	return bytes.Equal(ca, cb)
+}
+
+// expiredEnvelope reports whether a wait's recorded step is its expiry.
+func expiredEnvelope(raw json.RawMessage) bool {
+	var env waitEnvelope
+	return json.Unmarshal(raw, &env) == nil && env.Expired
 }

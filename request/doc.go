@@ -64,6 +64,21 @@
 //
 //	queued ── Cancel ──▶ cancelled
 //
+//	processing ── Await with no answer recorded: marked waiting with its
+//	 ▲            question (token-checked), both leases given back ──▶ waiting
+//	 │                                                                  │
+//	 │  Answer: the answer recorded as the wait's step and the request  │
+//	 └─ made processing and free, in one transaction; then taken over ◀─┤
+//	    at once (a resend of the stored message), steps replayed        │
+//	 ▲                                                                  │
+//	 └─ deadline passed (Within): a Started Runner records the expiry ◀─┤
+//	    the same way and runs it on; Await returns *WaitExpiredError    │
+//	                                                                    ├─ Cancel ──▶ cancelled
+//	                                                                    ├─ a message of the session
+//	                                                                    │  with OnBusy Interrupt ──▶ interrupted
+//	                                                                    └─ older than the retention
+//	                                                                       (Sweep) ──▶ expired
+//
 //	success, error, interrupted, cancelled ── older than the retention (Sweep) ──▶ expired
 //	                       (a tombstone: reply, result, steps, tool calls deleted)
 //
@@ -445,6 +460,82 @@
 //   - Two claims of one head (continuation, dispatcher, interrupter): the
 //     session's conditional UPDATE lets one win; the other changes nothing.
 //
+// # Waiting for a person: Await and Answer
+//
+// An agent that must ask a person (approve a booking above a threshold,
+// choose between two accounts) calls Await (or Run.Await) with a name and
+// a question:
+//
+//	ok, err := request.Await[Approval](ctx, run, "approve-1", question)
+//	if err != nil {
+//		return request.Answer{}, err // ErrWaiting: the run stops here
+//	}
+//
+// A wait is a step of the run's journal: its answer is recorded at the
+// position where the run asks, and replayed by every later run. With no
+// answer recorded, Await returns ErrWaiting; when the agent returns, the
+// request is marked waiting (token-checked), with the wait's name, its
+// question, its position in the journal and its deadline (Within; by the
+// database clock), and both leases are given back in the same breath:
+// nothing holds, renews or polls anything for it while the person thinks
+// (1,000 waiting requests cost 0 statements per heartbeat interval:
+// TestThousandWaitsCostNothing). Handle returns an Outcome whose Waiting is
+// the question; Status shows it (Status.Waiting), Wait returns on it, and
+// a resend of the message answers it again without running anything.
+// Once Await said ErrWaiting the run's later Step, Await, CallTool and
+// InTx are refused with it, and the request waits whatever the agent
+// returns.
+//
+// Runner.Answer(ctx, session, client request id, name, answer), from any
+// process: in one transaction, conditional on the request waiting for
+// that name with its deadline not passed, the request is made processing
+// (its lease free) and the answer inserted as the wait's step; then the
+// request is taken over at once, as a resend of its stored message would
+// (the same claim), and its agent — the one that accepted it — runs it
+// on: its steps replayed, Await returning the answer, the tool calls
+// committed before the wait returned from their records. Answer returns
+// that run's Outcome. Two answers at once serialize on the request's row:
+// one records, the other finds the answer recorded. The same answer again
+// (the same JSON value, RFC 8785) is idempotent: it waits for the run in
+// flight, or replays its outcome, or takes over a run that died; another
+// answer is an *AnsweredError, a name the request does not wait for a
+// *NotWaitingError, and an answer after the deadline a *WaitExpiredError;
+// none of them writes anything. A name is asked once per request: it
+// names one wait, so a late duplicate of a first answer can never answer
+// a second question.
+//
+// While a request waits, its session holds no lease. A new message of
+// the session gets, by its OnBusy:
+//
+//   - Reject: it runs at once (the session is free), and the wait stays
+//     open; Reject reads no queue and sees no wait, at no cost. An answer
+//     that comes while that message runs records the answer and returns
+//     the *session.BusyError: the request runs on when a Started Runner
+//     resumes it (it is processing and free) or the answer is sent again.
+//   - Queue: it is queued behind the waiting request (a waiting request
+//     counts ahead of it, as a queued one does) and runs after it has
+//     finished; nothing of the session's queue starts while a request of
+//     the session waits.
+//   - Interrupt: the waiting request is marked interrupted in the
+//     message's own transaction (interrupted_by: the message), and the
+//     message runs in its place; an answer after it is a
+//     *NotWaitingError, a resend of the waiting message an
+//     *InterruptedError.
+//
+// Cancel of a waiting request marks it cancelled at once; the queue
+// behind it goes on. With a deadline, a Started Runner with an Agent runs
+// the request on when it passes (its dispatcher reads it with the other
+// runnable requests, ahead of the session's queue: no statement of its
+// own), recording the expiry as the wait's step, so that every replay
+// sees the same *WaitExpiredError. Without one, the request waits until
+// it is answered, cancelled, interrupted, or swept: the sweeper treats a
+// waiting request as finished once it has waited longer than the
+// retention, and the resend of a swept one gets ErrExpired.
+//
+// A run that fails after its answer keeps the answer's step (the person
+// is not asked again); a tool call that its answer decided is exactly-once
+// as every other.
+//
 // # Waiting, status, retention
 //
 // Wait(session, client request id) waits until the request is final and
@@ -456,9 +547,10 @@
 // no lock.
 //
 // Sweep (and the sweeper Start runs when Retention.After is set) turns
-// finished requests (success, error, interrupted, cancelled) older than
-// the retention into tombstones (status expired, reply, result, error,
-// content, metadata emptied) and deletes their recorded steps and tool executions (but not an external effect
+// finished requests (success, error, interrupted, cancelled), and
+// requests waiting for an answer, older than the retention into
+// tombstones (status expired, reply, result, error, content, metadata and
+// the question emptied) and deletes their recorded steps and tool executions (but not an external effect
 // left started, whose outcome is unknown), in batches of
 // Retention.Batch, one short transaction each; it never touches a queued
 // or processing request. A resend of a swept id gets ErrExpired (410) and

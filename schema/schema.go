@@ -152,7 +152,9 @@ const (
 	ColWaitUntil = "wait_until"
 )
 
-// MaxWaitNameLen bounds the name of a question (ColWaitName), in bytes.
+// MaxWaitNameLen bounds the name of a question (ColWaitName), in bytes:
+// less than the column's 128, so that the answer's step, recorded under
+// "await:" and the name, fits the step table's name column (128).
 const MaxWaitNameLen = 120
 
 // MaxAgentNameLen bounds an agent's name (ColAgent), in bytes.

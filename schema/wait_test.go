@@ -62,8 +62,8 @@ func insertWaiting(ctx context.Context, db *sqlx.DB, d lease.Dialect, id string)
 }
 
 // requireMigration7Columns checks the status and columns of migration 7
-// on db: a request may be 'waiting' with its question's name (up to
-// MaxWaitNameLen, enforced on MySQL and PostgreSQL), JSON larger than a
+// on db: a request may be 'waiting' with its question's name (up to 128
+// characters, enforced on MySQL and PostgreSQL), JSON larger than a
 // MySQL TEXT, step position and deadline, all NULL by default; on SQLite
 // the deadline is an integer like the other times. It inserts the
 // requests wait-cols and wait-null.
@@ -76,7 +76,10 @@ func requireMigration7Columns(t *testing.T, db *sqlx.DB, d lease.Dialect) {
 		queryRows(t, db, "SELECT "+ColWaitName+", "+ColWaitQuestion+", "+ColWaitSeq+", "+ColWaitUntil+
 			" FROM "+RequestTable+" WHERE id = ?", "wait-null"), "NULL by default")
 
-	name := strings.Repeat("n", MaxWaitNameLen)
+	// The column holds 128 characters; package request lets a name have
+	// MaxWaitNameLen (120) bytes, and records the answer's step under
+	// "await:" and the name, within the step table's 128.
+	name := strings.Repeat("n", 128)
 	_, err := db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET "+ColWaitName+" = ?, "+ColWaitQuestion+" = ?, "+
 		ColWaitSeq+" = ? WHERE id = ?"), name, largeMetadata, 2_000_000_000, "wait-cols")
 	require.NoError(t, err)
@@ -85,7 +88,7 @@ func requireMigration7Columns(t *testing.T, db *sqlx.DB, d lease.Dialect) {
 	if d != lease.SQLite {
 		_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+RequestTable+" SET "+ColWaitName+" = ? WHERE id = ?"),
 			name+"n", "wait-cols")
-		require.Error(t, err, "wait_name holds at most MaxWaitNameLen")
+		require.Error(t, err, "wait_name holds at most 128 characters")
 	}
 	// The deadline compares as a time (an integer on SQLite).
 	assert.Equal(t, []string{"wait-cols"}, queryRows(t, db, "SELECT id FROM "+RequestTable+" WHERE "+ColWaitUntil+" = ?",
