@@ -67,6 +67,12 @@
 //	                 round 1 decided, each time it is made; the model is
 //	                 told it may retry and books in round 2 (for tests;
 //	                 default 0, never)
+//	-approve-above   an expense above this amount is booked only once a
+//	                 person approves it: the message waits (202 waiting)
+//	                 for POST …/messages/{id}/answers/{name} (default
+//	                 1000.00; 0 or negative never asks)
+//	-approval-within deadline of an approval; past it nothing is booked
+//	                 and the reply says it expired (default 0, none)
 //	-v               debug logging
 //
 // The demo starts the service in-process on a fresh SQLite file (or -db),
@@ -75,9 +81,11 @@
 // that no client request id produced more than one transaction and that
 // every transaction was posted once; then a scene where a tool takes 3s
 // (-slow-tool) with a lease TTL of 1s while a second device's duplicate
-// gets 409 and, afterwards, the stored reply. It exits non-zero when a
+// gets 409 and, afterwards, the stored reply; last, an expense above
+// -approve-above that waits for a person, approved by one device (and
+// answered the same by another), and one denied. It exits non-zero when a
 // check fails. It defaults -llm-latency to 500ms (half the server's) so it
-// finishes in about 15 seconds.
+// finishes in about 25 seconds.
 //
 // # Shutdown
 //

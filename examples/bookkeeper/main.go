@@ -10,10 +10,12 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rowlease/rowlease/examples/bookkeeper/internal/agent"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/demo"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/llm"
 	"github.com/rowlease/rowlease/examples/bookkeeper/internal/service"
@@ -121,7 +123,38 @@ func (c *common) register(fs *flag.FlagSet, dbDefault string, latency time.Durat
 	fs.BoolVar(&c.cfg.LLMVary, "llm-vary", os.Getenv(varyEnv) == "1", "the rule model words each answer differently every time it is asked (a random note, the category named otherwise), as a sampled model does (default $"+varyEnv+"=1)")
 	fs.DurationVar(&c.cfg.LeaseTTL, "lease-ttl", service.DefaultLeaseTTL, "TTL of every lease (session, request, tool execution)")
 	fs.DurationVar(&c.cfg.Heartbeat, "heartbeat", 0, "lease renewal interval (default a third of -lease-ttl)")
+	c.cfg.ApproveAbove = agent.DefaultApproveAbove
+	fs.Var((*thresholdFlag)(&c.cfg.ApproveAbove), "approve-above", "an expense above this amount is booked only once a person approves it (the message waits for the answer); 0 or negative never asks")
+	fs.DurationVar(&c.cfg.ApprovalWithin, "approval-within", 0, "deadline of an approval: past it, nothing is booked and the reply says the approval expired; 0 for none")
 	fs.BoolVar(&c.verbose, "v", false, "debug logging")
+}
+
+// thresholdFlag is an amount flag in cents: "1000.00", "2500"; 0 or a
+// negative amount is stored as -1 (never ask; the zero Config value means
+// the default).
+type thresholdFlag int64
+
+// String writes the amount with two decimals, or 0 when off.
+func (f *thresholdFlag) String() string {
+	if f == nil || *f <= 0 {
+		return "0"
+	}
+	return store.FormatCents(int64(*f))
+}
+
+// Set reads an amount.
+func (f *thresholdFlag) Set(s string) error {
+	s = strings.ReplaceAll(strings.TrimSpace(s), ",", "")
+	if v, err := strconv.ParseFloat(s, 64); err == nil && v <= 0 {
+		*f = -1
+		return nil
+	}
+	c, err := store.ParseAmount(s)
+	if err != nil {
+		return err
+	}
+	*f = thresholdFlag(c)
+	return nil
 }
 
 func (c *common) logger(stderr io.Writer, level slog.Level) *slog.Logger {

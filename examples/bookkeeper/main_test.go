@@ -346,6 +346,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-llm", "gpt", "-addr", "127.0.0.1:0"}, 1, `-llm "gpt"`},
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-lease-ttl", "3s", "-heartbeat", "2s", "-addr", "127.0.0.1:0"}, 1, "interval"},
 		{[]string{"demo", "-sessions", "x"}, 2, "invalid value"},
+		{[]string{"serve", "-approve-above", "lots"}, 2, `invalid value "lots" for flag -approve-above`},
+		{[]string{"serve", "-approve-above", "12.345"}, 2, "more than two decimal places"},
 		{[]string{"serve", "-db", "sqlite:" + filepath.Join(t.TempDir(), "x.db"), "-webhook", "ftp://hooks", "-addr", "127.0.0.1:0"}, 1, "-webhook"},
 		{[]string{"receiver", "-no-such-flag"}, 2, "flag provided but not defined"},
 		{[]string{"receiver", "-delay", "-1s"}, 2, "negative -delay"},
@@ -362,8 +364,14 @@ func TestCommandLine(t *testing.T) {
 // bookkeeper -h (and --help, help) shows both commands and the flags of
 // each, on stdout; serve -h and demo -h show their own.
 func TestHelp(t *testing.T) {
-	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-llm-vary", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-retention", "-steps", "-resume-grace", "-v"}
+	serveFlags := []string{"-addr", "-db", "-llm", "-llm-base-url", "-llm-model", "-llm-latency", "-llm-vary", "-lease-ttl", "-heartbeat", "-shutdown-grace", "-retention", "-steps", "-resume-grace", "-approve-above", "-approval-within", "-v"}
 	demoFlags := []string{"-sessions", "-max-attempts"}
+	// Both take the threshold of approval; its default reads as an amount.
+	for _, args := range [][]string{{"serve", "-h"}, {"demo", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, run(context.Background(), args, &stdout, &stderr))
+		assert.Contains(t, stdout.String(), "(default 1000.00)", "%v", args)
+	}
 	for _, tc := range []struct {
 		args      []string
 		want, not []string
@@ -431,4 +439,20 @@ func TestServeInProcess(t *testing.T) {
 	require.Equal(t, 0, <-done, stderr.String())
 	assert.Contains(t, stderr.String(), "stopped")
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// -approve-above reads an amount in cents; 0 or a negative amount turns
+// the approvals off (-1: the zero value is the default).
+func TestApproveAboveFlag(t *testing.T) {
+	for in, want := range map[string]int64{"1000.00": 100_000, "2,500": 250_000, "0.5": 50, "0": -1, "-3": -1, "0.00": -1} {
+		var f thresholdFlag
+		require.NoError(t, f.Set(in), in)
+		assert.Equal(t, want, int64(f), in)
+	}
+	fs, o := serveFlags()
+	require.NoError(t, fs.Parse([]string{"-approve-above", "0"}))
+	assert.Equal(t, int64(-1), o.cfg.ApproveAbove)
+	fs, o = serveFlags()
+	require.NoError(t, fs.Parse(nil))
+	assert.Equal(t, int64(100_000), o.cfg.ApproveAbove, "the default")
 }

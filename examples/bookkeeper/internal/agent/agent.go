@@ -75,6 +75,19 @@ type Config struct {
 	// of a later round goes through. The rule model retries a failure it
 	// may retry. For tests of a tool that sometimes fails; 0 means never.
 	ToolFailEvery int
+	// ApproveAbove, when positive, is the threshold of approval, in
+	// cents: before create_transaction books an expense above it, the
+	// agent asks a person (request.Await, under ApprovalName(n), with an
+	// ApprovalQuestion) and books it only if the answer is
+	// {"approved": true}. Denied, nothing is booked and the reply says
+	// so. 0 (or negative) never asks. The service's default is
+	// DefaultApproveAbove.
+	ApproveAbove int64
+	// ApprovalWithin, when positive, is the deadline of an approval
+	// (request.Within): past it with no answer, a Started Runner runs the
+	// message on, nothing is booked and the reply says the approval
+	// expired. 0 means no deadline.
+	ApprovalWithin time.Duration
 	// Now gives "today" for transactions without a date; nil means time.Now.
 	Now func() time.Time
 	// Logger; nil means slog.Default().
@@ -195,11 +208,22 @@ func (a *Agent) Handle(ctx context.Context, run *request.Run) (request.Answer, e
 		msgs = append(msgs, priorMessages(run.Prior())...)
 	}
 
-	reply, err := a.converse(ctx, run, msgs, zh)
+	ap := &approvals{}
+	reply, err := a.converse(ctx, run, msgs, zh, ap)
 	if err != nil {
 		return request.Answer{}, err
 	}
-	resumed = resumed || run.StepsReplayed() > 0
+	if ap.answered {
+		// The run goes on after a person's answer: replaying what the
+		// run that asked did is no takeover. It resumed only if an
+		// earlier run had got past the wait: a step after it was
+		// replayed, or the booking it approved committed.
+		resumed = run.StepsReplayed() > ap.replayed || slices.ContainsFunc(run.Prior(), func(p request.ToolRecord) bool {
+			return p.Tool == llm.ToolCreateTransaction
+		})
+	} else {
+		resumed = resumed || run.StepsReplayed() > 0
+	}
 	// The webhook, before the reply is stored: a stored reply means the
 	// notification is settled (see notify).
 	if note, err := a.notify(ctx, run, zh); err != nil {
@@ -236,7 +260,7 @@ func (a *Agent) answer(ctx context.Context, run *request.Run, reply string, resu
 }
 
 // converse runs the model rounds and the tool calls, and returns the reply.
-func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Message, zh bool) (string, error) {
+func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Message, zh bool, ap *approvals) (string, error) {
 	tools := llm.BookkeeperTools()
 	for round := 1; round <= a.cfg.MaxRounds; round++ {
 		m, err := a.modelRound(ctx, run, round, llm.Request{Messages: msgs, Tools: tools})
@@ -266,7 +290,7 @@ func (a *Agent) converse(ctx context.Context, run *request.Run, msgs []llm.Messa
 		for i, tc := range m.ToolCalls {
 			content := errorJSON(fmt.Sprintf("at most %d tool calls per round; call it again in the next round", maxCallsPerRound))
 			if i < maxCallsPerRound {
-				if content, err = a.callTool(tctx, run, tc); err != nil {
+				if content, err = a.callTool(tctx, run, tc, ap); err != nil {
 					return "", err
 				}
 			}
@@ -317,8 +341,11 @@ func (a *Agent) modelRound(ctx context.Context, run *request.Run, n int, req llm
 // callTool runs one tool call and returns the tool message's content. The
 // tool's own failures, unknown tools and bad arguments become {"error":…}
 // for the model; anything else (lease lost, cancelled, database down,
-// the same call running elsewhere) ends the run.
-func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall) (string, error) {
+// the same call running elsewhere) ends the run. A booking above
+// Config.ApproveAbove waits for a person's approval first (approve): the
+// run ends there, as waiting (request.ErrWaiting), and a denial or an
+// expired approval is the call's result, with nothing booked.
+func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall, ap *approvals) (string, error) {
 	args := strings.TrimSpace(tc.Function.Arguments)
 	if args == "" {
 		args = "{}"
@@ -326,6 +353,11 @@ func (a *Agent) callTool(ctx context.Context, run *request.Run, tc llm.ToolCall)
 	if tc.Function.Name == ToolNotify {
 		// The agent notifies, once per booked transaction; not the model.
 		return errorJSON(fmt.Sprintf("unknown tool %q; the tools are %s", ToolNotify, strings.Join(a.modelTools(), ", "))), nil
+	}
+	if tc.Function.Name == llm.ToolCreateTransaction {
+		if denied, err := a.approve(ctx, run, ap, args); err != nil || denied != "" {
+			return denied, err
+		}
 	}
 	res, err := run.CallTool(ctx, tc.Function.Name, json.RawMessage(args))
 	var failed *toolexec.FailedError

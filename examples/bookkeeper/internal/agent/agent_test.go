@@ -446,3 +446,42 @@ func TestToolFailureRetriedBesideFailingTx(t *testing.T) {
 		assert.Equal(t, []int{1, 3}, rounds, "round 2's journal rolled back")
 	})
 }
+
+// An expense above ApproveAbove waits for approval (the run ends as
+// waiting, nothing booked); once approved it is booked, and a call made
+// again for the same booking after a retryable failure (ToolFailEvery,
+// with a model that words it anew) is not asked about twice.
+func TestApprovalAskedOncePerBooking(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		model := llm.NewRuleModel(llm.RuleOptions{Vary: true})
+		e := newEnv(t, db, model, 10*time.Second)
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		var err error
+		e.ag, err = agent.New(agent.Config{Store: e.st, Model: model, Logger: log, ToolFailEvery: 1, ApproveAbove: 100_000})
+		require.NoError(t, err)
+		e.runner, err = request.New(request.Config{DB: e.st.DB, TTL: 10 * time.Second, Tools: e.ag.Tools(), Logger: log, Agent: e.ag.Handle})
+		require.NoError(t, err)
+		ctx := context.Background()
+
+		small, _ := e.handle(t, "lunch 35", "c0")
+		assert.Nil(t, small.Waiting, "at or under the threshold nothing waits")
+		out, err := e.runner.Handle(ctx, request.Message{SessionKey: e.sid, ClientRequestID: "c1", Content: "paid rent 4,800.00"}, nil)
+		require.NoError(t, err)
+		require.NotNil(t, out.Waiting)
+		assert.Equal(t, agent.ApprovalName(1), out.Waiting.Name)
+		var q agent.ApprovalQuestion
+		require.NoError(t, json.Unmarshal(out.Waiting.Question, &q))
+		assert.Equal(t, "Book 4,800.00 to Housing?", q.Text)
+		assert.Equal(t, 1, e.count(t))
+
+		out, err = e.runner.Answer(ctx, e.sid, "c1", agent.ApprovalName(1), agent.Approval{Approved: true})
+		require.NoError(t, err)
+		require.Nil(t, out.Waiting, "one question for the booking, though its call was made twice")
+		assert.True(t, strings.HasPrefix(out.Reply, "Recorded expense 4800.00"), out.Reply)
+		res, err := agent.ParseResult(out.Result)
+		require.NoError(t, err)
+		require.NotNil(t, res.TransactionID)
+		assert.False(t, res.Resumed)
+		assert.Equal(t, 2, e.count(t))
+	})
+}

@@ -39,6 +39,23 @@
 //  6. appends the reply, fenced like the user message, and answers with
 //     Result {"transaction_id": id or null}, read from the ledger.
 //
+// # Approvals
+//
+// With Config.ApproveAbove, a create_transaction call that would book an
+// expense above it waits for a person first: the agent asks
+// (request.Await, the wait named ApprovalName(n) — "approve-1" for the
+// request's first such booking — with an ApprovalQuestion: "Book 4,800.00
+// to Housing?", the amount, the category, the description), and the run
+// ends there as waiting, holding no lease. Runner.Answer with an Approval
+// runs the request on: the model rounds are replayed, the Await returns
+// the answer, and the call is made ({"approved": true}) or not
+// ({"approved": false}: the model gets a result marked
+// llm.NotApprovedField and says that nothing was booked). A wait past its
+// deadline (Config.ApprovalWithin) is told the same way, as expired. A
+// call made again for the same booking in the same run (after a
+// retryable failure) is not asked about again, and the answer of a
+// continued run does not count as "resumed".
+//
 // # Determinism between steps
 //
 // A replay is only the same run if the agent's code between two rounds

@@ -144,8 +144,9 @@ func New(cfg Config) (*Server, error) {
 	}{
 		{"/api/sessions", map[string]http.HandlerFunc{http.MethodPost: s.createSession}},
 		{"/api/sessions/{id}", map[string]http.HandlerFunc{http.MethodGet: s.getSession}},
-		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.messages.ServeHTTP, http.MethodGet: s.listMessages}},
+		{"/api/sessions/{id}/messages", map[string]http.HandlerFunc{http.MethodPost: s.postMessage, http.MethodGet: s.listMessages}},
 		{"/api/sessions/{id}/messages/{client_request_id}", map[string]http.HandlerFunc{http.MethodGet: s.status.ServeHTTP, http.MethodDelete: s.cancelMessage}},
+		{"/api/sessions/{id}/messages/{client_request_id}/answers/{name}", map[string]http.HandlerFunc{http.MethodPost: s.answer}},
 		{"/api/sessions/{id}/transactions", map[string]http.HandlerFunc{http.MethodGet: s.listTransactions}},
 		{"/healthz", map[string]http.HandlerFunc{http.MethodGet: s.healthz}},
 		{"/{$}", map[string]http.HandlerFunc{http.MethodGet: page}},           // the chat page (package web)
@@ -397,12 +398,28 @@ func (s *Server) readMessage(w http.ResponseWriter, r *http.Request) (request.Me
 		return request.Message{}, err
 	}
 	onBusy, _ := request.ParsePolicy(in.OnBusy) // checked by decodeMessage
-	return request.Message{SessionKey: sess.ID, ClientRequestID: in.ClientRequestID, Content: in.Content, OnBusy: onBusy}, nil
+	m := request.Message{SessionKey: sess.ID, ClientRequestID: in.ClientRequestID, Content: in.Content, OnBusy: onBusy}
+	if held, ok := r.Context().Value(messageKey{}).(*request.Message); ok {
+		*held = m
+	}
+	return m, nil
+}
+
+// postMessage is POST /api/sessions/{id}/messages: rowlease's handler,
+// with a place in the request's context where readMessage leaves the
+// message it read (for the Location of a 202 waiting).
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) {
+	s.messages.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), messageKey{}, &request.Message{})))
 }
 
 // writeAnswer answers a message with its reply and the transaction it
-// recorded (httpapi.MessageConfig's WriteAnswer).
-func (s *Server) writeAnswer(w http.ResponseWriter, _ *http.Request, out request.Outcome) error {
+// recorded (httpapi.MessageConfig's WriteAnswer); a message whose run
+// stopped to ask a person is a 202 with the question (writeWaiting).
+func (s *Server) writeAnswer(w http.ResponseWriter, r *http.Request, out request.Outcome) error {
+	if out.Waiting != nil {
+		s.writeWaiting(w, r, out)
+		return nil
+	}
 	res, err := agent.ParseResult(out.Result)
 	if err != nil {
 		return fmt.Errorf("api: stored result: %w", err)

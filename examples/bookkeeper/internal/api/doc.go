@@ -5,12 +5,16 @@
 //	GET  /api/sessions/{id}                 200 the session
 //	POST /api/sessions/{id}/messages        200 {"reply", "transaction_id", "replayed", "resumed"}
 //	                                        202 {"status": "queued", "position"} (on_busy "queue")
+//	                                        202 {"status": "waiting", "waiting": {"name", "question", "deadline"}}
 //	GET  /api/sessions/{id}/messages        200 {"messages": [...]}
 //	GET  /api/sessions/{id}/messages/{client_request_id}
 //	                                        200 {"client_request_id", "status", "position", "reply", "transaction_id"}
 //	DELETE /api/sessions/{id}/messages/{client_request_id}
 //	                                        200 {"client_request_id", "status": "cancelled"}
 //	                                        202 {"client_request_id", "status": "processing"} (still stopping)
+//	POST /api/sessions/{id}/messages/{client_request_id}/answers/{name}
+//	                                        body {"approved": true|false}; answered like a message:
+//	                                        200 {"reply", …}, or 202 {"status": "waiting", …} at a later wait
 //	GET  /api/sessions/{id}/transactions    200 {"transactions": [...], "total_income", "total_expense"}
 //	GET  /healthz                           200 {"status": "ok"}
 //	GET  /                                  200 the chat page (package web)
@@ -52,9 +56,35 @@
 // waits the same way for a final status (succeeded, failed, interrupted).
 //
 // GET …/messages/{client_request_id} reads a message without any lock:
-// status is "queued" (with "position"), "processing", "succeeded" (with
-// "reply" and "transaction_id"), "failed", "interrupted" or "cancelled";
-// an unknown id is 404 not-found.
+// status is "queued" (with "position"), "processing", "waiting" (with
+// "waiting", the question), "succeeded" (with "reply" and
+// "transaction_id"), "failed", "interrupted" or "cancelled"; an unknown
+// id is 404 not-found.
+//
+// # Approvals
+//
+// An expense above the threshold of approval (service Config.ApproveAbove,
+// the -approve-above flag, 1,000.00 by default) is booked only once a
+// person approved it: the agent asks (request.Await, the wait named
+// "approve-1" for the message's first such booking) and its run ends
+// there, holding nothing. The message, and every resend of it, answers
+// 202 with Location and {"status": "waiting", "waiting": {"name":
+// "approve-1", "question": {"text": "Book 4,800.00 to Housing?", "type":
+// "expense", "amount": "4800.00", "category": "Housing", "description":
+// "…"}}} ("deadline" too with -approval-within); its status says the same
+// (WaitingResponse). POST …/messages/{client_request_id}/answers/{name}
+// with {"approved": true} or {"approved": false} answers it
+// (request.Runner.Answer): the message runs on from where it stopped, its
+// model rounds replayed, and the call answers like the message would: 200
+// with the reply ("Recorded expense 4800.00 (Housing)." or "Not booked:
+// … was not approved.", nothing booked), or 202 waiting at a later
+// question. The same answer again, from any device, gets the same outcome
+// and runs nothing twice; another answer to a wait already answered, a
+// name the message does not wait for (or never asked) and an answer after
+// the deadline are 409s that change nothing; a body other than those two
+// is 400; an unknown message 404. Past the deadline, the service runs the
+// message on by itself: nothing is booked and the reply says the approval
+// expired.
 //
 // DELETE …/messages/{client_request_id} cancels a queued, running or
 // failed message (request.Runner.Cancel): a queued one never runs, a
@@ -89,6 +119,8 @@
 //	409 interrupted              a later message interrupted this one (final; no Retry-After)
 //	409 cancelled                the message was cancelled (DELETE); final, no Retry-After
 //	409 already-final            DELETE of a message that had succeeded or was interrupted; nothing changed
+//	409 (an answer)              another answer to a wait already answered, a name it does not wait
+//	                             for, or past the deadline: httpapi's problems for request's errors
 //	410 expired                  the message finished before the retention; it never runs again
 //	429 queue-full               the session's queue is full; nothing stored
 //	409 taken-over               this run lost its lease to another run

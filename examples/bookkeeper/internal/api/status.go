@@ -26,8 +26,8 @@ type QueuedResponse = httpapi.QueuedBody
 type MessageStatus struct {
 	// ClientRequestID is the message's id.
 	ClientRequestID string `json:"client_request_id"`
-	// Status is "queued", "processing", "succeeded", "failed",
-	// "interrupted" or "cancelled".
+	// Status is "queued", "processing", "waiting", "succeeded",
+	// "failed", "interrupted" or "cancelled".
 	Status string `json:"status"`
 	// Position is, for a queued message only, the number of queued
 	// messages that run before it.
@@ -36,6 +36,10 @@ type MessageStatus struct {
 	Reply *string `json:"reply"`
 	// TransactionID is the transaction the message recorded, or null.
 	TransactionID *string `json:"transaction_id"`
+	// Waiting is, for a waiting message only, the question its run
+	// stopped to ask a person (see WaitingResponse): answer it at
+	// …/answers/{name}.
+	Waiting *request.Question `json:"waiting,omitempty"`
 }
 
 // messageLocation is where a message's status is read.
@@ -118,6 +122,8 @@ func (s *Server) writeStatus(w http.ResponseWriter, _ *http.Request, st request.
 	switch st.State {
 	case request.StateQueued:
 		body.Position = &st.Position
+	case request.StateWaiting:
+		body.Waiting = st.Waiting
 	case request.StateSucceeded:
 		res, err := agent.ParseResult(st.Result)
 		if err != nil {

@@ -38,7 +38,15 @@
 // is done and it gets the stored reply. Meanwhile the demo reads the tool
 // execution's and the request's leases every 50ms: the tool's lease is
 // renewed past its TTL and no generation changes (no takeover). Its
-// checks are printed too, and the verdict (PASS or FAIL) covers both.
+// checks are printed too.
+//
+// Last, a scene with an approval (approvalScene; skipped when the service
+// Config's ApproveAbove is negative): an expense above the threshold
+// waits for a person, one device approves it, another sends the same
+// answer and then a denial, and a second expense is denied. The phases
+// and scenes before it run with approvals off: their messages (rent of
+// 3,500) are above the default threshold, and they are about the locks.
+// The verdict (PASS or FAIL) covers every check.
 package demo
 
 import (
@@ -199,6 +207,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, er
 	}
 	defer rcv.stop()
 	sc.WebhookURL = rcv.url
+	// The devices' phase and the scenes about the locks book what they
+	// are told without asking anyone (their rent is above the threshold):
+	// the approvals have a scene of their own, with the threshold given.
+	approvals := sc
+	sc.ApproveAbove = -1
 	svc, err := service.Open(ctx, sc)
 	if err != nil {
 		return false, err
@@ -286,6 +299,13 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (ok bool, er
 		if err != nil {
 			return false, err
 		}
+		ok = printChecks(stdout, checks) && ok
+	}
+	checks, err := approvalScene(ctx, stdout, svc.Store, approvals)
+	if err != nil {
+		return false, err
+	}
+	if checks != nil {
 		ok = printChecks(stdout, checks) && ok
 	}
 	if ok {

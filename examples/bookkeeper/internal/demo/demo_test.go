@@ -29,7 +29,7 @@ func TestScriptPhrases(t *testing.T) {
 	for _, tc := range []struct {
 		phrases []string
 		tool    string
-	}{{append(creates, slowMessage), llm.ToolCreateTransaction}, {queries, ""}} {
+	}{{append(creates, slowMessage, approvalRent, approvalLaptop), llm.ToolCreateTransaction}, {queries, ""}} {
 		for _, p := range tc.phrases {
 			resp, err := model.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: p}}})
 			require.NoError(t, err)
@@ -66,7 +66,11 @@ func TestRun(t *testing.T) {
 				"scene: a slow tool", "laptop  sends the same (slow-1): 409 request-in-flight", "laptop  200, replayed=true",
 				"[ok  ] the duplicate from the second device got 409 request-in-flight while the tool ran",
 				"[ok  ] it outlived its 1s TTL on renewals",
-				"202 queued (on_busy: queue)", "409 interrupted", "on_busy interrupt", "Prefer: wait", "PASS"} {
+				"202 queued (on_busy: queue)", "409 interrupted", "on_busy interrupt", "Prefer: wait",
+				"scene: an approval", `laptop  sends "paid rent 4,800.00" (ap-1): 202 waiting, approve-1 "Book 4,800.00 to Housing?"`,
+				`phone   approves (approve-1): 200 "Recorded expense 4800.00 (Housing).`,
+				`laptop  denies (approve-1): 200 "Not booked: expense 1299.00 (Shopping) was not approved."`,
+				"[ok  ] approved: booked once (1 ledger row)", "[ok  ] denied: nothing booked", "PASS"} {
 				assert.Contains(t, out, want)
 			}
 			assert.NotContains(t, out, "FAIL")

@@ -33,6 +33,10 @@ func (s summarizer) summarize(results []Message, calls map[string]FunctionCall) 
 			name = sniffTool(v)
 		}
 		if isJSON {
+			if m, ok := v.(map[string]any); ok && m[NotApprovedField] == true {
+				parts = append(parts, s.notApproved(m))
+				continue
+			}
 			if msg, ok := errorOf(v); ok {
 				parts = append(parts, s.errorReply(name, msg))
 				continue
@@ -142,6 +146,39 @@ func (s summarizer) errorReply(tool, msg string) string {
 		return "Sorry, I couldn't list the categories: " + msg + "."
 	}
 	return "Sorry, something went wrong: " + msg + "."
+}
+
+// NotApprovedField marks a create_transaction result for a booking that
+// a person was asked to approve and did not: {"not_approved": true,
+// "expired": false, "type", "amount", "category", "error": "…"}; nothing
+// was booked. "expired": true when nobody answered in time.
+const NotApprovedField = "not_approved"
+
+// notApproved says that a booking was not approved, or that its approval
+// expired, and that nothing was booked.
+func (s summarizer) notApproved(m map[string]any) string {
+	typ := str(m["type"])
+	amount, _ := amountText(m["amount"])
+	cat := str(m["category"])
+	expired := m["expired"] == true
+	if s.zh {
+		out := "未记账：" + typeWord(typ, true) + " " + amount + " 元"
+		if cat != "" {
+			out += "（" + cat + "）"
+		}
+		if expired {
+			return out + "的确认已过期，没有人及时批准。"
+		}
+		return out + "未获批准。"
+	}
+	what := typeWord(typ, false) + " " + amount
+	if cat != "" {
+		what += " (" + cat + ")"
+	}
+	if expired {
+		return "Not booked: the approval of " + what + " expired before anyone answered."
+	}
+	return "Not booked: " + what + " was not approved."
 }
 
 func (s summarizer) plain(content string) string {

@@ -270,6 +270,9 @@ func TestRuleModelFinalReply(t *testing.T) {
 		{"create error en", "lunch 35", `{"error":"category \"Food\" not found"}`, `Sorry, I couldn't record that: category "Food" not found.`},
 		{"create error zh", "奶茶 18", `{"error":"ledger is busy, try again"}`, "抱歉，记账失败：ledger is busy, try again。"},
 		{"create error object", "lunch 35", `{"error":{"message":"lock timeout"}}`, "Sorry, I couldn't record that: lock timeout."},
+		{"not approved en", "paid rent 4,800.00", `{"error":"not approved","not_approved":true,"expired":false,"type":"expense","amount":"4800.00","category":"Housing"}`, "Not booked: expense 4800.00 (Housing) was not approved."},
+		{"not approved zh", "交房租 4800", `{"error":"not approved","not_approved":true,"type":"expense","amount":"4800.00","category":"居住"}`, "未记账：支出 4800.00 元（居住）未获批准。"},
+		{"approval expired en", "paid rent 4,800.00", `{"error":"expired","not_approved":true,"expired":true,"type":"expense","amount":"4800.00","category":"Housing"}`, "Not booked: the approval of expense 4800.00 (Housing) expired before anyone answered."},
 		{
 			"list spent today en", "how much did I spend today",
 			`{"transactions":[{"id":1,"type":"expense","amount":"35.00","category":"Food","occur_date":"2025-03-14","note":"lunch 35"},{"id":2,"type":"expense","amount":"23.50","category":"Transport","occur_date":"2025-03-14","note":"taxi"}]}`,

@@ -86,6 +86,15 @@ type Config struct {
 	// for one message in ToolFailEvery (agent.Config.ToolFailEvery); 0
 	// means never. For tests.
 	ToolFailEvery int
+	// ApproveAbove is the threshold of approval, in cents: an expense
+	// above it is booked only once a person approved it (the message
+	// waits: request.Await; agent.Config.ApproveAbove). 0 means
+	// agent.DefaultApproveAbove (1,000.00); negative never asks.
+	ApproveAbove int64
+	// ApprovalWithin is the deadline of an approval; past it, nothing is
+	// booked and the reply says the approval expired
+	// (agent.Config.ApprovalWithin). 0 means none.
+	ApprovalWithin time.Duration
 	// Resume bounds how the service resumes, on its own, messages whose
 	// run died and that nobody resends (request.Config.Resume); the zero
 	// value means rowlease's defaults (a grace of one lease TTL).
@@ -152,6 +161,9 @@ func New(ctx context.Context, st *store.Store, cfg Config) (*Service, error) {
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
 	}
+	if cfg.ApproveAbove == 0 {
+		cfg.ApproveAbove = agent.DefaultApproveAbove
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -177,7 +189,8 @@ func build(ctx context.Context, st *store.Store, model llm.Model, maxRetryAfter 
 		return nil, err
 	}
 	ag, err := agent.New(agent.Config{Store: st, Model: model, Webhook: hook, NoSteps: cfg.NoSteps,
-		InTxBesideStep: cfg.InTxBesideStep, ToolFailEvery: cfg.ToolFailEvery, Now: cfg.Now, Logger: cfg.Logger})
+		InTxBesideStep: cfg.InTxBesideStep, ToolFailEvery: cfg.ToolFailEvery, ApproveAbove: max(cfg.ApproveAbove, 0),
+		ApprovalWithin: cfg.ApprovalWithin, Now: cfg.Now, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

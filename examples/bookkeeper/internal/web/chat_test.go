@@ -168,11 +168,14 @@ type snapshot struct {
 type turn struct {
 	CRID     string   `json:"crid"`
 	Mine     bool     `json:"mine"`  // sent from this pane
-	State    string   `json:"state"` // running, waiting, done, failed; stored for another device's
+	State    string   `json:"state"` // running, waiting, asking, done, failed; stored for another device's
 	Final    string   `json:"final"` // the last outcome once settled
 	User     string   `json:"user"`
 	Reply    string   `json:"reply"`
 	Outcomes []string `json:"outcomes"` // the outcome of every try, in order
+	Question string   `json:"question"` // the open question's sentence, if one is shown
+	Buttons  int      `json:"buttons"`  // its Approve and Deny buttons that can be clicked
+	Note     string   `json:"note"`     // what became of this pane's answer, when it was not taken
 }
 
 const snapshotJS = `(() => {
@@ -187,6 +190,9 @@ const snapshotJS = `(() => {
         final: t.dataset.final, user: text(t.querySelector('.bubble.user')),
         reply: text(t.querySelector('.bubble.bot:not(.pending)')),
         outcomes: [...t.querySelectorAll('.chip')].map((c) => c.dataset.outcome),
+        question: text(t.querySelector('.question .q-text')),
+        buttons: t.querySelectorAll('.question button[data-answer]:not(:disabled)').length,
+        note: text(t.querySelector('.answer-note')),
       })),
     })),
     ledger: [...document.querySelectorAll('#ledger-table tbody tr[data-crid]')].map((tr) => ({
@@ -211,6 +217,17 @@ func (s snapshot) device(name string) []turn {
 func (s snapshot) mine(device, content string) (turn, bool) {
 	for _, tu := range s.device(device) {
 		if tu.Mine && tu.User == content {
+			return tu, true
+		}
+	}
+	return turn{}, false
+}
+
+// other returns the turn another pane sent with content, as this pane
+// shows it, if any.
+func (s snapshot) other(device, content string) (turn, bool) {
+	for _, tu := range s.device(device) {
+		if !tu.Mine && tu.User == content {
 			return tu, true
 		}
 	}
@@ -278,9 +295,12 @@ func (p page) send(device, content string) {
 // double submit from the two panes (one answer, one replay, one ledger
 // row), a busy session that the page resends by itself, a reused id
 // (422), the chart of what was booked, and a message queued behind a
-// running one (on_busy queue: 202, then its reply without a resend) — with
-// no console error and no request to another origin. -update-screenshot writes the SQLite run's
-// end state to docs/chat.png.
+// running one (on_busy queue: 202, then its reply without a resend), and
+// two expenses above the threshold of approval whose questions both panes
+// show: one approved on one device (booked once; the other device's Deny
+// after it is refused politely), one denied (nothing booked) — with no
+// console error and no request to another origin. -update-screenshot
+// writes the SQLite run, a question open on both panes, to docs/chat.png.
 func TestChatPage(t *testing.T) {
 	browser := startBrowser(t)
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
@@ -404,9 +424,80 @@ func TestChatPage(t *testing.T) {
 			assert.LessOrEqual(t, c.Transactions, 1, "client request id %s", c.ClientRequestID)
 		}
 
+		// An expense above the threshold of approval: the laptop's message
+		// waits for a person (202 waiting), and both panes show its
+		// question with Approve and Deny — the phone learns of it by
+		// reading the message's status. Approved on the laptop, it is
+		// booked once; the phone, denying it a moment later, is told
+		// politely that it was already answered, and shows the outcome.
+		const rent = "paid rent 4,800.00"
+		p.send("laptop", rent)
+		s = p.waitFor("the rent's question on both panes", func(s snapshot) bool {
+			l, a := s.mine("laptop", rent)
+			ph, b := s.other("phone", rent)
+			return a && b && l.State == "asking" && l.Buttons == 2 && ph.Buttons == 2
+		})
+		l, _ = s.mine("laptop", rent)
+		ph, _ = s.other("phone", rent)
+		assert.Equal(t, []string{"asked"}, l.Outcomes)
+		assert.Equal(t, "Book 4,800.00 to Housing?", l.Question)
+		assert.Equal(t, l.Question, ph.Question, "the other device shows the same question")
+		assert.Empty(t, l.Reply)
+		assert.Len(t, s.Ledger, 5, "nothing is booked while the question is open")
+		p.do(chromedp.Click(chromedp.CSS(answerButton("laptop", l.CRID, "approve"))))
+		// The approval is recorded at once, and the message runs on for a
+		// model round: the phone's Deny lands meanwhile.
+		waitForStatus(t, ts.URL, s.Session, l.CRID, func(st string) bool { return st != "waiting" })
+		clicked, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(() => { const b = document.querySelector('`+
+			answerButton("phone", l.CRID, "deny")+`'); if (!b) return false; b.click(); return true; })()`))
+		require.NoError(t, err)
+		require.True(t, clicked, "the phone's Deny is there while the approved message runs on")
+		s = p.waitFor("the approval's outcome on both panes", func(s snapshot) bool {
+			l, a := s.settled("laptop", rent)
+			ph, b := s.other("phone", rent)
+			return a && b && ph.Reply != "" && ph.Note != "" && l.Buttons == 0 && ph.Buttons == 0 && l.Question == "" && ph.Question == ""
+		})
+		l, _ = s.mine("laptop", rent)
+		ph, _ = s.other("phone", rent)
+		assert.Equal(t, []string{"asked", "approved"}, l.Outcomes)
+		assert.Equal(t, "done", l.State)
+		assert.Equal(t, "Recorded expense 4800.00 (Housing).", l.Reply)
+		assert.Equal(t, l.Reply, ph.Reply, "the other device shows the outcome")
+		assert.Equal(t, "Already answered on the other device; your answer was not taken.", ph.Note)
+		s = p.waitFor("the approved rent's ledger row", func(s snapshot) bool { return len(s.Ledger) == 6 })
+		assert.Equal(t, 1, s.ledgerRows(l.CRID), "approved: booked once")
+
+		// Denied: the phone's purchase is asked about on both panes,
+		// denied on the laptop, and nothing is booked.
+		const purchase = "new laptop 1,299.00"
+		p.send("phone", purchase)
+		s = p.waitFor("the purchase's question on both panes", func(s snapshot) bool {
+			ph, a := s.mine("phone", purchase)
+			l, b := s.other("laptop", purchase)
+			return a && b && ph.State == "asking" && ph.Buttons == 2 && l.Buttons == 2
+		})
+		ph, _ = s.mine("phone", purchase)
+		assert.Equal(t, "Book 1,299.00 to Shopping?", ph.Question)
 		if *updateScreenshot && t.Name() == "TestChatPage/sqlite" {
 			writeScreenshot(t, p)
 		}
+		p.do(chromedp.Click(chromedp.CSS(answerButton("laptop", ph.CRID, "deny"))))
+		s = p.waitFor("the denial's outcome on both panes", func(s snapshot) bool {
+			ph, a := s.settled("phone", purchase)
+			l, b := s.other("laptop", purchase)
+			return a && b && l.Reply != "" && ph.Buttons == 0 && l.Buttons == 0 && ph.Question == "" && l.Question == ""
+		})
+		ph, _ = s.mine("phone", purchase)
+		l, _ = s.other("laptop", purchase)
+		assert.Equal(t, "done", ph.State, "the asking pane learns the outcome from the message's status")
+		assert.Equal(t, "Not booked: expense 1299.00 (Shopping) was not approved.", ph.Reply)
+		assert.Equal(t, ph.Reply, l.Reply)
+		assert.Empty(t, l.Note)
+		assert.Equal(t, 0, s.ledgerRows(ph.CRID), "denied: nothing booked")
+		assert.Len(t, s.Ledger, 6)
+		n, err = st.CountTransactions(context.Background(), st.DB)
+		require.NoError(t, err)
+		assert.Equal(t, 6, n, "the database agrees: the denied purchase booked nothing")
 
 		// The laptop's message while the phone's runs, with "queue" chosen
 		// on the laptop: 202 queued, then the page reads its status until it
@@ -433,12 +524,12 @@ func TestChatPage(t *testing.T) {
 		assert.Equal(t, "done", q.State)
 		assert.Equal(t, []string{"queued"}, q.Outcomes, "one try: the reply came without a resend")
 		assert.Contains(t, q.Reply, "Recorded expense 120.00 (Food)")
-		s = p.waitFor("seven ledger rows", func(s snapshot) bool { return len(s.Ledger) == 7 })
+		s = p.waitFor("eight ledger rows", func(s snapshot) bool { return len(s.Ledger) == 8 })
 		assert.Equal(t, 1, s.ledgerRows(q.CRID), "one ledger row for the queued message")
 		assert.Equal(t, 1, s.ledgerRows(r.CRID), "one ledger row for the running message")
 		n, err = st.CountTransactions(context.Background(), st.DB)
 		require.NoError(t, err)
-		assert.Equal(t, 7, n, "the database agrees with the page")
+		assert.Equal(t, 8, n, "the database agrees with the page")
 
 		// A message cancelled while it runs: the Cancel button on the
 		// running turn (DELETE …/messages/{id}). Its own try comes back
@@ -467,7 +558,7 @@ func TestChatPage(t *testing.T) {
 		assert.Equal(t, "cancelled", messageStatus(t, ts.URL, s.Session, c.CRID))
 		n, err = st.CountTransactions(context.Background(), st.DB)
 		require.NoError(t, err)
-		assert.LessOrEqual(t, n, 8, "a cancelled message keeps at most the one transaction it committed")
+		assert.LessOrEqual(t, n, 9, "a cancelled message keeps at most the one transaction it committed")
 
 		// Readable on a phone: nothing wider than the screen.
 		p.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
@@ -477,6 +568,24 @@ func TestChatPage(t *testing.T) {
 
 		con.check(t)
 	})
+}
+
+// answerButton selects a pane's Approve or Deny button (key "approve" or
+// "deny") on the question of message crid.
+func answerButton(device, crid, key string) string {
+	return `#` + device + `-log .turn[data-crid="` + crid + `"] .question button[data-answer="` + key + `"]`
+}
+
+// waitForStatus reads a message's status through the API until cond holds.
+func waitForStatus(t *testing.T, url, session, crid string, cond func(status string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(pageTimeout)
+	for !cond(messageStatus(t, url, session, crid)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the status of %s", crid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // writeScreenshot writes the page as it is to screenshotPath, after

@@ -10,7 +10,14 @@
 // client_request_id), 422 for an id reused with other content, queued
 // (202, then its status read with Prefer: wait until final, never
 // resent), interrupted (final), cancelled (final), queue full (429,
-// resent), waited (a 200 with Preference-Applied). A message that runs, is
+// resent), waited (a 200 with Preference-Applied), asks for approval (202
+// waiting: an expense above the threshold waits for a person). The
+// question is shown on both panes with Approve and Deny buttons — the
+// other pane learns of it by reading the status (GET …/messages/{id}) of
+// every message without a reply whenever it reads the conversation — and
+// a click posts the answer (POST …/messages/{id}/answers/{name}); both
+// panes then show the outcome. A second answer from the other pane gets
+// the same outcome, or, if it differs, a 409 told politely. A message that runs, is
 // queued or waits to be resent has a Cancel button (DELETE
 // /api/sessions/{id}/messages/{client_request_id}). Each pane sends its "when busy" choice
 // (on_busy reject, queue or interrupt) and, if asked, Prefer: wait=30 with

@@ -42,6 +42,12 @@
       help: 'took over a run that died; tool calls that had committed were reused, not repeated'},
     waited: {label: 'waited', tone: 'ok',
       help: 'sent with Prefer: wait=30 while this id was in flight or queued: the server waited for it and answered its stored reply (Preference-Applied)'},
+    asked: {label: 'asks for approval', tone: 'wait',
+      help: '202 waiting: the agent stopped to ask a person (an expense above the threshold); nothing is held while it waits. Approve or Deny, on either device, answers it (POST …/answers/{name}); the message then runs on'},
+    approved: {label: 'approved here', tone: 'ok',
+      help: 'this device answered the question: approved; the message ran on and the reply is its outcome (the same answer from another device gets the same outcome)'},
+    denied: {label: 'denied here', tone: 'ok',
+      help: 'this device answered the question: denied; nothing was booked'},
     queued: {label: 'queued', tone: 'wait',
       help: 'on_busy queue: 202, queued behind the running message (#1 runs next); the page reads its status with Prefer: wait=30 until it is done, without resending'},
     'session-busy': {label: 'session busy', tone: 'wait', retry: true,
@@ -82,7 +88,7 @@
     'session-not-found': {label: 'no such session', tone: 'bad', help: 'the session does not exist'},
   };
   // The rows the legend shows, in this order.
-  const LEGEND = ['answered', 'replayed', 'resumed', 'waited', 'running', 'session-busy', 'queued',
+  const LEGEND = ['answered', 'replayed', 'resumed', 'waited', 'running', 'session-busy', 'queued', 'asked',
     'request-in-flight', 'interrupted', 'cancelled', 'queue-full', 'client-request-id-reused', 'network'];
 
   const $ = (id) => document.getElementById(id);
@@ -140,6 +146,9 @@
     messages: [],         // GET …/messages of the open session
     transactions: [],     // GET …/transactions
     totals: null,         // {income, expense}
+    // The open questions of the session's messages, by client_request_id:
+    // {name, question, deadline}, from a 202 waiting or the message's status.
+    questions: new Map(),
     refreshing: null,     // the running refresh, if any
     refreshAgain: false,  // a refresh was asked for while one ran
   };
@@ -151,6 +160,9 @@
       this.name = name;
       // {key, session, crid, content, onBusy, wait, tries, state, reply, transactionId, resendAt, timer}
       this.entries = [];
+      // This pane's answers to questions, by client_request_id:
+      // {name, approved, state: sending | retry | done | refused | failed, note, timer}.
+      this.answers = new Map();
       this.shown = ''; // what the pane shows, as last drawn
       this.log = $(`${name}-log`);
       this.form = $(`${name}-form`);
@@ -211,6 +223,10 @@
       if (!resp) {
         t.outcome = 'network';
         t.retryAfter = 2;
+      } else if (resp.status === 202 && body && body.status === 'waiting' && body.waiting) {
+        t.status = resp.status;
+        t.outcome = 'asked';
+        state.questions.set(entry.crid, body.waiting);
       } else if (resp.status === 202 && body && body.status === 'queued') {
         t.status = resp.status;
         t.outcome = 'queued';
@@ -231,6 +247,14 @@
         t.retryAfter = Number(resp.headers.get('Retry-After')) || 0;
       }
       const o = OUTCOMES[t.outcome] || {retry: resp !== null && resp.status === 503};
+      if (t.outcome === 'asked') {
+        // Answered by a person, on this pane or the other: see answer and
+        // refresh, which read the outcome.
+        entry.state = 'asking';
+        render();
+        refreshSoon();
+        return;
+      }
       if (t.outcome === 'queued') {
         entry.state = 'queued';
         render();
@@ -334,6 +358,62 @@
       refreshSoon();
     }
 
+    // answer posts this pane's answer to the question a message waits for
+    // (POST …/messages/{id}/answers/{name}). The same answer from both
+    // panes gets the same outcome; another one after the first is a 409,
+    // told politely. A busy session or a message in flight: sent again
+    // after Retry-After.
+    async answer(crid, name, approved) {
+      const prev = this.answers.get(crid);
+      if (prev && (prev.state === 'sending' || prev.state === 'retry')) return;
+      const a = {name, approved, state: 'sending', note: '', timer: 0};
+      this.answers.set(crid, a);
+      render();
+      const session = state.session;
+      let resp = null;
+      let body = null;
+      try {
+        resp = await fetch(`/api/sessions/${encodeURIComponent(session)}/messages/${encodeURIComponent(crid)}/answers/${encodeURIComponent(name)}`, {
+          method: 'POST',
+          headers: {'Content-Type': 'application/json', Accept: 'application/json'},
+          body: JSON.stringify({approved}),
+        });
+        body = await resp.json().catch(() => null);
+      } catch (err) {
+        resp = null;
+      }
+      const type = resp && !resp.ok && body && typeof body.type === 'string' && body.type.startsWith(PROBLEM_BASE)
+        ? body.type.slice(PROBLEM_BASE.length) : '';
+      const mine = this.entries.find((e) => e.session === session && e.crid === crid);
+      if (resp && resp.status === 200 && body) {
+        a.state = 'done';
+        state.questions.delete(crid);
+        if (mine) {
+          mine.tries.push({outcome: approved ? 'approved' : 'denied', status: 200, retryAfter: 0, detail: '', wait: 0, position: 0, then: ''});
+          mine.reply = body.reply;
+          mine.transactionId = body.transaction_id;
+          mine.state = 'done';
+        }
+      } else if (resp && resp.status === 202 && body && body.status === 'waiting' && body.waiting) {
+        // The message ran on to another question.
+        this.answers.delete(crid);
+        state.questions.set(crid, body.waiting);
+      } else if (!resp || resp.status === 503 || (resp.status === 409 && (OUTCOMES[type] || {}).retry)) {
+        a.state = 'retry';
+        const wait = Math.max(1, Number(resp && resp.headers.get('Retry-After')) || 2);
+        a.note = `${resp ? (OUTCOMES[type] || {}).label || resp.status : 'no answer'}; sending the answer again in ${wait} s`;
+        a.timer = setTimeout(() => { a.state = 'again'; this.answer(crid, name, approved); }, wait * 1000);
+      } else if (resp.status === 409) {
+        a.state = 'refused';
+        a.note = ANSWER_REFUSED[type] || ANSWER_REFUSED['wrong-state'];
+      } else {
+        a.state = 'failed';
+        a.note = `Could not send the answer: ${(body && body.detail) || resp.statusText}`;
+      }
+      render();
+      refreshSoon();
+    }
+
     resend(entry) {
       if (entry.state === 'running' || entry.state === 'queued') return;
       clearTimeout(entry.timer);
@@ -388,6 +468,48 @@
   const STATUS_WORDS = {processing: 'running', succeeded: 'answered', failed: 'failed',
     interrupted: 'interrupted', cancelled: 'cancelled', unknown: 'status unreadable'};
 
+  // ANSWER_REFUSED says, politely, why an answer was not taken (a 409 by
+  // its problem type): the other device was first, the question closed.
+  const ANSWER_REFUSED = {
+    'already-answered': 'Already answered on the other device; your answer was not taken.',
+    'already-exists': 'Already answered on the other device; your answer was not taken.',
+    'wait-expired': 'This question expired before your answer; nothing was booked.',
+    'not-waiting': 'This question is no longer open; your answer changed nothing.',
+    'wrong-state': 'This question is no longer open; your answer changed nothing.',
+  };
+
+  const APPROVE_WORDS = {approve: 'Approve', deny: 'Deny', approving: 'Approving…', denying: 'Denying…'};
+
+  // renderQuestion draws the open question of a turn on a pane, with its
+  // Approve and Deny buttons (gone once this pane's answer was taken or
+  // refused).
+  function renderQuestion(dev, crid, q) {
+    const a = dev.answers.get(crid);
+    const ask = q.question && typeof q.question === 'object' ? q.question : {};
+    const box = el('div', {class: 'question', role: 'group', 'data-name': q.name,
+      'aria-label': `Question of the agent: ${ask.text || q.name}`});
+    box.append(el('p', {class: 'q-text', lang: hasHan(ask.text || '') ? 'zh' : 'en'}, ask.text || `The agent asks (${q.name}).`));
+    const details = [];
+    if (ask.amount) details.push(`${ask.type || ''} ${ask.amount}`.trim());
+    if (ask.category) details.push(ask.category);
+    if (ask.description) details.push(`“${ask.description}”`);
+    if (q.deadline) details.push(`expires ${new Date(q.deadline).toLocaleTimeString()}`);
+    if (details.length) box.append(el('p', {class: 'q-meta'}, details.join(' · ')));
+    if (!a || a.state === 'failed' || a.state === 'sending' || a.state === 'retry' || a.state === 'again') {
+      const busy = a && a.state !== 'failed';
+      const actions = el('div', {class: 'q-actions'});
+      for (const [key, approved] of [['approve', true], ['deny', false]]) {
+        const label = busy && a.approved === approved ? APPROVE_WORDS[approved ? 'approving' : 'denying'] : APPROVE_WORDS[key];
+        const b = el('button', {type: 'button', class: `answer ${key}`, 'data-answer': key, disabled: busy}, label);
+        b.addEventListener('click', () => dev.answer(crid, q.name, approved));
+        actions.append(b);
+      }
+      box.append(actions);
+    }
+    if (a && a.note) box.append(el('p', {class: 'answer-note'}, a.note));
+    return box;
+  }
+
   const secondsLeft = (entry) => Math.max(0, Math.ceil((entry.resendAt - Date.now()) / 1000));
 
   function finalOutcome(entry) {
@@ -435,11 +557,19 @@
       }
     }
     const reply = turn && turn.assistant ? turn.assistant.content : entry && entry.reply;
+    const crid = turn ? turn.crid : entry.crid;
+    const q = state.questions.get(crid);
+    const a = dev.answers.get(crid);
+    if (!reply && q) {
+      li.append(renderQuestion(dev, crid, q));
+    } else if (a && a.state === 'refused') {
+      li.append(el('p', {class: 'answer-note'}, a.note));
+    }
     if (reply) {
       li.append(el('p', {class: 'bubble bot', lang: hasHan(reply) ? 'zh' : 'en'}, reply));
       const tx = entry && entry.transactionId;
       if (tx) li.append(el('p', {class: 'meta bot-meta'}, 'transaction ', el('code', {title: tx}, short(tx))));
-    } else if (!entry || entry.state === 'running' || entry.state === 'waiting' || entry.state === 'queued') {
+    } else if (!q && (!entry || entry.state === 'running' || entry.state === 'waiting' || entry.state === 'queued')) {
       li.append(el('p', {class: 'bubble bot pending'}, '…'));
     }
     return li;
@@ -450,7 +580,8 @@
   // it again).
   function renderDevice(dev) {
     const mine = dev.entries.filter((e) => e.session === state.session);
-    const sig = JSON.stringify([state.session, state.messages,
+    const sig = JSON.stringify([state.session, state.messages, [...state.questions],
+      [...dev.answers].map(([k, a]) => [k, a.state, a.note, a.approved]),
       mine.map((e) => [e.key, e.state, e.reply, e.transactionId, e.tries, Boolean(e.cancelling)])]);
     if (sig === dev.shown) return;
     dev.shown = sig;
@@ -647,12 +778,13 @@
     const base = `/api/sessions/${encodeURIComponent(id)}`;
     state.refreshing = Promise.all([getJSON(`${base}/messages`), getJSON(`${base}/transactions`)])
       .then(([m, t]) => {
-        if (state.session !== id) return;
+        if (state.session !== id) return null;
         state.messages = m.messages;
         state.transactions = t.transactions;
         state.totals = {income: t.total_income, expense: t.total_expense};
         notice('');
-      }, (err) => {
+        return readQuestions(id);
+      }).then(() => {}, (err) => {
         if (state.session === id) notice(`Could not read the session: ${err.message}`);
       })
       .finally(() => {
@@ -661,6 +793,50 @@
         if (state.refreshAgain) { state.refreshAgain = false; refresh(); }
       });
     return state.refreshing;
+  }
+
+  // readQuestions reads the status of every message of the session that
+  // has no reply yet, or an open question: that is how a pane learns of a
+  // question another device's message asked, and of its outcome once
+  // someone answered it.
+  async function readQuestions(id) {
+    const crids = new Set(state.questions.keys());
+    for (const turn of turns()) if (turn.user && !turn.assistant) crids.add(turn.crid);
+    for (const d of devices) for (const e of d.entries) if (e.session === id && e.state === 'asking') crids.add(e.crid);
+    const base = `/api/sessions/${encodeURIComponent(id)}/messages/`;
+    await Promise.all([...crids].map(async (crid) => {
+      let st;
+      try {
+        st = await getJSON(base + encodeURIComponent(crid));
+      } catch (err) {
+        if (err.status === 404 || err.status === 410) state.questions.delete(crid);
+        return;
+      }
+      if (state.session !== id) return;
+      if (st.status === 'waiting' && st.waiting) {
+        const was = state.questions.get(crid);
+        state.questions.set(crid, st.waiting);
+        // A later question: this pane's answer was to the one before.
+        for (const d of devices) {
+          const a = d.answers.get(crid);
+          if (was && was.name !== st.waiting.name && a && a.state === 'done') d.answers.delete(crid);
+        }
+      } else if (st.status !== 'processing' && st.status !== 'queued') {
+        state.questions.delete(crid);
+      }
+      for (const d of devices) {
+        for (const e of d.entries) {
+          if (e.session !== id || e.crid !== crid || e.state !== 'asking') continue;
+          if (st.status === 'succeeded') {
+            e.reply = st.reply;
+            e.transactionId = st.transaction_id;
+            e.state = 'done';
+          } else if (st.status !== 'waiting' && st.status !== 'processing' && st.status !== 'queued') {
+            e.state = 'failed';
+          }
+        }
+      }
+    }));
   }
 
   let refreshTimer = 0;
