@@ -119,7 +119,11 @@ func New(cfg Config) (*Server, error) {
 		MaxWait:     cfg.MaxWait,
 		RunContext:  s.runContext,
 		WriteAnswer: s.writeAnswer,
-		Fail:        s.fail,
+		WriteWaiting: func(w http.ResponseWriter, r *http.Request, out request.Outcome) error {
+			s.writeWaiting(w, r, out)
+			return nil
+		},
+		Fail: s.fail,
 	})
 	if err != nil {
 		return nil, err

@@ -405,7 +405,7 @@
         a.timer = setTimeout(() => { a.state = 'again'; this.answer(crid, name, approved); }, wait * 1000);
       } else if (resp.status === 409) {
         a.state = 'refused';
-        a.note = ANSWER_REFUSED[type] || ANSWER_REFUSED['wrong-state'];
+        a.note = ANSWER_REFUSED[type] || ANSWER_REFUSED['not-waiting'];
       } else {
         a.state = 'failed';
         a.note = `Could not send the answer: ${(body && body.detail) || resp.statusText}`;
@@ -472,10 +472,8 @@
   // its problem type): the other device was first, the question closed.
   const ANSWER_REFUSED = {
     'already-answered': 'Already answered on the other device; your answer was not taken.',
-    'already-exists': 'Already answered on the other device; your answer was not taken.',
     'wait-expired': 'This question expired before your answer; nothing was booked.',
     'not-waiting': 'This question is no longer open; your answer changed nothing.',
-    'wrong-state': 'This question is no longer open; your answer changed nothing.',
   };
 
   const APPROVE_WORDS = {approve: 'Approve', deny: 'Deny', approving: 'Approving…', denying: 'Denying…'};
