@@ -98,8 +98,10 @@ const (
 	// waitWorkerEnv set to 1 makes the test binary a worker of
 	// TestKill9Wait (see init): it never reaches the tests.
 	waitWorkerEnv = "BOOKKEEPER_TEST_WAIT_WORKER"
-	// waitDBEnv is the worker's database, a -db value.
-	waitDBEnv = "BOOKKEEPER_TEST_WAIT_DB"
+	// waitDBEnv is the worker's database, a -db value, and waitTTLEnv
+	// its leases' TTL.
+	waitDBEnv  = "BOOKKEEPER_TEST_WAIT_DB"
+	waitTTLEnv = "BOOKKEEPER_TEST_WAIT_TTL"
 	// waitLedgerTable is the ledger the agent books in: no unique key on
 	// a message and kind, so a second booking would show as a second row.
 	waitLedgerTable = "wait_ledger"
@@ -123,7 +125,7 @@ const (
 	evMessage = "message" // the HTTP handler got the message, before Handle
 	evAnswer  = "answer"  // the HTTP handler got the answer, before Answer
 	evAgent   = "agent"   // the agent starts
-	evDone    = "done"    // the agent returns
+	evDone    = "done"    // the agent returns (DETAIL: replied, waiting or failed)
 	evModel   = "model"   // the model is asked (inside a step, before it is recorded)
 	evBooked  = "booked"  // a booking committed (DETAIL: deposit or approved)
 )
@@ -173,10 +175,19 @@ func wording() string {
 // nap sleeps a random time in [lo, hi).
 func nap(lo, hi time.Duration) { time.Sleep(lo + rand.N(hi-lo)) }
 
-func (w *waitWorker) agent(ctx context.Context, run *request.Run) (request.Answer, error) {
+func (w *waitWorker) agent(ctx context.Context, run *request.Run) (_ request.Answer, err error) {
 	id := run.ClientRequestID()
 	w.emit(evAgent, id)
-	defer w.emit(evDone, id)
+	defer func() {
+		switch {
+		case err == nil:
+			w.emit(evDone, id, "replied")
+		case errors.Is(err, request.ErrWaiting):
+			w.emit(evDone, id, "waiting")
+		default:
+			w.emit(evDone, id, "failed") // its lease lost, most likely: a step may have gone unrecorded
+		}
+	}()
 	p, err := request.Step(ctx, run, "model", func(ctx context.Context) (waitPlan, error) {
 		w.emit(evModel, id)
 		nap(5*time.Millisecond, 30*time.Millisecond)
@@ -301,7 +312,11 @@ func waitWorkerMain() int {
 	if err := tools.Register(waitTool, bookTool(st.Dialect)); err != nil {
 		return fail(err)
 	}
-	r, err := request.New(request.Config{DB: st.DB, Dialect: st.Dialect, TTL: time.Second, Tools: tools, Agent: w.agent,
+	ttl, err := time.ParseDuration(os.Getenv(waitTTLEnv))
+	if err != nil {
+		return fail(err)
+	}
+	r, err := request.New(request.Config{DB: st.DB, Dialect: st.Dialect, TTL: ttl, Tools: tools, Agent: w.agent,
 		Queue:  request.QueueConfig{DispatchInterval: 50 * time.Millisecond},
 		Resume: request.ResumeConfig{Grace: 100 * time.Millisecond, Backoff: 200 * time.Millisecond},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
@@ -380,6 +395,7 @@ type waitMsg struct {
 	byService  bool  // its answer was finished by the service after a kill, not by a resend
 	modelCalls int
 	kills      int // kills of a process in which its agent was running
+	failedRuns int // runs whose agent returned an error (other than request.ErrWaiting)
 }
 
 // waitAim is where a kill is aimed.
@@ -400,7 +416,13 @@ func (a waitAim) String() string {
 // evWatch is the killer's wish for an event.
 type evWatch struct {
 	match func(p *waitProc, kind string, m *waitMsg, detail string) bool
-	ch    chan *waitProc
+	ch    chan evHit
+}
+
+// evHit is the event the killer waited for: in worker p, about message m.
+type evHit struct {
+	p *waitProc
+	m *waitMsg
 }
 
 type waitKillTest struct {
@@ -409,6 +431,7 @@ type waitKillTest struct {
 	dbURL  string
 	st     *store.Store
 	runner *request.Runner // for Status only: no agent, not started
+	ttl    time.Duration   // the workers' leases'
 	client *http.Client
 
 	mu       sync.Mutex
@@ -430,7 +453,14 @@ func runWaitKills(t *testing.T, d lease.Dialect, kills, minMsgs int) {
 	t.Logf("seed %d", seed)
 	k := &waitKillTest{t: t, d: d, rng: rand.New(rand.NewPCG(seed, 0x77616974)), byID: map[string]*waitMsg{},
 		landings: map[string]int{}, aimed: map[waitAim]int{}, phases: map[string]int{}, answers: map[string]int{},
-		client: &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{}}}
+		client: &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{}}, ttl: time.Second}
+	if d == lease.SQLite {
+		// Three processes take turns at SQLite's one write lock: with
+		// the -race build on a small machine, a heartbeat may wait for
+		// it longer than a 1s lease allows, and runs would lose their
+		// leases for no kill (they are counted, see check).
+		k.ttl = 3 * time.Second
+	}
 	t.Cleanup(k.client.CloseIdleConnections)
 	k.dbURL, k.st = killDB(t, d)
 	ctx := context.Background()
@@ -530,7 +560,7 @@ func (k *waitKillTest) count(s string) {
 func (k *waitKillTest) startProc() *waitProc {
 	t := k.t
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), waitWorkerEnv+"=1", waitDBEnv+"="+k.dbURL)
+	cmd.Env = append(os.Environ(), waitWorkerEnv+"=1", waitDBEnv+"="+k.dbURL, waitTTLEnv+"="+k.ttl.String())
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &waitProc{cmd: cmd, stderr: &syncBuffer{}, eof: make(chan struct{}), done: make(chan struct{}),
@@ -560,7 +590,7 @@ func (k *waitKillTest) startProc() *waitProc {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.done
-		if t.Failed() {
+		if t.Failed() || os.Getenv("WAIT_DEBUG") != "" {
 			t.Logf("worker %d stderr:\n%s", cmd.Process.Pid, p.stderr)
 		}
 	})
@@ -591,12 +621,15 @@ func (k *waitKillTest) event(p *waitProc, kind, id, detail string) {
 		p.open[id]++
 	case evDone:
 		p.open[id]--
+		if detail == "failed" {
+			m.failedRuns++
+		}
 	case evModel:
 		m.modelCalls++
 	}
 	if w := k.watch; w != nil && !p.dying && w.match(p, kind, m, detail) {
 		k.watch = nil
-		w.ch <- p
+		w.ch <- evHit{p, m}
 	}
 }
 
@@ -624,19 +657,19 @@ func (k *waitKillTest) killAimed(aim waitAim) {
 		match = func(*waitProc, string, *waitMsg, string) bool { return false }
 		delay = time.Duration(k.rand(400)) * time.Millisecond
 	}
-	var p *waitProc
+	var hit evHit
 	if aim == aimAnywhere {
 		time.Sleep(delay)
 		k.mu.Lock()
-		p = k.procs[k.rng.IntN(len(k.procs))] // live ones only: the killer restarts each it kills
+		hit.p = k.procs[k.rng.IntN(len(k.procs))] // live ones only: the killer restarts each it kills
 		k.mu.Unlock()
 	} else {
-		w := &evWatch{match: match, ch: make(chan *waitProc, 1)}
+		w := &evWatch{match: match, ch: make(chan evHit, 1)}
 		k.mu.Lock()
 		k.watch = w
 		k.mu.Unlock()
 		select {
-		case p = <-w.ch:
+		case hit = <-w.ch:
 		case <-time.After(time.Minute):
 			t.Errorf("no worker came to %q within a minute", aim)
 			k.mu.Lock()
@@ -646,13 +679,15 @@ func (k *waitKillTest) killAimed(aim waitAim) {
 		}
 		time.Sleep(delay)
 	}
-	k.kill(p, aim)
+	k.kill(hit.p, aim, hit.m)
 	k.startProc()
 }
 
-// kill kills p, and says where the kill landed in each message it had a
-// run or a call of.
-func (k *waitKillTest) kill(p *waitProc, aim waitAim) {
+// kill kills p, and says where the kill landed: in aimed, the message
+// whose event it was aimed at (nil for a kill aimed anywhere: then a
+// message with a run in p, or one with a call of its client in p), and in
+// each other message it cut a run or a call of.
+func (k *waitKillTest) kill(p *waitProc, aim waitAim, aimed *waitMsg) {
 	k.mu.Lock()
 	p.dying = true
 	for i, q := range k.procs {
@@ -673,29 +708,49 @@ func (k *waitKillTest) kill(p *waitProc, aim waitAim) {
 	k.mu.Lock()
 	k.kills++
 	k.aimed[aim]++
-	hit := map[*waitMsg]bool{}
+	runs := map[*waitMsg]bool{}
 	for id, n := range p.open {
 		if n > 0 {
 			k.byID[id].kills++
-			hit[k.byID[id]] = true
+			runs[k.byID[id]] = true
 		}
 	}
-	for id := range calls {
-		hit[k.byID[id]] = true
+	var hit []*waitMsg // aimed first, then the runs, then the calls
+	if aimed != nil {
+		hit = append(hit, aimed)
+	}
+	for _, m := range k.msgs {
+		if m != aimed && runs[m] {
+			hit = append(hit, m)
+		}
+	}
+	for _, m := range k.msgs {
+		if m != aimed && !runs[m] && calls[m.id] {
+			hit = append(hit, m)
+		}
 	}
 	k.mu.Unlock()
 	if len(hit) == 0 {
-		k.land("anywhere", "no run and no call of a message in the process")
+		k.land(true, "idle", "no run and no call of a message in the process")
 	}
-	for m := range hit {
+	for i, m := range hit {
 		phase, label := k.observe(m, calls[m.id])
-		k.land(phase, label)
+		how := "its run killed"
+		if !runs[m] {
+			how = "its client's call cut"
+		}
+		k.land(i == 0, phase, label+" ("+how+")")
 	}
 }
 
-func (k *waitKillTest) land(phase, label string) {
+// land counts where a kill landed in a message: its phase once per kill
+// (first: the message the kill is counted for), the point within it for
+// every message it hit.
+func (k *waitKillTest) land(first bool, phase, label string) {
 	k.mu.Lock()
-	k.phases[phase]++
+	if first {
+		k.phases[phase]++
+	}
 	k.landings[phase+": "+label]++
 	k.mu.Unlock()
 }
@@ -1002,7 +1057,7 @@ func (k *waitKillTest) check(took time.Duration) {
 	msgs := k.messages()
 	known := map[string]bool{}
 	var approved, denied, twice, byService, leftAlone, unfinished, dupDeposits, dupApproved, deniedBooked, wrongAmount int
-	var calls, steps, killsIn, beyond int
+	var calls, steps, killsIn, failedRuns, beyond int
 	for _, m := range msgs {
 		known[m.id] = true
 		if m.approve {
@@ -1043,11 +1098,12 @@ func (k *waitKillTest) check(took time.Duration) {
 			assert.Zero(t, rows, "%s: denied, nothing booked after the wait", m.id)
 		}
 		k.mu.Lock()
-		asked, kills := m.modelCalls, m.kills
+		asked, kills, failed := m.modelCalls, m.kills, m.failedRuns
 		k.mu.Unlock()
 		recorded := k.stepsNamed(m, "model") + k.stepsNamed(m, "words")
-		assert.LessOrEqual(t, asked, recorded+kills, "%s: model asked %d times, %d model steps recorded, %d kills in its runs", m.id, asked, recorded, kills)
-		calls, steps, killsIn = calls+asked, steps+recorded, killsIn+kills
+		assert.LessOrEqual(t, asked, recorded+kills+failed, "%s: model asked %d times, %d model steps recorded, %d kills in its runs, %d runs failed",
+			m.id, asked, recorded, kills, failed)
+		calls, steps, killsIn, failedRuns = calls+asked, steps+recorded, killsIn+kills, failedRuns+failed
 		beyond += max(asked-recorded, 0)
 	}
 	var strays int
@@ -1085,13 +1141,13 @@ func (k *waitKillTest) check(took time.Duration) {
 		phases = append(phases, fmt.Sprintf("%s %d", p, n))
 	}
 	sort.Strings(phases)
-	t.Logf("where the kills landed (per message they hit):\n%s", strings.Join(landings, "\n"))
+	t.Logf("where the kills landed, in each message they hit:\n%s", strings.Join(landings, "\n"))
 	t.Logf("answers the clients got: %s", strings.Join(answers, ", "))
-	t.Logf("chaos summary wait %s: %d kills (SIGKILL) in %s, aimed: %s; landed (per message hit): %s; "+
+	t.Logf("chaos summary wait %s: %d kills (SIGKILL) in %s, aimed: %s; landed: %s; "+
 		"%d messages (%d approved, %d denied, %d answered twice at once), %d times a client left its message to the service after a kill, %d answered messages finished by the service after their answer's worker died; unfinished %d; "+
 		"duplicates: %d deposits, %d approved bookings; %d bookings after a denial, %d approved bookings of another amount; "+
-		"model calls %d for %d recorded model steps, %d beyond them for the %d kills that landed in a run of their message",
+		"model calls %d for %d recorded model steps, %d beyond them for the %d kills that landed in a run of their message and %d runs that failed",
 		k.d, k.kills, took.Round(100*time.Millisecond), strings.Join(aimed, ", "), strings.Join(phases, ", "),
 		len(msgs), approved, denied, twice, leftAlone, byService, unfinished, dupDeposits, dupApproved, deniedBooked, wrongAmount,
-		calls, steps, beyond, killsIn)
+		calls, steps, beyond, killsIn, failedRuns)
 }
