@@ -442,7 +442,7 @@ type waitKillTest struct {
 	watch    *evWatch
 	landings map[string]int // where the kills landed, per message they hit
 	aimed    map[waitAim]int
-	phases   map[string]int // kills per phase they landed in
+	phases   map[waitAim]map[string]int // kills per aim, per phase they landed in
 	answers  map[string]int // what the clients got
 	kills    int
 }
@@ -452,7 +452,7 @@ func runWaitKills(t *testing.T, d lease.Dialect, kills, minMsgs int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	k := &waitKillTest{t: t, d: d, rng: rand.New(rand.NewPCG(seed, 0x77616974)), byID: map[string]*waitMsg{},
-		landings: map[string]int{}, aimed: map[waitAim]int{}, phases: map[string]int{}, answers: map[string]int{},
+		landings: map[string]int{}, aimed: map[waitAim]int{}, phases: map[waitAim]map[string]int{}, answers: map[string]int{},
 		client: &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{}}, ttl: time.Second}
 	if d == lease.SQLite {
 		// Three processes take turns at SQLite's one write lock: with
@@ -641,9 +641,9 @@ func (k *waitKillTest) killAimed(aim waitAim) {
 	var delay time.Duration
 	switch aim {
 	case aimBeforeWait:
-		// The agent's first runs take 10–60ms to the wait.
+		// The agent's first runs take 10ms and more to the wait.
 		match = func(_ *waitProc, kind string, m *waitMsg, _ string) bool { return kind == evAgent && !m.answering }
-		delay = time.Duration(k.rand(60)) * time.Millisecond
+		delay = time.Duration(k.rand(40)) * time.Millisecond
 	case aimApplying:
 		match = func(_ *waitProc, kind string, _ *waitMsg, _ string) bool { return kind == evAnswer }
 		delay = time.Duration(k.rand(25)) * time.Millisecond
@@ -731,7 +731,7 @@ func (k *waitKillTest) kill(p *waitProc, aim waitAim, aimed *waitMsg) {
 	}
 	k.mu.Unlock()
 	if len(hit) == 0 {
-		k.land(true, "idle", "no run and no call of a message in the process")
+		k.land(aim, true, "idle", "no run and no call of a message in the process")
 	}
 	for i, m := range hit {
 		phase, label := k.observe(m, calls[m.id])
@@ -739,17 +739,20 @@ func (k *waitKillTest) kill(p *waitProc, aim waitAim, aimed *waitMsg) {
 		if !runs[m] {
 			how = "its client's call cut"
 		}
-		k.land(i == 0, phase, label+" ("+how+")")
+		k.land(aim, i == 0, phase, label+" ("+how+")")
 	}
 }
 
-// land counts where a kill landed in a message: its phase once per kill
-// (first: the message the kill is counted for), the point within it for
-// every message it hit.
-func (k *waitKillTest) land(first bool, phase, label string) {
+// land counts where a kill aimed at aim landed in a message: its phase
+// once per kill (first: the message the kill is counted for), the point
+// within it for every message it hit.
+func (k *waitKillTest) land(aim waitAim, first bool, phase, label string) {
 	k.mu.Lock()
 	if first {
-		k.phases[phase]++
+		if k.phases[aim] == nil {
+			k.phases[aim] = map[string]int{}
+		}
+		k.phases[aim][phase]++
 	}
 	k.landings[phase+": "+label]++
 	k.mu.Unlock()
@@ -1134,16 +1137,23 @@ func (k *waitKillTest) check(took time.Duration) {
 		answers = append(answers, fmt.Sprintf("%s: %d", s, n))
 	}
 	sort.Strings(answers)
+	landed := map[string]int{}
 	for a := range numWaitAims {
-		aimed = append(aimed, fmt.Sprintf("%s %d", a, k.aimed[a]))
+		var in []string
+		for p, n := range k.phases[a] {
+			in = append(in, fmt.Sprintf("%s %d", p, n))
+			landed[p] += n
+		}
+		sort.Strings(in)
+		aimed = append(aimed, fmt.Sprintf("%s %d (%s)", a, k.aimed[a], strings.Join(in, ", ")))
 	}
-	for p, n := range k.phases {
+	for p, n := range landed {
 		phases = append(phases, fmt.Sprintf("%s %d", p, n))
 	}
 	sort.Strings(phases)
 	t.Logf("where the kills landed, in each message they hit:\n%s", strings.Join(landings, "\n"))
 	t.Logf("answers the clients got: %s", strings.Join(answers, ", "))
-	t.Logf("chaos summary wait %s: %d kills (SIGKILL) in %s, aimed: %s; landed: %s; "+
+	t.Logf("chaos summary wait %s: %d kills (SIGKILL) in %s, aimed (and landed): %s; landed: %s; "+
 		"%d messages (%d approved, %d denied, %d answered twice at once), %d times a client left its message to the service after a kill, %d answered messages finished by the service after their answer's worker died; unfinished %d; "+
 		"duplicates: %d deposits, %d approved bookings; %d bookings after a denial, %d approved bookings of another amount; "+
 		"model calls %d for %d recorded model steps, %d beyond them for the %d kills that landed in a run of their message and %d runs that failed",
