@@ -94,7 +94,9 @@ lint:
 # restarts; killed and paused holders of the whole request flow. Starts its
 # own servers like make test. Size it with CHAOS_OPS and CHAOS_KILLS. Then
 # the bookkeeper killed at random points of its flow with a model that
-# answers otherwise each time: CHAOS_STEP_KILLS kills per dialect.
+# answers otherwise each time, and worker processes killed around runs that
+# wait for a person's answer (TestKill9Wait): CHAOS_STEP_KILLS kills per
+# dialect, for each.
 CHAOS_OPS ?= 1000000
 CHAOS_KILLS ?= 1000
 CHAOS_STEP_KILLS ?= 100

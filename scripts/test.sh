@@ -26,8 +26,9 @@
 # - ROWLEASE_CHAOS=1 runs the long fault-injection run of harness/chaos
 #   instead of the suite (make chaos) and prints one summary line per
 #   dialect; ROWLEASE_CHAOS_OPS and ROWLEASE_CHAOS_KILLS size it. Then the
-#   bookkeeper's kill test with a varying model (TestKill9NondeterministicModel),
-#   sized by ROWLEASE_CHAOS_STEP_KILLS (kills per dialect).
+#   bookkeeper's kill tests with a varying model (TestKill9NondeterministicModel,
+#   and TestKill9Wait: runs that wait for a person's answer), each sized by
+#   ROWLEASE_CHAOS_STEP_KILLS (kills per dialect).
 # - Every module of the workspace (go.work: the core at the root, the
 #   example, the harnesses, contrib/*, tools/*) is vetted, linted and
 #   tested: at the root, ./... matches only the core module's packages. The
@@ -344,9 +345,11 @@ elif [[ -n ${ROWLEASE_CHAOS:-} ]]; then
         | tee "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress|kills)'
     rc=${PIPESTATUS[0]}
     # The bookkeeper killed at random points of its flow, with a model that
-    # answers otherwise each time (ROWLEASE_CHAOS_STEP_KILLS per dialect).
+    # answers otherwise each time; then workers killed around runs that
+    # wait for a person's answer and while answers are applied
+    # (ROWLEASE_CHAOS_STEP_KILLS per dialect, each).
     # shellcheck disable=SC2086
-    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 2h -parallel 3 -v -run '^TestKill9NondeterministicModel$' ${GOTEST_FLAGS:-} ./examples/bookkeeper 2>&1 \
+    ROWLEASE_CHAOS_LONG=1 go test -count=1 -timeout 2h -parallel 3 -v -run '^(TestKill9NondeterministicModel|TestKill9Wait)$' ${GOTEST_FLAGS:-} ./examples/bookkeeper 2>&1 \
         | tee -a "$log_file" | grep --line-buffered -E '^(--- |ok|FAIL|PASS)|chaos (summary|progress|kills)'
     rc2=${PIPESTATUS[0]}
     ((rc == 0)) && rc=$rc2
