@@ -388,6 +388,7 @@ type waitMsg struct {
 	// Set by the message's driver:
 	question waitQuestion
 	replies  []string // every reply the answers got
+	killing  int      // waitKillTest.killing when the answers were sent
 	// Guarded by waitKillTest.mu:
 	waitGen    int64 // the request's generation when it waited
 	answering  bool  // an answer was sent
@@ -443,8 +444,9 @@ type waitKillTest struct {
 	landings map[string]int // where the kills landed, per message they hit
 	aimed    map[waitAim]int
 	phases   map[waitAim]map[string]int // kills per aim, per phase they landed in
-	answers  map[string]int // what the clients got
+	answers  map[string]int             // what the clients got
 	kills    int
+	killing  int // kills begun: a kill begins before its worker is chosen
 }
 
 func runWaitKills(t *testing.T, d lease.Dialect, kills, minMsgs int) {
@@ -637,6 +639,9 @@ func (k *waitKillTest) event(p *waitProc, kind, id, detail string) {
 // random instant after, looks where the kill landed, and starts another.
 func (k *waitKillTest) killAimed(aim waitAim) {
 	t := k.t
+	k.mu.Lock()
+	k.killing++
+	k.mu.Unlock()
 	var match func(p *waitProc, kind string, m *waitMsg, detail string) bool
 	var delay time.Duration
 	switch aim {
@@ -879,6 +884,9 @@ func (k *waitKillTest) drive(m *waitMsg) {
 	if !k.ask(m, deadline) {
 		return
 	}
+	k.mu.Lock()
+	m.killing = k.killing
+	k.mu.Unlock()
 	if !m.twice {
 		if r, ok := k.answer(m, deadline, nil); ok {
 			m.replies = append(m.replies, r)
@@ -1015,6 +1023,14 @@ func (k *waitKillTest) answer(m *waitMsg, deadline time.Time, prefer *waitProc) 
 				how = " (one of two sent at once)"
 			}
 			k.count(fmt.Sprintf("answer: %d %s%s", res.code, res.Kind, how))
+			k.mu.Lock()
+			killed := k.killing > m.killing
+			k.mu.Unlock()
+			// An answer waits for the run that its answer, or the same
+			// answer sent at once, started: it is told to try again only
+			// when a run died (its leases not yet expired).
+			assert.True(t, killed || res.code != http.StatusConflict, "%s's answer, with no kill since it was sent: %d %s: %s",
+				m.id, res.code, res.Kind, res.Error)
 			time.Sleep(30 * time.Millisecond)
 		default:
 			t.Errorf("%s's answer: %d %s: %s", m.id, res.code, res.Kind, res.Error)
