@@ -64,7 +64,7 @@ import (
 // and the model was asked at most once per recorded step plus once per
 // kill of a process that had a run of the message under way.
 //
-// Sized by stepKills: a handful of kills in go test (3 with -short), and
+// Sized by waitKills: 8 kills per dialect in go test (3 with -short), and
 // ROWLEASE_CHAOS_STEP_KILLS per dialect in the long run (make chaos).
 func TestKill9Wait(t *testing.T) {
 	kills, long := waitKills(t)
@@ -375,8 +375,9 @@ type waitProc struct {
 	done   chan struct{} // it exited (after eof)
 	// Guarded by waitKillTest.mu:
 	dying bool
-	calls map[string]int // client request id → calls of the test under way in it
-	open  map[string]int // client request id → agent runs under way in it
+	calls map[string]int  // client request id → calls of the test under way in it
+	open  map[string]int  // client request id → agent runs under way in it
+	ran   map[string]bool // client request id → its agent ran in it
 }
 
 // waitMsg is one message of the test.
@@ -388,15 +389,15 @@ type waitMsg struct {
 	// Set by the message's driver:
 	question waitQuestion
 	replies  []string // every reply the answers got
-	killing  int      // waitKillTest.killing when the answers were sent
 	// Guarded by waitKillTest.mu:
 	waitGen    int64 // the request's generation when it waited
 	answering  bool  // an answer was sent
 	leftAlone  int   // times its client left it to the service after a kill
 	byService  bool  // its answer was finished by the service after a kill, not by a resend
 	modelCalls int
-	kills      int // kills of a process in which its agent was running
-	failedRuns int // runs whose agent returned an error (other than request.ErrWaiting)
+	touched    bool // a killed process had run its agent, or had a call of its client under way
+	kills      int  // kills of a process in which its agent was running
+	failedRuns int  // runs whose agent returned an error (other than request.ErrWaiting)
 }
 
 // waitAim is where a kill is aimed.
@@ -446,7 +447,6 @@ type waitKillTest struct {
 	phases   map[waitAim]map[string]int // kills per aim, per phase they landed in
 	answers  map[string]int             // what the clients got
 	kills    int
-	killing  int // kills begun: a kill begins before its worker is chosen
 }
 
 func runWaitKills(t *testing.T, d lease.Dialect, kills, minMsgs int) {
@@ -566,7 +566,7 @@ func (k *waitKillTest) startProc() *waitProc {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	p := &waitProc{cmd: cmd, stderr: &syncBuffer{}, eof: make(chan struct{}), done: make(chan struct{}),
-		calls: map[string]int{}, open: map[string]int{}}
+		calls: map[string]int{}, open: map[string]int{}, ran: map[string]bool{}}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	listening := make(chan string, 1)
@@ -621,6 +621,7 @@ func (k *waitKillTest) event(p *waitProc, kind, id, detail string) {
 	switch kind {
 	case evAgent:
 		p.open[id]++
+		p.ran[id] = true
 	case evDone:
 		p.open[id]--
 		if detail == "failed" {
@@ -639,9 +640,6 @@ func (k *waitKillTest) event(p *waitProc, kind, id, detail string) {
 // random instant after, looks where the kill landed, and starts another.
 func (k *waitKillTest) killAimed(aim waitAim) {
 	t := k.t
-	k.mu.Lock()
-	k.killing++
-	k.mu.Unlock()
 	var match func(p *waitProc, kind string, m *waitMsg, detail string) bool
 	var delay time.Duration
 	switch aim {
@@ -705,12 +703,19 @@ func (k *waitKillTest) kill(p *waitProc, aim waitAim, aimed *waitMsg) {
 	for id, n := range p.calls {
 		if n > 0 {
 			calls[id] = true
+			k.byID[id].touched = true
 		}
+	}
+	for id := range p.ran {
+		k.byID[id].touched = true
 	}
 	k.mu.Unlock()
 	_ = p.cmd.Process.Kill()
 	<-p.done // its stdout read to the end: every event it reported is counted
 	k.mu.Lock()
+	for id := range p.ran {
+		k.byID[id].touched = true
+	}
 	k.kills++
 	k.aimed[aim]++
 	runs := map[*waitMsg]bool{}
@@ -884,9 +889,6 @@ func (k *waitKillTest) drive(m *waitMsg) {
 	if !k.ask(m, deadline) {
 		return
 	}
-	k.mu.Lock()
-	m.killing = k.killing
-	k.mu.Unlock()
 	if !m.twice {
 		if r, ok := k.answer(m, deadline, nil); ok {
 			m.replies = append(m.replies, r)
@@ -1024,12 +1026,14 @@ func (k *waitKillTest) answer(m *waitMsg, deadline time.Time, prefer *waitProc) 
 			}
 			k.count(fmt.Sprintf("answer: %d %s%s", res.code, res.Kind, how))
 			k.mu.Lock()
-			killed := k.killing > m.killing
+			touched := m.touched
 			k.mu.Unlock()
 			// An answer waits for the run that its answer, or the same
 			// answer sent at once, started: it is told to try again only
-			// when a run died (its leases not yet expired).
-			assert.True(t, killed || res.code != http.StatusConflict, "%s's answer, with no kill since it was sent: %d %s: %s",
+			// when a run of the message died (its session lease not yet
+			// expired: the run may have died after it stopped to wait,
+			// before it gave the session back).
+			assert.True(t, touched || res.code != http.StatusConflict, "%s's answer, with no kill in a run of it: %d %s: %s",
 				m.id, res.code, res.Kind, res.Error)
 			time.Sleep(30 * time.Millisecond)
 		default:
