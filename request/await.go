@@ -230,20 +230,34 @@ func (run *Run) parkedAt() *parked {
 	return run.parked
 }
 
-// park ends the run at its wait: the request is marked waiting with its
-// question (token-checked: a stale run marks nothing), its leases given
-// back, and the session freed. A request asked to stop meanwhile (an
-// interrupt, a cancel) is marked as that asked instead.
+// park ends the run at its wait: in one transaction, the request is
+// marked waiting with its question (token-checked: a stale run marks
+// nothing), its lease given back, and the session freed — so that no
+// process death between the two can leave the session held by a request
+// that waits, and its answer told the session is busy until that lease
+// expires. A request asked to stop meanwhile (an interrupt, a cancel) is
+// marked as that asked instead.
 func (r *Runner) park(ctx context.Context, run *Run, p *parked) (Outcome, error) {
 	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
 	defer cancel()
-	q, args := r.sql.park, []any{p.name, string(p.question), p.seq}
-	if p.within > 0 {
-		q, args = r.sql.parkUntil, append(args, p.within.Microseconds())
+	var parked bool
+	var err error
+	for attempt := 1; ; attempt++ {
+		parked, err = r.parkOnce(cctx, run, p)
+		if err == nil || !engine.IsRetryable(err) || attempt == retry.MaxAttempts || !retry.Backoff(cctx, attempt) {
+			break
+		}
 	}
-	n, err := r.exec(cctx, q, append(args, run.id, engine.Secret(run.req.Token), run.req.Generation)...)
-	if err == nil && n == 0 {
+	switch {
+	case err != nil:
+		// Nothing of it committed, or its outcome is unknown: give back
+		// what is still this run's (token-checked); the request, still
+		// processing and free if the mark did not commit, is resumed
+		// and asks again.
+		r.releaseAll(ctx, run)
+		return base, fmt.Errorf("request: marking the request waiting: %w", err)
+	case !parked:
 		// Taken over, or asked to stop after the heartbeat's last read.
 		var by string
 		if ferr := r.db.QueryRowContext(cctx, r.sql.flagRead, run.id).Scan(&by); ferr == nil && by != "" {
@@ -255,10 +269,6 @@ func (r *Runner) park(ctx context.Context, run *Run, p *parked) (Outcome, error)
 		r.releaseAll(ctx, run)
 		return base, fmt.Errorf("%w: marking the request waiting: %w", ErrTakenOver, lease.ErrLost)
 	}
-	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
-	if err != nil {
-		return base, fmt.Errorf("request: marking the request waiting: %w", err)
-	}
 	wq := &Question{Name: p.name, Question: p.question}
 	if p.within > 0 {
 		d := time.Now().Add(p.within)
@@ -266,6 +276,41 @@ func (r *Runner) park(ctx context.Context, run *Run, p *parked) (Outcome, error)
 	}
 	base.Waiting = wq
 	return base, nil
+}
+
+// parkOnce is one attempt of park's transaction. parked is false, and
+// nothing was written, when the request was not this run's to mark (its
+// token or generation moved on) or was asked to stop.
+func (r *Runner) parkOnce(ctx context.Context, run *Run, p *parked) (parked bool, err error) {
+	q, args := r.sql.park, []any{p.name, string(p.question), p.seq}
+	if p.within > 0 {
+		q, args = r.sql.parkUntil, append(args, p.within.Microseconds())
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if !parked || err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	res, err := tx.ExecContext(ctx, q, append(args, run.id, engine.Secret(run.req.Token), run.req.Generation)...)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	// The session's lease is freed in the same transaction. A session
+	// lease already lost (taken over) is no longer this run's to free.
+	if err := r.sessions.Release(ctx, engine.InTx(r.db, tx), run.sess); err != nil && !errors.Is(err, lease.ErrLost) {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Answer answers the wait name of the request (sessionKey,
@@ -292,7 +337,10 @@ func (r *Runner) park(ctx context.Context, run *Run, p *parked) (Outcome, error)
 // request waited), Answer records the answer and returns the
 // *session.BusyError; the request then runs when the session is free: a
 // Started Runner with the request's agent resumes it, or the same Answer
-// sent again runs it.
+// sent again runs it. When the session is held in the request's own name
+// by a run of it that died (the answer was recorded, and its process died
+// running the rest), it is an error matching ErrInFlight until that lease
+// expires, as for a resend of the message.
 func (r *Runner) Answer(ctx context.Context, sessionKey, clientRequestID, name string, answer any) (Outcome, error) {
 	if err := validateKeys(sessionKey, clientRequestID); err != nil {
 		return Outcome{}, err
@@ -356,9 +404,9 @@ func (r *Runner) runAnswered(ctx context.Context, w waitRow) (Outcome, error) {
 	out, err := r.Handle(ctx, w.msg, nil)
 	if errors.As(err, new(*session.BusyError)) {
 		// Busy with this very request, taken by an answer sent at the
-		// same time (the request's id holds the session), or with
-		// another message: the status tells.
+		// same time, or with another message: the status tells.
 		st, serr := r.Status(ctx, w.msg.SessionKey, w.msg.ClientRequestID)
+		var ce *lease.ConflictError
 		switch {
 		case serr != nil:
 			return out, err
@@ -366,6 +414,12 @@ func (r *Runner) runAnswered(ctx context.Context, w waitRow) (Outcome, error) {
 			err = ErrInFlight
 		case st.State != StateProcessing:
 			return st.Outcome()
+		case errors.As(err, &ce) && ce.Holder == w.id:
+			// The session is held in this request's name by a run of it
+			// that died holding it: the request is in flight until that
+			// lease expires, and the same answer sent then takes it over
+			// (or a Started Runner resumes it).
+			return Outcome{RequestID: w.id}, fmt.Errorf("%w: %w", ErrInFlight, err)
 		}
 	}
 	if !errors.Is(err, ErrInFlight) {
