@@ -57,7 +57,9 @@ bench:
 
 # The comparison benchmarks on throwaway servers, drawn as SVG charts in
 # docs/bench (tools/benchreport, a module of its own: the plotting library
-# stays out of rowlease's dependencies). A few minutes.
+# stays out of rowlease's dependencies), the end-to-end designs also with
+# a network (a delaying proxy: RTT 0.2, 0.5 and 1 ms). A few minutes;
+# BENCHREPORT_FLAGS="-only network" measures the network points alone.
 bench-report:
 	ROWLEASE_REPORT=$(CURDIR)/docs/bench bash scripts/test.sh
 

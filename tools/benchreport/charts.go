@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -39,6 +40,9 @@ func draw(dir string, rep report) error {
 	}
 	for _, d := range dialectOrder {
 		if err := throughputChart(dir, d, rep.Throughput); err != nil {
+			return err
+		}
+		if err := networkChart(dir, d, rep.Network); err != nil {
 			return err
 		}
 	}
@@ -391,9 +395,11 @@ func mysqlDSNSummary(b *strings.Builder, rep report) {
 // quotes them.
 func summary(rep report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Benchmark report\n\nOne run of `make bench-report`, %s to %s (UTC), on one machine: compare the figures as ratios.\n\n",
+	fmt.Fprintf(&b, "# Benchmark report\n\nOne run of tools/benchreport (`make bench-report`), %s to %s (UTC), on one machine: compare the figures as ratios.\n\n",
 		rep.Started.Format("2006-01-02 15:04"), rep.Finished.Format("15:04"))
-	b.WriteString("## Acquire+release, each worker its own lock\n\n| dialect | workers | rowlease pairs/s | ÷ two-UPDATE pair | ÷ native lock | rowlease p99 | pair p99 | native p99 |\n|---|---|---|---|---|---|---|---|\n")
+	if len(rep.Locks) > 0 {
+		b.WriteString("## Acquire+release, each worker its own lock\n\n| dialect | workers | rowlease pairs/s | ÷ two-UPDATE pair | ÷ native lock | rowlease p99 | pair p99 | native p99 |\n|---|---|---|---|---|---|---|---|\n")
+	}
 	find := func(d, k string, w int) *lockPoint {
 		for i := range rep.Locks {
 			if p := &rep.Locks[i]; p.Dialect == d && p.Kind == k && p.Workers == w {
@@ -427,7 +433,9 @@ func summary(rep report) string {
 			fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %s | %s | %s |\n", d, pt.Workers, pt.PerSec, ratio(pair), ratio(native), p99(&pt), p99(pair), p99(native))
 		}
 	}
-	b.WriteString("\n## Heartbeat: statements (round trips) per interval\n\n| dialect | runs in flight | batched | one heartbeat per run | ratio |\n|---|---|---|---|---|\n")
+	if len(rep.Heartbeat) > 0 {
+		b.WriteString("\n## Heartbeat: statements (round trips) per interval\n\n| dialect | runs in flight | batched | one heartbeat per run | ratio |\n|---|---|---|---|---|\n")
+	}
 	for _, d := range dialectOrder {
 		for _, bp := range rep.Heartbeat {
 			if bp.Dialect != d || !bp.Batched || bp.StepsPerRun != 0 {
@@ -442,7 +450,9 @@ func summary(rep report) string {
 		}
 	}
 	heartbeatSummary(&b, rep)
-	b.WriteString("\n## Lock path of one new request (two model rounds, one tool call)\n\n| dialect | p50 | p90 | p99 | statements (side effect included) |\n|---|---|---|---|---|\n")
+	if len(rep.LockPath) > 0 {
+		b.WriteString("\n## Lock path of one new request (two model rounds, one tool call)\n\n| dialect | p50 | p90 | p99 | statements (side effect included) |\n|---|---|---|---|---|\n")
+	}
 	for _, d := range dialectOrder {
 		for _, pt := range rep.LockPath {
 			if pt.Dialect == d {
@@ -451,6 +461,7 @@ func summary(rep report) string {
 		}
 	}
 	flowSummary(&b, rep)
+	networkSummary(&b, rep)
 	mysqlDSNSummary(&b, rep)
 	return b.String()
 }
@@ -518,4 +529,53 @@ func heartbeatSummary(b *strings.Builder, rep report) {
 		}
 		fmt.Fprintf(b, " %s |\n", step)
 	}
+}
+
+// networkChart draws, for dialect d, the library's messages per second
+// divided by the article design's against the round-trip time, a line per
+// concurrency, with the goal of 2.5 (flow-network-d.svg).
+func networkChart(dir, d string, pts []networkPoint) error {
+	means := networkMeans(pts)
+	bySessions := map[int]plotter.XYs{}
+	var order []int
+	for _, p := range pts {
+		if p.Dialect != d || p.Kind != flowLibrary || p.Round != 0 {
+			continue
+		}
+		l := means[networkKey(d, p.RTTMicros, flowLibrary, p.Sessions)]
+		a := means[networkKey(d, p.RTTMicros, flowArticle, p.Sessions)]
+		if l == nil || a == nil || a.perSec == 0 {
+			continue
+		}
+		if _, ok := bySessions[p.Sessions]; !ok {
+			order = append(order, p.Sessions)
+		}
+		bySessions[p.Sessions] = append(bySessions[p.Sessions], plotter.XY{X: float64(p.RTTMicros) / 1000, Y: l.perSec / a.perSec})
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	slices.Sort(order)
+	p := newPlot("rowlease ÷ article, messages per second, "+dialectTitle[d]+", with a network",
+		"round-trip time added to the database (ms)", "rowlease ÷ article")
+	var args []any
+	for _, s := range order {
+		xy := bySessions[s]
+		sort.Slice(xy, func(i, j int) bool { return xy[i].X < xy[j].X })
+		label := fmt.Sprintf("%d sessions", s)
+		if s == 1 {
+			label = "1 session"
+		}
+		args = append(args, label, xy)
+	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return err
+	}
+	goal := plotter.NewFunction(func(float64) float64 { return 2.5 })
+	goal.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+	p.Add(goal)
+	p.Legend.Add("goal 2.5", goal)
+	p.Y.Min = 0
+	p.Y.Max = max(p.Y.Max, 2.5) * 1.4 // room for the legend above the lines
+	return p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "flow-network-"+d+".svg"))
 }

@@ -30,6 +30,13 @@ func fresh(ctx context.Context, d lease.Dialect, c *countdb.Counter) (*sqlx.DB, 
 // freshWith is fresh with tweak applied to a MySQL pool's configuration
 // (after the defaults of the report: parseTime, interpolateParams).
 func freshWith(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak func(*mysql.Config)) (*sqlx.DB, func(), error) {
+	return freshVia(ctx, d, c, tweak, "")
+}
+
+// freshVia is freshWith whose pool dials via (host:port, a delaying
+// proxy of the server; "" dials the server itself). The database is
+// created and dropped on a direct connection.
+func freshVia(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak func(*mysql.Config), via string) (*sqlx.DB, func(), error) {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "rl_bench_" + hex.EncodeToString(b)
@@ -74,6 +81,9 @@ func freshWith(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak f
 			return nil, nil, err
 		}
 		cfg.DBName, cfg.ParseTime, cfg.InterpolateParams = name, true, true
+		if via != "" {
+			cfg.Addr = via
+		}
 		if tweak != nil {
 			tweak(cfg)
 		}
@@ -108,6 +118,9 @@ func freshWith(ctx context.Context, d lease.Dialect, c *countdb.Counter, tweak f
 		// server's share of a run can be told apart.
 		q.Set("application_name", "rowlease-bench")
 		u.RawQuery = q.Encode()
+		if via != "" {
+			u.Host = via
+		}
 		db, err := open("pgx", u.String())
 		if err != nil {
 			return nil, nil, err

@@ -20,6 +20,12 @@
 //     alone in one transaction, no lock), with p50/p99 latency,
 //     statements and round trips per message and the client's CPU per
 //     message (-flow-point, -flow-sessions size it);
+//   - with a network: the same three designs end to end on MariaDB and
+//     PostgreSQL, the pool dialling a proxy that delays every chunk by
+//     half a round-trip time each way (-network-rtts, 0.2, 0.5 and 1 ms,
+//     and 0: loopback, in the same run;
+//     -network-sessions, 1, 16 and 64), in two rounds, the designs in one
+//     order and then the reverse;
 //   - MySQL: the library's acquire+release pair, and one new message
 //     through Runner.Handle, with interpolateParams=true in the DSN, with
 //     go-sql-driver's default DSN (interpolateParams off), and with the
@@ -61,7 +67,9 @@ func main() {
 	from := flag.String("from", "", "draw the charts of this report.json instead of measuring")
 	flowPoint := flag.Duration("flow-point", time.Second, "measuring time of one end-to-end throughput point (messages per second)")
 	flowSessions := flag.String("flow-sessions", "1,4,16,64,256", "concurrent sessions of the end-to-end throughput points")
-	only := flag.String("only", "", "measure only these parts, comma-separated: locks, heartbeat, lockpath, flow, mysqldsn (default all)")
+	only := flag.String("only", "", "measure only these parts, comma-separated: locks, heartbeat, lockpath, flow, network, mysqldsn (default all)")
+	networkRTTs := flag.String("network-rtts", "0,0.2ms,0.5ms,1ms", "round-trip times of the network points (MySQL and PostgreSQL through a delaying proxy; 0: loopback, no proxy)")
+	networkSessions := flag.String("network-sessions", "1,16,64", "concurrent sessions of the network points")
 	flowKindsFlag := flag.String("flow-kinds", "", "measure only these designs end to end, comma-separated: rowlease, article, floor (default all)")
 	flowProfile := flag.String("flow-cpuprofile", "", "write a CPU profile of each design's end-to-end points to PREFIX-<dialect>-<design>.prof")
 	flag.Parse()
@@ -104,8 +112,17 @@ func main() {
 	if err != nil {
 		log.Fatalf("-flow-sessions: %v", err)
 	}
+	rtts, err := parseDurations(*networkRTTs)
+	if err != nil {
+		log.Fatalf("-network-rtts: %v", err)
+	}
+	netSessions, err := parseInts(*networkSessions)
+	if err != nil {
+		log.Fatalf("-network-sessions: %v", err)
+	}
 	if *quick {
 		sessions, *flowPoint = []int{1, 16}, 300*time.Millisecond
+		rtts, netSessions = rtts[len(rtts)-1:], []int{1, 16}
 	}
 	want := func(part string) bool {
 		return *only == "" || slices.Contains(strings.Split(*only, ","), part)
@@ -179,6 +196,27 @@ func main() {
 			rep.Throughput = append(rep.Throughput, pts...)
 		}
 	}
+	for _, d := range dialects {
+		if !want("network") || d == lease.SQLite {
+			continue
+		}
+		var kinds []string
+		for _, k := range flowKinds {
+			if wantFlow(*flowKindsFlag, k) {
+				kinds = append(kinds, k)
+			}
+		}
+		pts, err := measureNetwork(ctx, d, rtts, netSessions, *flowPoint, kinds)
+		if err != nil {
+			log.Fatalf("%s network: %v", d, err)
+		}
+		for _, p := range pts {
+			log.Printf("network %-8s rtt %-6v (ping %v) round %d %-17s x%-3d %7.0f msg/s  p50 %v p99 %v  %.1f round trips", d,
+				time.Duration(p.RTTMicros)*time.Microsecond, time.Duration(p.PingMicros)*time.Microsecond, p.Round, p.Kind, p.Sessions, p.PerSec,
+				time.Duration(p.P50Micros)*time.Microsecond, time.Duration(p.P99Micros)*time.Microsecond, p.RoundTrips)
+		}
+		rep.Network = append(rep.Network, pts...)
+	}
 	if want("mysqldsn") && slices.Contains(dialects, lease.MySQL) {
 		pts, flow, err := measureMySQLDSN(ctx, *point, *flowPoint)
 		if err != nil {
@@ -217,6 +255,7 @@ type report struct {
 	Throughput        []throughputPoint
 	MySQLDSN          []mysqlDSNPoint
 	MySQLDSNFlow      []throughputPoint // one new message under each MySQL setting
+	Network           []networkPoint    // the end-to-end designs with the server a round trip away
 }
 
 // wantFlow reports whether the -flow-kinds list (empty: all) names kind,

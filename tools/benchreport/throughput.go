@@ -80,6 +80,12 @@ type message func(ctx context.Context, s, n int) error
 // on one fresh database (so the tables grow across the points of one kind
 // alike for every kind).
 func measureThroughput(ctx context.Context, d lease.Dialect, kind string, sessions []int, dur time.Duration) ([]throughputPoint, error) {
+	return measureThroughputVia(ctx, d, kind, sessions, dur, "")
+}
+
+// measureThroughputVia is measureThroughput with the pool dialling via
+// (a delaying proxy of the server; "" for the server itself).
+func measureThroughputVia(ctx context.Context, d lease.Dialect, kind string, sessions []int, dur time.Duration, via string) ([]throughputPoint, error) {
 	c := &countdb.Counter{}
 	var tweak func(*mysql.Config)
 	switch kind {
@@ -90,7 +96,7 @@ func measureThroughput(ctx context.Context, d lease.Dialect, kind string, sessio
 	case flowLibraryNoInterp, flowLibraryPrepared:
 		tweak = func(cfg *mysql.Config) { cfg.InterpolateParams = false }
 	}
-	db, done, err := freshWith(ctx, d, c, tweak)
+	db, done, err := freshVia(ctx, d, c, tweak, via)
 	if err != nil {
 		return nil, err
 	}
