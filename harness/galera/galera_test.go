@@ -302,3 +302,118 @@ func pause(d time.Duration) {
 	defer t.Stop()
 	<-t.C
 }
+
+// TestWaitsAcrossNodes: runs that stop to wait for a person on the
+// cluster. Each message is sent through one Runner and stops at its wait;
+// the same answer is then sent through both Runners at once (clients
+// spread per connection and per statement, Options.MultiPrimary): every
+// answer gets the run's reply, the booking before the wait and the
+// approved one commit once per message, and no caller sees a raw
+// deadlock or certification failure.
+func TestWaitsAcrossNodes(t *testing.T) {
+	cfgs := galera.Database(t, nil)
+	ctx := ctxT(t)
+	setup := galera.OpenNode(t, cfgs, 0)
+	require.NoError(t, schema.Apply(ctx, setup, lease.MySQL))
+	_, err := setup.ExecContext(ctx, "CREATE TABLE ledger (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, request_id VARCHAR(64) NOT NULL, kind VARCHAR(16) NOT NULL) ENGINE=InnoDB")
+	require.NoError(t, err)
+	galera.Sync(t, cfgs)
+	tools := toolexec.NewRegistry()
+	require.NoError(t, tools.Register("book", func(ctx context.Context, x toolexec.Exec) (json.RawMessage, error) {
+		var args struct {
+			Kind string `json:"kind"`
+		}
+		if err := json.Unmarshal(x.Canonical, &args); err != nil {
+			return nil, err
+		}
+		_, err := x.Tx.ExecContext(ctx, "INSERT INTO ledger (request_id, kind) VALUES (?, ?)", x.Call.RequestID, args.Kind)
+		return json.RawMessage(`{"ok":true}`), err
+	}))
+	agent := func(ctx context.Context, run *request.Run) (request.Answer, error) {
+		if _, err := run.CallTool(ctx, "book", json.RawMessage(`{"kind":"deposit"}`)); err != nil {
+			return request.Answer{}, err
+		}
+		ok, err := request.Await[bool](ctx, run, "approve", "book it?")
+		if err != nil {
+			return request.Answer{}, err
+		}
+		if !ok {
+			return request.Answer{Reply: "denied"}, nil
+		}
+		if _, err := run.CallTool(ctx, "book", json.RawMessage(`{"kind":"approved"}`)); err != nil {
+			return request.Answer{}, err
+		}
+		return request.Answer{Reply: "booked"}, nil
+	}
+	runners := make([]*request.Runner, 2)
+	for i, s := range spreads {
+		runners[i], err = request.New(request.Config{DB: galera.Open(t, cfgs, s), Dialect: lease.MySQL, TTL: 5 * time.Second,
+			Tools: tools, Agent: agent, Session: session.Config{AutoCreate: true}, Lease: lease.Options{MultiPrimary: true}})
+		require.NoError(t, err)
+	}
+	// retry sends f until it is answered, resending after the conflicts a
+	// client resends after.
+	retry := func(what string, f func() (request.Outcome, error)) (request.Outcome, bool) {
+		for attempt := 0; attempt < 200; attempt++ {
+			out, err := f()
+			switch {
+			case err == nil:
+				return out, true
+			case lease.IsTransient(err):
+				t.Errorf("%s: raw victim: %v", what, err)
+				return out, false
+			case errors.As(err, new(*session.BusyError)), errors.Is(err, request.ErrInFlight), errors.As(err, new(*toolexec.BusyError)):
+			default:
+				t.Errorf("%s: %v", what, err)
+				return out, false
+			}
+			pause(time.Duration(5+rand.IntN(20)) * time.Millisecond)
+		}
+		t.Errorf("%s: no answer after 200 sends", what)
+		return request.Outcome{}, false
+	}
+	const messages = 24
+	var wg sync.WaitGroup
+	for m := range messages {
+		wg.Go(func() {
+			sid, cid := fmt.Sprint("s", m), "m"
+			out, ok := retry(sid+" message", func() (request.Outcome, error) {
+				return runners[m%2].Handle(ctx, request.Message{SessionKey: sid, ClientRequestID: cid, Content: "rent"}, nil)
+			})
+			if !ok {
+				return
+			}
+			if !assert.NotNil(t, out.Waiting, "%s waits", sid) {
+				return
+			}
+			approve := m%3 != 0
+			want := map[bool]string{true: "booked", false: "denied"}[approve]
+			var both sync.WaitGroup
+			for _, r := range runners {
+				both.Go(func() {
+					out, ok := retry(sid+" answer", func() (request.Outcome, error) {
+						return r.Answer(ctx, sid, cid, "approve", approve)
+					})
+					if ok {
+						assert.Equal(t, want, out.Reply, "%s: both answers get the run's reply", sid)
+					}
+				})
+			}
+			both.Wait()
+		})
+	}
+	wg.Wait()
+	var rows []struct {
+		Kind string `db:"kind"`
+		N    int    `db:"n"`
+	}
+	require.NoError(t, setup.SelectContext(ctx, &rows, engine.SyncWait("SELECT kind, COUNT(*) AS n FROM ledger GROUP BY request_id, kind")))
+	perKind := map[string]int{}
+	for _, r := range rows {
+		assert.Equal(t, 1, r.N, "%s bookings of one request", r.Kind)
+		perKind[r.Kind]++
+	}
+	t.Logf("%d messages waited and were answered twice at once across nodes: %v", messages, perKind)
+	assert.Equal(t, messages, perKind["deposit"])
+	assert.Equal(t, messages-messages/3, perKind["approved"])
+}
