@@ -98,10 +98,10 @@
 // database error (row 2), an unknown external outcome (row 13), a taken
 // effect key (row 14) or a tool that wrote outside its transaction (row
 // 15) inside ErrAgentFailed says more than "the agent failed", so they
-// come first. A taken effect key (*toolexec.KeyTakenError) is a client
-// request id used again after its request row was deleted (by hand: the
-// sweeper keeps a tombstone): the resent message makes a call whose key,
-// derived from the client request id, is the old request's call. Nothing
+// come first. A taken effect key (*toolexec.KeyTakenError) is a call whose
+// key, derived from the client request id, is the call of another request
+// that still exists (rows written by hand: a call whose request is gone is
+// adopted by the new request instead, see package toolexec). Nothing
 // was performed, and a resend with the same id derives the same key, so it
 // is a 409 without Retry-After, before row 24 (it also matches
 // lease.ErrExists); the client's move is a new client request id. In

@@ -149,12 +149,14 @@ func TestProblemForRealErrors(t *testing.T) {
 	})
 }
 
-// A client request id used again after its request row was deleted (by
-// hand: the sweeper keeps a tombstone) makes the old request's call again:
-// its effect key, derived from the client request id, is the old call's,
-// so toolexec refuses it with *KeyTakenError and nothing acts. The agent
-// returns that error: a 409 effect-key-taken, final (no Retry-After), not
-// a 500, and the detail names neither the key nor the old request.
+// A client request id used again after its request row was moved to
+// another client request id by hand makes the old request's call again:
+// its effect key, derived from the client request id, is the call of a
+// request that still exists, so toolexec refuses it with *KeyTakenError
+// and nothing acts. (A call whose request is gone is adopted instead.)
+// The agent returns that error: a 409 effect-key-taken, final (no
+// Retry-After), not a 500, and the detail names neither the key nor the
+// old request.
 func TestProblemForEffectKeyTaken(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		ctx := context.Background()
@@ -179,7 +181,8 @@ func TestProblemForEffectKeyTaken(t *testing.T) {
 		msg := request.Message{SessionKey: "s", ClientRequestID: "c-1", Content: "tell them"}
 		first, err := r.Handle(ctx, msg, agent)
 		require.NoError(t, err)
-		_, err = db.ExecContext(ctx, d.Rebind("DELETE FROM "+schema.RequestTable+" WHERE "+schema.ColID+" = ?"), first.RequestID)
+		_, err = db.ExecContext(ctx, d.Rebind("UPDATE "+schema.RequestTable+" SET "+schema.ColClientRequestID+" = ? WHERE "+
+			schema.ColID+" = ?"), "c-1-moved", first.RequestID)
 		require.NoError(t, err)
 
 		_, err = r.Handle(ctx, msg, agent)

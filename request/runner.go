@@ -280,7 +280,8 @@ func New(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Table: cfg.ToolExecutionTable, Lease: cfg.Lease})
+	tools, err := toolexec.New(toolexec.Config{Dialect: cfg.Dialect, Table: cfg.ToolExecutionTable, Lease: cfg.Lease,
+		RequestTable: cfg.RequestTable})
 	if err != nil {
 		return nil, err
 	}

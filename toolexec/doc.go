@@ -235,9 +235,12 @@
 //     is written.
 //   - ErrUnknownTool: the name is not registered; nothing is written.
 //   - *KeyTakenError (lease.ErrExists): the key derived
-//     from the client request id is another request's call — the client
-//     request id was used again after its request row was deleted.
-//     Nothing is written and nothing acts. A request id that belongs to
+//     from the client request id is the call of another request that
+//     still exists (rows written by hand). Nothing is written and nothing
+//     acts. A call of a request that no longer exists (an asynchronous
+//     failover's lost tail took the request row, and its run went on
+//     against the new primary) is adopted instead: its row moves to the
+//     new request, keeping its id, state and result. A request id that belongs to
 //     another session gives an error matching lease.ErrExists too.
 //   - A commit error means the outcome is unknown; a retry of the same call
 //     finds either the success or a call to take over.

@@ -54,15 +54,24 @@ func ExecutionID(sessionKey, clientRequestID, tool, argsHash string, occurrence 
 }
 
 // *KeyTakenError means the id a call derives from its client request id
-// (ExecutionID) is already the id of a call of another request: the same
-// session, client request id, tool, arguments and occurrence, under a
-// request id that is not this call's. The library makes one request per
-// (session key, client request id), so this happens only when a client
-// request id is used again after its request row was deleted (by hand:
-// the sweeper keeps a tombstone), or when a request's tool calls were
-// written with another idempotency key. Nothing is written and nothing acts: acting under that
-// key would be answered, by a remote side that honours it, with the other
-// request's outcome. The error is a *KeyTakenError.
+// (ExecutionID) is already the id of a call of another request that
+// still exists: the same session, client request id, tool, arguments and
+// occurrence, under a request id that is not this call's. Nothing is
+// written and nothing acts: acting under that key would be answered, by a
+// remote side that honours it, with the other request's outcome. The
+// error is a *KeyTakenError.
+//
+// A call whose request no longer exists is not in the way: the library
+// makes one request per (session key, client request id), so such a
+// request was lost with a tail of commits that an asynchronous failover
+// dropped (its run went on against the new primary, where its tool
+// call's row was inserted without it) or deleted by hand. Its call is
+// adopted (adopt): the row moves to the new request, keeping its id, its
+// state and its stored result, and the call goes on from there — a
+// succeeded call's result is returned, a started external effect is
+// acted again under the same key, which the remote side deduplicates.
+// Its effect in the database, if any, cannot have committed: it is fenced
+// by the request's lease, whose row did not exist.
 //
 // KeyTakenError reports a call whose derived id (its effect key) is
 // another request's call. It matches lease.ErrExists, as a call whose
@@ -105,4 +114,31 @@ func (s *Store) notThisCall(ctx context.Context, db Beginner, call Call, key str
 	// The insert hit the (request, tool, arguments, occurrence) key, but
 	// not under this session: the request id belongs to another session.
 	return fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
+}
+
+// adopt moves the call under key to the new request of call when the
+// request it names no longer exists in the request table (see
+// *KeyTakenError): one conditional UPDATE, within the call's session.
+// adopted reports whether it moved; then the caller reads it as this
+// call's.
+func (s *Store) adopt(ctx context.Context, db Beginner, call Call, key, idem string) (adopted bool, err error) {
+	if call.ClientRequestID == "" {
+		return false, nil // a random id is nobody else's
+	}
+	var owner string
+	err = db.QueryRowContext(ctx, s.byIDQ, key).Scan(&owner)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("toolexec: reading the call under the effect key: %w", err)
+	case owner == call.RequestID:
+		return false, nil
+	}
+	res, err := db.ExecContext(ctx, s.adoptQ, call.RequestID, idem, key, call.SessionKey, owner, owner)
+	if err != nil {
+		return false, fmt.Errorf("toolexec: adopting the call of a request that no longer exists: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return err == nil && n == 1, err
 }

@@ -124,10 +124,12 @@ func TestEffectKeyRandomWithoutAClientRequestID(t *testing.T) {
 	})
 }
 
-// TestEffectKeyTakenByAnotherRequest: a client request id used again for
-// a new request while the old request's call is still there (its request
-// row deleted) gets *KeyTakenError, which also matches lease.ErrExists:
-// nothing is written and nothing acts.
+// TestEffectKeyTakenByAnotherRequest: a call whose derived id is the id
+// of a call of another request that still exists (here a request row
+// written under another client request id, which only a hand can do) gets
+// *KeyTakenError, which also matches lease.ErrExists: nothing is written
+// and nothing acts. (A call of a request that no longer exists is
+// adopted: TestEffectKeyOfALostRequestAdopted.)
 func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db)
@@ -161,6 +163,41 @@ func TestEffectKeyTakenByAnotherRequest(t *testing.T) {
 		_, err = e.store.Execute(ctx, db, call, e.opts(f, ttl), e.ledger)
 		assert.ErrorAs(t, err, new(*toolexec.KeyTakenError))
 		assert.Equal(t, 0, e.ledgerRows(t))
+	})
+}
+
+// TestEffectKeyOfALostRequestAdopted: a call whose derived id is held by
+// a call of a request that no longer exists (a tail an asynchronous
+// failover lost, while the run went on against the new primary) is
+// adopted by the new request: its row moves to it, keeping its id, and a
+// succeeded external effect's result comes back without acting again.
+func TestEffectKeyOfALostRequestAdopted(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *sqlx.DB) {
+		e := newEnv(t, db)
+		ctx := bg(t)
+		c := keyCall{session: "s1", client: "c-1", tool: "pay", args: `{"a":35}`}
+		first, err := e.actUnder(t, e.store, c)
+		require.NoError(t, err)
+		var owner string
+		require.NoError(t, db.GetContext(ctx, &owner, db.Rebind("SELECT request_id FROM "+schema.ToolExecutionTable+" WHERE id = ?"), first))
+		_, err = db.ExecContext(ctx, db.Rebind("DELETE FROM "+schema.RequestTable+" WHERE id = ?"), owner)
+		require.NoError(t, err)
+
+		f := e.newFlow(t, c.session, ttl)
+		call := toolexec.Call{SessionKey: c.session, RequestID: f.requestID, ClientRequestID: c.client, Tool: c.tool, Arguments: json.RawMessage(c.args)}
+		acted := false
+		res, err := e.store.ExecuteExternal(ctx, db, call, e.opts(f, ttl), toolexec.ExternalOptions{},
+			func(ctx context.Context, x toolexec.External) (json.RawMessage, error) {
+				acted = true
+				return nil, nil
+			})
+		require.NoError(t, err)
+		assert.True(t, res.Reused, "the stored result of the effect that happened")
+		assert.Equal(t, first, res.ExecutionID, "the same call, under the same effect key")
+		assert.False(t, acted)
+		require.NoError(t, db.GetContext(ctx, &owner, db.Rebind("SELECT request_id FROM "+schema.ToolExecutionTable+" WHERE id = ?"), first))
+		assert.Equal(t, f.requestID, owner, "the call belongs to the new request now")
+		assert.Equal(t, 1, e.count(t, schema.ToolExecutionTable))
 	})
 }
 

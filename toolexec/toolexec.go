@@ -169,14 +169,20 @@ type Config struct {
 	Table string
 	// Lease are the lease options.
 	Lease lease.Options
+	// RequestTable is the request table of the calls' requests (package
+	// request's; empty means the shipped one): a call whose derived id
+	// (ExecutionID) is held by a call of a request that no longer exists
+	// there is adopted by the new request (see Store.Execute).
+	RequestTable string
 }
 
 // Store keeps tool executions. It is safe for concurrent use.
 type Store struct {
-	l     *lease.Lease[string]
-	findQ string
-	byIDQ string         // the request of the call with an id (notThisCall)
-	obs   lease.Observer // from Config.Lease.Observer; nil costs nothing
+	l      *lease.Lease[string]
+	findQ  string
+	byIDQ  string         // the request of the call with an id (notThisCall)
+	adoptQ string         // a call of a request that no longer exists, taken by this one (adopt)
+	obs    lease.Observer // from Config.Lease.Observer; nil costs nothing
 }
 
 // New validates cfg and returns a Store.
@@ -199,7 +205,25 @@ func New(cfg Config) (*Store, error) {
 	find := "SELECT id, status, COALESCE(result, ''), generation FROM " + engine.QuotedTable(t, cfg.Dialect) +
 		" WHERE session_key = ? AND idempotency_key = ? AND " + schema.ColOccurrence + " = ?"
 	byID := "SELECT request_id FROM " + engine.QuotedTable(t, cfg.Dialect) + " WHERE id = ?"
-	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), byIDQ: cfg.Dialect.Rebind(byID), obs: cfg.Lease.Observer}, nil
+	reqName := cfg.RequestTable
+	if reqName == "" {
+		reqName = schema.RequestTable
+	}
+	rt, err := lease.NewTable(reqName, lease.Columns{Key: schema.ColID, Holder: schema.ColHolder, Token: schema.ColToken,
+		ExpiresAt: schema.ColExpiresAt, Generation: schema.ColGeneration})
+	if err != nil {
+		return nil, err
+	}
+	// The call's row moves to the new request only while the request it
+	// names is absent from the request table (a tail an asynchronous
+	// failover lost, or a row deleted by hand), and only within its
+	// session: an absent request can never write the row again, as every
+	// write of a call is fenced by its request's lease.
+	adopt := "UPDATE " + engine.QuotedTable(t, cfg.Dialect) + " SET " + schema.ColRequestID + " = ?, " +
+		schema.ColIdempotencyKey + " = ? WHERE id = ? AND " + schema.ColSessionKey + " = ? AND " + schema.ColRequestID +
+		" = ? AND NOT EXISTS (SELECT 1 FROM " + engine.QuotedTable(rt, cfg.Dialect) + " r WHERE r." + schema.ColID + " = ?)"
+	return &Store{l: l, findQ: cfg.Dialect.Rebind(find), byIDQ: cfg.Dialect.Rebind(byID), adoptQ: cfg.Dialect.Rebind(adopt),
+		obs: cfg.Lease.Observer}, nil
 }
 
 // Lease returns the underlying lease.
@@ -467,6 +491,13 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		var generation int64
 		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem, call.Occurrence).Scan(&id, &status, &result, &generation)
 		if errors.Is(err, sql.ErrNoRows) {
+			adopted, aerr := s.adopt(ctx, db, call, key, idem)
+			if aerr != nil {
+				return Grant{}, false, nil, aerr
+			}
+			if adopted {
+				continue // now this call's: read it, and take it as it stands
+			}
 			return Grant{}, false, nil, s.notThisCall(ctx, db, call, key, dup)
 		}
 		if err != nil {
