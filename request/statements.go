@@ -172,9 +172,9 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 	// runs to resume, due or not yet (a new message must not run while a
 	// dead run of the session waits out its grace), and a request that
 	// waits for an answer (an interrupting message stops it first).
-	waiting := "((" + queued + ") OR (" + resumable + ") OR " + schema.ColStatus + " = " + lit(schema.StoredWaiting) + ")"
-	s.ahead = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + waiting)
-	s.aheadInterrupt = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + waiting +
+	before := "((" + queued + ") OR (" + resumable + ") OR " + schema.ColStatus + " = " + lit(schema.StoredWaiting) + ")"
+	s.ahead = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + before)
+	s.aheadInterrupt = d.Rebind("SELECT COUNT(*) FROM " + tq + " WHERE " + schema.ColSessionKey + " = ? AND " + before +
 		" AND (" + schema.ColStatus + " <> " + lit(schema.StoredQueued) + " OR " + schema.ColOnBusy + " = " +
 		lit(Interrupt.String()) + ")")
 	s.stats = d.Rebind("SELECT COUNT(CASE WHEN " + schema.ColStatus + " = " + lit(schema.StoredQueued) + " THEN 1 END), " +

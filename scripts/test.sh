@@ -399,7 +399,10 @@ else
     # The tests sized by time or with wide deadlines say how long they took:
     # print that, and the slowest cases, so a run on a slow machine shows
     # where its time went.
-    grep -hE '(ops in [0-9]+ rounds|runs in flight:)' "$log_file" | sed -E 's/^ +//' || true
+    # And the figures the tests measure: waiting requests' cost per
+    # heartbeat interval, and where the kill test of waits landed its kills.
+    grep -hE '(ops in [0-9]+ rounds|runs in flight:|waiting requests, [0-9]+ heartbeat intervals:|chaos summary wait )' "$log_file" \
+        | sed -E 's/^ +//' | cut -c1-400 || true
     log "slowest cases:"
     grep -hE -- '^ *--- (PASS|FAIL): [^ ]+ \([0-9.]+s\)' "$log_file" \
         | sed -E 's/^ *--- (PASS|FAIL): ([^ ]+) \(([0-9.]+)s\)/\3 \2 \1/' \

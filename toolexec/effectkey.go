@@ -96,49 +96,35 @@ func (e *KeyTakenError) Error() string {
 // Unwrap returns the insert's duplicate-key error (lease.ErrExists).
 func (e *KeyTakenError) Unwrap() error { return e.Err }
 
-// notThisCall explains an insert that hit a unique key when no call of
-// this session has the call's idempotency key: the derived id is another
-// request's call (*KeyTakenError), or the request id belongs to another
-// session. dup is the insert's error.
-func (s *Store) notThisCall(ctx context.Context, db Beginner, call Call, key string, dup error) error {
-	if call.ClientRequestID != "" {
-		var requestID string
-		err := db.QueryRowContext(ctx, s.byIDQ, key).Scan(&requestID)
-		switch {
-		case err == nil:
-			return &KeyTakenError{Tool: call.Tool, EffectKey: key, RequestID: requestID, Err: dup}
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("toolexec: reading the call under the effect key: %w", err)
-		}
-	}
-	// The insert hit the (request, tool, arguments, occurrence) key, but
-	// not under this session: the request id belongs to another session.
-	return fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
-}
-
-// adopt moves the call under key to the new request of call when the
-// request it names no longer exists in the request table (see
-// *KeyTakenError): one conditional UPDATE, within the call's session.
-// adopted reports whether it moved; then the caller reads it as this
-// call's.
-func (s *Store) adopt(ctx context.Context, db Beginner, call Call, key, idem string) (adopted bool, err error) {
+// adopt deals with an insert that hit a unique key when no call of this
+// session has the call's idempotency key (dup is the insert's error). The
+// derived id (key) is another request's call: when the request it names
+// no longer exists in the request table (see *KeyTakenError), one
+// conditional UPDATE, within the call's session, moves it to call's
+// request, and adopted is true: the caller reads it as this call's. When
+// that request still exists, err is a *KeyTakenError. Without a derived
+// id, or when no call has it, the insert hit the (request, tool,
+// arguments, occurrence) key under another session: the request id
+// belongs to another session (lease.ErrExists).
+func (s *Store) adopt(ctx context.Context, db Beginner, call Call, key, idem string, dup error) (adopted bool, err error) {
+	otherSession := fmt.Errorf("%w: the call exists under another session key", lease.ErrExists)
 	if call.ClientRequestID == "" {
-		return false, nil // a random id is nobody else's
+		return false, otherSession // a random id is nobody else's
 	}
 	var owner string
 	err = db.QueryRowContext(ctx, s.byIDQ, key).Scan(&owner)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
+		return false, otherSession
 	case err != nil:
 		return false, fmt.Errorf("toolexec: reading the call under the effect key: %w", err)
-	case owner == call.RequestID:
-		return false, nil
 	}
 	res, err := db.ExecContext(ctx, s.adoptQ, call.RequestID, idem, key, call.SessionKey, owner, owner)
 	if err != nil {
 		return false, fmt.Errorf("toolexec: adopting the call of a request that no longer exists: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return err == nil && n == 1, err
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err == nil, err
+	}
+	return false, &KeyTakenError{Tool: call.Tool, EffectKey: key, RequestID: owner, Err: dup}
 }

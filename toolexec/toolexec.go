@@ -180,7 +180,7 @@ type Config struct {
 type Store struct {
 	l      *lease.Lease[string]
 	findQ  string
-	byIDQ  string         // the request of the call with an id (notThisCall)
+	byIDQ  string         // the request of the call with an id (adopt)
 	adoptQ string         // a call of a request that no longer exists, taken by this one (adopt)
 	obs    lease.Observer // from Config.Lease.Observer; nil costs nothing
 }
@@ -491,14 +491,11 @@ func (s *Store) claim(ctx context.Context, db Beginner, call Call, hash string, 
 		var generation int64
 		err := db.QueryRowContext(ctx, s.findQ, call.SessionKey, idem, call.Occurrence).Scan(&id, &status, &result, &generation)
 		if errors.Is(err, sql.ErrNoRows) {
-			adopted, aerr := s.adopt(ctx, db, call, key, idem)
-			if aerr != nil {
-				return Grant{}, false, nil, aerr
-			}
+			adopted, aerr := s.adopt(ctx, db, call, key, idem, dup)
 			if adopted {
 				continue // now this call's: read it, and take it as it stands
 			}
-			return Grant{}, false, nil, s.notThisCall(ctx, db, call, key, dup)
+			return Grant{}, false, nil, aerr
 		}
 		if err != nil {
 			return Grant{}, false, nil, fmt.Errorf("toolexec: reading the existing call: %w", err)
