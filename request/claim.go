@@ -145,11 +145,14 @@ type claimer interface {
 }
 
 // newClaimer returns the claimer of r's dialect: one statement where
-// PostgreSQL allows it (atOnceClaimer), a transaction elsewhere
-// (txClaimer).
+// PostgreSQL allows it (atOnceClaimer), two autocommit statements on
+// MySQL (requestFirstClaimer), a transaction on SQLite (txClaimer).
 func newClaimer(r *Runner) claimer {
-	if r.cfg.Dialect == lease.Postgres {
+	switch r.cfg.Dialect {
+	case lease.Postgres:
 		return atOnceClaimer{r}
+	case lease.MySQL:
+		return requestFirstClaimer{r}
 	}
 	return txClaimer{r}
 }
@@ -198,6 +201,89 @@ func (a atOnceClaimer) first(ctx context.Context, msg Message, holder string) (s
 	// Not taken: the session is busy or has no lock row, and the request
 	// did not exist. The transaction answers.
 	return step{claim: &claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder, tried: true}}, nil
+}
+
+// requestFirstClaimer takes a new message with OnBusy Reject on MySQL in
+// two autocommit statements, no transaction and no read before them: the
+// request is inserted first, born held by its run, and then the session
+// taken in the request's name. Where the claim's transaction costs five
+// round trips (the read, BEGIN, two writes, COMMIT), this costs two, which
+// is what a message pays across a network.
+//
+// The request first, so that a duplicate is refused at once and told
+// apart: its insert fails on the (session, client request id) key, having
+// written nothing, and answer reads the request that exists (a replay
+// costs that failed insert and the read). The session first would leave a
+// window, between the two writes, in which a duplicate found the session
+// held and no request, and was refused as session-busy, not in flight.
+//
+// Between the two writes the request is processing and held, with no
+// session: a resend of it is in flight (as it is a moment later), and a
+// process that dies there leaves a request whose lease expires with no
+// session held, which is resumed like any dead run. When the session is
+// busy (or has no lock row) the request is deleted again, token-checked,
+// and the answer is the transaction's path: a busy session reads the
+// request once more (a duplicate may have been inserted since) and
+// refuses the message; a missing lock row goes to claimNew (withSession,
+// Session.AutoCreate). Queue and Interrupt messages read the messages
+// ahead between the session and the request, and keep the transaction.
+type requestFirstClaimer struct{ r *Runner }
+
+// first inserts the request and takes the session, for a Reject message;
+// for the others it leaves the read to answer.
+func (q requestFirstClaimer) first(ctx context.Context, msg Message, holder string) (step, error) {
+	if msg.OnBusy != Reject {
+		return step{read: true}, nil
+	}
+	r := q.r
+	c := claim{kind: newRequest, msg: msg, id: uuid.NewString(), holder: holder}
+	g, err := r.req.Create(ctx, r.db, c.id, c.holder, r.cfg.TTL, newRow(msg))
+	switch {
+	case errors.Is(err, lease.ErrExists):
+		return step{read: true}, nil // the request exists: answer it
+	case errors.Is(err, lease.ErrInvalid):
+		return step{}, err // nothing was written
+	case err != nil:
+		// The insert's outcome is unknown: a row it made is deleted
+		// (token-checked: a row it did not make is left alone).
+		r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
+		return step{}, err
+	}
+	// The session's token is drawn here, not by the acquire, so that an
+	// acquire whose outcome is unknown can be given back, token-checked.
+	tok, err := engine.NewToken()
+	if err != nil {
+		r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
+		return step{}, err
+	}
+	sg, err := r.sessions.Lease().AcquireWith(ctx, r.db, msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{Token: tok})
+	if err == nil {
+		return step{run: &Run{r: r, msg: msg, id: c.id, holder: c.holder, sess: sg, req: g}}, nil
+	}
+	busy := errors.Is(err, lease.ErrHeld)
+	missing := errors.Is(err, lease.ErrNotFound)
+	if !busy && !missing {
+		// The acquire's outcome is unknown: the session too is given back
+		// if this request holds it.
+		r.giveBack(ctx, session.Grant{Key: msg.SessionKey, Holder: c.id, Token: tok, TTL: r.cfg.TTL}, g)
+		return step{}, err
+	}
+	// Not taken, and nothing was written to the session: the request goes
+	// again, at once. A delete that fails returns its error, and leaves
+	// the request to expire and be resumed, as a run that died there.
+	if derr := r.req.Delete(ctx, r.db, g); derr != nil && !errors.Is(derr, lease.ErrLost) {
+		return step{}, derr
+	}
+	if busy {
+		return step{read: true, busy: &session.BusyError{Key: msg.SessionKey, Err: err}}, nil
+	}
+	return step{claim: &c}, nil // no lock row: claimNew's transaction, with AutoCreate
+}
+
+// claimNew is claim's transaction, through withSession, for the messages
+// first leaves to the read and for a session without a lock row.
+func (q requestFirstClaimer) claimNew(ctx context.Context, c claim) (*Run, error) {
+	return q.r.withSession(ctx, c, q.r.claim)
 }
 
 // claimNew makes once, through withSession: a missing session row is

@@ -36,10 +36,13 @@ func (e *env) requestRows(t *testing.T, sessionKey, clientID string) int {
 
 // TestNewRequestClaimStatements: a new message (OnBusy Reject) reads its
 // request, takes its session and inserts its request in one statement with
-// no transaction on PostgreSQL; on MySQL and SQLite it reads the request,
-// then takes the session and inserts the request in a transaction of two. A message
-// of a busy session is refused (*session.BusyError) and writes nothing; the
-// same message sent again while it runs is ErrInFlight, at once.
+// no transaction on PostgreSQL; on MySQL it inserts the request and then
+// takes the session, two autocommit statements with no read; on SQLite it
+// reads the request, then takes the session and inserts the request in a
+// transaction of two. A message of a busy session is refused
+// (*session.BusyError) and leaves no request row (on MySQL its insert is
+// deleted again); the same message sent again while it runs is
+// ErrInFlight, at once.
 func TestNewRequestClaimStatements(t *testing.T) {
 	eachCounted(t, 30*time.Second, func(t *testing.T, e *env, c *countdb.Counter) {
 		ctx := bg(t)
@@ -69,6 +72,11 @@ func TestNewRequestClaimStatements(t *testing.T) {
 			assert.True(t, isAtOnceClaim(log[0]), "the find and the claim at once")
 			assert.True(t, strings.HasPrefix(log[0], "WITH rowlease_existing AS (SELECT "), log[0])
 			assert.Equal(t, int64(1), st.Statements)
+			assert.Zero(t, st.Begins)
+		} else if e.d == lease.MySQL {
+			require.Len(t, log, 2)
+			assert.True(t, strings.HasPrefix(log[0], "INSERT INTO `"+schema.RequestTable+"`"), "the request first: %s", log[0])
+			assert.True(t, strings.HasPrefix(log[1], "UPDATE `"+schema.SessionTable+"`"), "then the session: %s", log[1])
 			assert.Zero(t, st.Begins)
 		} else {
 			assert.Equal(t, int64(3), st.Statements, "the find, the session, the insert")
@@ -166,8 +174,9 @@ func (o *opNames) take() []string {
 
 // TestNewRequestClaimObserved: the claim of a new message reports the
 // session's acquire and the request's create, as the lone operations are
-// reported, on every dialect (one statement on PostgreSQL or not); a busy
-// session reports the acquire's conflict and no create.
+// reported, on every dialect (one statement on PostgreSQL or not; on MySQL
+// the create first); a busy session reports the acquire's conflict and no
+// create (on MySQL, the create and then the request's delete).
 func TestNewRequestClaimObserved(t *testing.T) {
 	each(t, func(t *testing.T, db *sqlx.DB) {
 		e := newEnv(t, db, 30*time.Second)
@@ -198,10 +207,24 @@ func TestNewRequestClaimObserved(t *testing.T) {
 			done <- err
 		}()
 		<-in
-		assert.Equal(t, []string{schema.SessionTable + ":acquire:acquired", schema.RequestTable + ":create:acquired"}, claimOps(obs.take()))
+		claimed := []string{schema.SessionTable + ":acquire:acquired", schema.RequestTable + ":create:acquired"}
+		if e.d == lease.MySQL {
+			// The request first (requestFirstClaimer).
+			claimed[0], claimed[1] = claimed[1], claimed[0]
+		}
+		assert.Equal(t, claimed, claimOps(obs.take()))
 		_, err = r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c2", Content: "y"}, answerOK)
 		require.ErrorAs(t, err, new(*session.BusyError))
-		busy := claimOps(obs.take())
+		ops := obs.take()
+		busy := claimOps(ops)
+		if e.d == lease.MySQL {
+			// Its request inserted, the session's conflict, and the
+			// request deleted again.
+			require.NotEmpty(t, busy)
+			assert.Equal(t, schema.RequestTable+":create:acquired", busy[0])
+			busy = busy[1:]
+			assert.Contains(t, ops, schema.RequestTable+":delete:ok")
+		}
 		require.NotEmpty(t, busy)
 		for _, op := range busy {
 			assert.Equal(t, schema.SessionTable+":acquire:held", op, "a busy session: its acquire's conflict, no create")

@@ -102,9 +102,18 @@
 //     neither as well, and that statement is also step 1's read: it reads
 //     the request first and writes nothing if it exists; when it does not
 //     take the session (busy, or the session's lock row missing) it wrote
-//     nothing, and the transaction above gives the answer. (MySQL and SQLite cannot write two tables in
-//     one INSERT or UPDATE, and Queue and Interrupt read the messages
-//     ahead between the two, so they keep the transaction.) Existing and
+//     nothing, and the transaction above gives the answer. On MySQL a new
+//     message with OnBusy Reject makes no read first and no transaction:
+//     it inserts the request, held by this run (a duplicate's insert is
+//     refused by the key, writes nothing, and step 2 answers it), then
+//     takes the session in the request's name, two autocommit statements.
+//     When the session is busy or has no lock row, the request is deleted
+//     again, token-checked, and the transaction's path gives the answer. A
+//     process that dies between the two leaves a request held by a run
+//     that is gone and no session: it is resumed as any dead run. (MySQL
+//     and SQLite cannot write two tables in one INSERT or UPDATE, and
+//     Queue and Interrupt read the messages ahead between the two, so
+//     they keep the transaction.) Existing and
 //     failed or stale: take the session, then the request, in one
 //     transaction. Either way both or neither: a session is never left
 //     held by a request that does not exist. One claim does this for
@@ -146,16 +155,23 @@
 // statements and one transaction (BEGIN/COMMIT, the tool's side effect),
 // 6 round trips — the read of the request and the claim are one statement
 // (engine.AcquireCreateUnless) for a new message with OnBusy Reject; on
-// MySQL and SQLite 9 statements and two transactions (the claim's and the
-// side effect's), 13 round trips: SQLite has no statement that writes two
-// tables, and on MariaDB the multi-table UPDATE costs the server more than
-// the writes one by one. A replay costs one statement and takes no lock.
+// MySQL 8 statements and one transaction (the side effect's), 10 round
+// trips — a new message with OnBusy Reject inserts its request (which
+// refuses a duplicate by its key, so no read comes first) and then takes
+// the session, two autocommit statements; on SQLite 9 statements and two
+// transactions (the claim's and the side effect's), 13 round trips:
+// SQLite has no statement that writes two tables, and a commit, not a
+// round trip, is what costs there. On MariaDB the multi-table UPDATE
+// costs the server more than the writes one by one, so the ends are sent
+// one write at a time. A replay takes no lock and writes nothing: one
+// statement (on MySQL, the refused insert and the read).
 //
 // The code follows a message's path, each file once: runner.go (Config,
 // New, Handle: the checks before any SQL, with agents.go and metadata.go,
 // then what Handle does with what begin came to), claim.go (steps 1 to 4:
 // begin; the claimer that New chose by the dialect, one statement on
-// PostgreSQL for a Reject message, a transaction elsewhere; claim, the one
+// PostgreSQL and two autocommit statements on MySQL for a Reject message,
+// a transaction elsewhere; claim, the one
 // transaction that takes a request on every path, and claimHead),
 // existing.go (a request that exists: read it, replay it or say why it
 // does not run, or hand claim.go its takeover), queue.go (the busy

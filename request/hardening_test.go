@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,10 +62,12 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 	cases := []struct {
 		name string
 		pick func() func(q string) error
-		// queueOnPostgres: on PostgreSQL a new Reject message's claim is
-		// one statement with no commit (the first case); a Queue
-		// message's claim keeps its transaction, so the case sends one.
-		queueOnPostgres bool
+		// queueOn: the dialects on which the case sends a Queue message.
+		// On PostgreSQL a new Reject message's claim is one statement with
+		// no commit and no INSERT of its own, and on MySQL two autocommit
+		// statements with no commit; a Queue message's claim keeps its
+		// transaction.
+		queueOn []lease.Dialect
 	}{
 		{"session statement", func() func(string) error {
 			var once atomic.Bool
@@ -74,7 +77,19 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 				}
 				return nil
 			}
-		}, false},
+		}, nil},
+		{"request insert", func() func(string) error {
+			// MySQL's new message inserts its request first, in autocommit
+			// (requestFirstClaimer); elsewhere the insert is in the claim's
+			// transaction.
+			var once atomic.Bool
+			return func(q string) error {
+				if strings.HasPrefix(q, "INSERT INTO") && strings.Contains(q, schema.RequestTable) && once.CompareAndSwap(false, true) {
+					return errDropped
+				}
+				return nil
+			}
+		}, []lease.Dialect{lease.Postgres}},
 		{"commit", func() func(string) error {
 			var seen, once atomic.Bool
 			return func(q string) error {
@@ -86,7 +101,7 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 				}
 				return nil
 			}
-		}, true},
+		}, []lease.Dialect{lease.Postgres, lease.MySQL}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -94,7 +109,7 @@ func TestNewRequestLeavesNoGhostSession(t *testing.T) {
 				ctx := bg(t)
 				require.NoError(t, e.r.Sessions().Create(ctx, e.db, "s"))
 				msg := Message{SessionKey: "s", ClientRequestID: "c1", Content: "x"}
-				if tc.queueOnPostgres && e.d == lease.Postgres {
+				if slices.Contains(tc.queueOn, e.d) {
 					msg.OnBusy = Queue
 					e.r.cfg.Agent = answerOK
 				}

@@ -271,6 +271,14 @@ func (l *Lease[K]) Inspect(ctx context.Context, db DB, key K) (rst Snapshot, rer
 // statement. If the key (or another unique key of the table) exists it
 // returns *DuplicateKeyError (ErrExists) and writes nothing. Columns that the
 // table requires besides the lease columns go in o.Set.
+//
+// When the insert was sent and failed with another error than ErrExists,
+// the grant it tried is returned with the error: the outcome may be
+// unknown (the connection dropped, or ctx was cancelled, with the insert
+// on the wire), and a caller on a pool (autocommit) can give back, with
+// Delete, a row that the insert may have made; a Delete that finds none
+// changes nothing. ErrExists and the errors before any SQL (bad input)
+// return the zero Grant.
 func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o CreateOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "create", VerdictAcquired, time.Now(), &out.Generation, &rerr)
@@ -301,14 +309,18 @@ func (l *Lease[K]) Create(ctx context.Context, db DB, key K, holder string, ttl 
 	}
 	defer done()
 	sent := l.clock.Now()
+	g := Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl, Deadline: l.deadline(sent, ttl)}
 	if err := l.retry(ctx, db, func() error {
 		_, err := l.execQ(ctx, db, c.query, c.args(m))
 		return err
 	}); err != nil {
-		return Grant[K]{}, l.translate(key, err)
+		err = l.translate(key, err)
+		if errors.Is(err, ErrExists) {
+			return Grant[K]{}, err
+		}
+		return g, err // the outcome is unknown: the grant it tried
 	}
-	return Grant[K]{Key: key, Holder: holder, Token: tok, Generation: 1, TTL: ttl,
-		Deadline: l.deadline(sent, ttl)}, nil
+	return g, nil
 }
 
 // Delete removes the row if g still holds it, in one token-checked
