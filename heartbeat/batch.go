@@ -45,7 +45,7 @@ type BatchConfig struct {
 	// Pool, when set, is the pool whose leases the Batcher renews on one
 	// connection of its own: taken from Pool by Reserve (or by the first
 	// round that renews a lease on Pool) and kept while it has leases to
-	// renew (and until Close), so that a
+	// renew and for one Interval after the last (not after Close), so that a
 	// renewal never waits for a free connection behind the work that the
 	// leases protect — the fenced transactions of tools that each hold one
 	// of Pool's connections. A kept connection that breaks is given back
@@ -73,7 +73,7 @@ type BatchConfig struct {
 // joins it. A Batcher is safe for concurrent use. It runs one goroutine
 // while it has leases to renew, and none when it has none: there is
 // nothing to start or stop (with BatchConfig.Pool, Close gives back the
-// connection it keeps while it has leases).
+// connection it keeps while it has leases, and for one Interval after).
 //
 // # Guarantees
 //

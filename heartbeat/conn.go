@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/rowlease/rowlease/internal/engine"
 	"github.com/rowlease/rowlease/lease"
@@ -57,9 +58,12 @@ func connBroken(err error) bool {
 // on. sem (capacity 1) is held by whoever uses or changes conn: the
 // Batcher's goroutine for a round, Reserve, Close.
 type keptConn struct {
-	sem     chan struct{}
-	conn    *sql.Conn // nil until taken, and after it broke
-	closed  bool
+	sem    chan struct{}
+	conn   *sql.Conn // nil until taken, and after it broke
+	closed bool
+	// linger gives conn back one Interval after the Batcher was last
+	// left with no lease (idle), unless it has leases again by then.
+	linger  *time.Timer
 	waiting atomic.Int32 // renewals waiting for a connection now
 	starved atomic.Bool  // the last wait for a connection ran out (take)
 }
@@ -80,9 +84,9 @@ func (k *keptConn) unlock() { <-k.sem }
 // renews on, now, unless it keeps one already (or has no Pool, was
 // closed, or Pool opens one connection at most). Without Reserve the
 // Batcher takes it for its first round on Pool. The Batcher keeps it
-// while it has leases to renew and gives it back when it has none left
-// (a connection reserved for leases not added yet is kept for them), or
-// at Close. Call it before the work
+// while it has leases to renew and gives it back one Interval after it
+// has none left (a connection reserved for leases not added yet is kept
+// for them), or at Close. Call it before the work
 // that will hold the pool's other connections starts (package request
 // does, before each run's agent): a round that finds every connection in
 // use waits for one, and the runs' leases are lost, with
@@ -119,11 +123,34 @@ func (b *Batcher) Reserve(ctx context.Context) error {
 	return nil
 }
 
-// idle gives the kept connection back when the Batcher's goroutine
-// returns, keeping no lease, unless Reserve took it for a run about to
-// start or another goroutine started meanwhile: a Batcher with nothing
-// to renew holds no connection of the pool.
+// idle is called when the Batcher's goroutine returns, keeping no lease:
+// the kept connection is given back one Interval later (giveBack), unless
+// the Batcher has leases again, or Reserve took it for a run about to
+// start: a Batcher with nothing to renew for an Interval holds no
+// connection of the pool. Kept meanwhile, the connection stays the
+// Batcher's across runs that follow each other: given back and taken
+// again for each run of a session that sends one message after another,
+// it would be the one the run had just used (database/sql hands out the
+// last connection given back), and move the run's next statements to
+// another — on SQLite one whose page cache the last commit emptied.
 func (b *Batcher) idle() {
+	k := &b.kept
+	k.sem <- struct{}{}
+	defer k.unlock()
+	if k.conn == nil || k.closed {
+		return
+	}
+	if k.linger == nil {
+		k.linger = time.AfterFunc(b.cfg.Interval, b.giveBack)
+		return
+	}
+	k.linger.Reset(b.cfg.Interval)
+}
+
+// giveBack gives the kept connection back if the Batcher has had no lease
+// since idle scheduled it, and no Reserve took it for a run about to
+// start.
+func (b *Batcher) giveBack() {
 	k := &b.kept
 	k.sem <- struct{}{}
 	defer k.unlock()
@@ -131,7 +158,7 @@ func (b *Batcher) idle() {
 	busy := b.running || b.reserved
 	b.mu.Unlock()
 	if busy || k.conn == nil {
-		return
+		return // a later idle schedules it again
 	}
 	_ = k.conn.Close()
 	k.conn = nil
@@ -181,6 +208,9 @@ func (b *Batcher) Close() error {
 	k.sem <- struct{}{}
 	defer k.unlock()
 	k.closed = true
+	if k.linger != nil {
+		k.linger.Stop()
+	}
 	if k.conn == nil {
 		return nil
 	}

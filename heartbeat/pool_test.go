@@ -69,6 +69,57 @@ func TestBatcherRenewsOnItsOwnConnection(t *testing.T) {
 	}
 }
 
+// TestBatcherKeepsItsConnectionBetweenRuns: the kept connection of
+// BatchConfig.Pool stays the Batcher's when its last lease ends, so that
+// the next run, a moment later, takes no other (it would be the one the
+// last run had just used); it is given back once the Batcher has had no
+// lease for an Interval, and at Close.
+func TestBatcherKeepsItsConnectionBetweenRuns(t *testing.T) {
+	for _, d := range testdb.Dialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			db := testdb.Open(t, d)
+			e := conformance.Setup(t, db, lease.Options{})
+			e.Insert(t, "k")
+			const ttl, interval = 6 * time.Second, 1500 * time.Millisecond
+			b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: interval, Pool: db})
+			require.NoError(t, err)
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					assert.NoError(t, b.Close())
+				}
+			})
+			run := func() {
+				require.NoError(t, b.Reserve(ctxT(t)))
+				g, err := e.Lease.Acquire(ctxT(t), db, "k", "worker", ttl)
+				require.NoError(t, err)
+				sup, err := heartbeat.New(heartbeat.Config{Interval: interval, TTL: ttl, Batcher: b})
+				require.NoError(t, err)
+				sup.Add(heartbeat.ForLease("request", e.Lease, db, g))
+				_, err = sup.Start(context.Background())
+				require.NoError(t, err)
+				sup.Stop()
+				require.NoError(t, e.Lease.Release(ctxT(t), db, g))
+			}
+			run()
+			assert.Equal(t, 1, db.Stats().InUse, "kept after the run")
+			opened := db.Stats().OpenConnections
+			run()
+			assert.Equal(t, 1, db.Stats().InUse, "kept after the second run")
+			assert.Equal(t, opened, db.Stats().OpenConnections, "the second run took no other connection")
+			require.Eventually(t, func() bool { return db.Stats().InUse == 0 }, 10*interval, 10*time.Millisecond,
+				"given back an Interval after the last lease")
+
+			run()
+			assert.Equal(t, 1, db.Stats().InUse)
+			require.NoError(t, b.Close())
+			closed = true
+			assert.Zero(t, db.Stats().InUse, "given back at Close")
+		})
+	}
+}
+
 // TestPoolExhaustedLoss: when no connection of the pool is free until the
 // trust deadline, the loss says so — ReasonPoolExhausted, a cause that
 // matches lease.ErrPoolExhausted (and lease.ErrLost: the work must stop)
