@@ -9,7 +9,8 @@ import (
 )
 
 // exec runs an UPDATE that hands back the generation and reports whether it
-// matched the row. PostgreSQL and SQLite use RETURNING. MySQL reads the
+// matched the row; args are its arguments in placeholder order (c.args,
+// c.argsOf). PostgreSQL and SQLite use RETURNING. MySQL reads the
 // value that LAST_INSERT_ID(expr) put in the OK packet when rows affected
 // is 1. Every successful statement changes a microsecond expiry column, so
 // 1 is what a match reports in either affected-rows mode. Only on a
@@ -23,8 +24,7 @@ import (
 // again (see retry). A token-checked statement (checked) that matched
 // no row is, with Options.MultiPrimary, sent once more causally: only a
 // second miss is a miss.
-func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, m map[string]any, checked bool) (gen int64, ok bool, err error) {
-	args := c.args(m)
+func (l *Lease[K]) exec(ctx context.Context, db DB, c compiled, args []any, checked bool) (gen int64, ok bool, err error) {
 	_, err = l.sendConfirmed(ctx, db, c.query, func(q string) (bool, error) {
 		var err error
 		gen, ok, err = l.execOnce(ctx, db, q, args)
@@ -95,8 +95,7 @@ func (l *Lease[K]) translate(k K, err error) error {
 //
 // Like exec, it sends a victim again in autocommit and, with
 // Options.MultiPrimary, confirms a miss causally.
-func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, m map[string]any) (bool, error) {
-	args := c.args(m)
+func (l *Lease[K]) execOne(ctx context.Context, db DB, c compiled, args []any) (bool, error) {
 	var n int64
 	_, err := l.sendConfirmed(ctx, db, c.query, func(q string) (bool, error) {
 		res, err := l.execQ(ctx, db, q, args)

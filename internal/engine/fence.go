@@ -42,7 +42,8 @@ func (l *Lease[K]) Confirm(ctx context.Context, tx DB, g Grant[K]) (rgen int64, 
 	if err := l.checkConfirm(tx, g); err != nil {
 		return 0, err
 	}
-	gen, ok, err := l.exec(ctx, tx, l.confirmQ(), confirmVals(g), true)
+	c := l.confirmQ()
+	gen, ok, err := l.exec(ctx, tx, c, c.args(confirmVals(g)), true)
 	if err != nil {
 		return 0, err
 	}

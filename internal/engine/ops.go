@@ -47,14 +47,20 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 			return l.b.acquire(o.InStates, o.SetState != "", o.Set)
 		})
 	}
-	m := heldVals(key, tok, holder, ttl, o.SetState, o.InStates, o.Set)
+	a := leaseArgs{key: key, tok: tok.secret(), holder: holder, ttl: ttl.Microseconds(), state: o.SetState}
+	if len(o.InStates) > 0 || len(o.Set) > 0 {
+		a.more = make(map[string]any, len(o.InStates)+len(o.Set))
+		addStates(a.more, o.InStates)
+		addSet(a.more, o.Set)
+	}
+	args := c.argsOf(&a)
 	db, done, err := l.pin(ctx, db)
 	if err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
 	defer done()
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, m, false)
+	gen, ok, err := l.exec(ctx, db, c, args, false)
 	if err != nil {
 		return Grant[K]{}, l.translate(key, err)
 	}
@@ -111,7 +117,8 @@ func (l *Lease[K]) Renew(ctx context.Context, db DB, g Grant[K], ttl time.Durati
 	}
 	defer done()
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, l.renewQ, vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation, "ttl", ttl.Microseconds()), true)
+	args := l.renewQ.argsOf(&leaseArgs{key: g.Key, tok: g.Token.secret(), gen: g.Generation, ttl: ttl.Microseconds()})
+	gen, ok, err := l.exec(ctx, db, l.renewQ, args, true)
 	if err != nil {
 		return g, err
 	}
@@ -136,13 +143,13 @@ func (l *Lease[K]) Release(ctx context.Context, db DB, g Grant[K]) (rerr error) 
 	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
-	m := grantVals(g)
+	args := l.releaseQ.argsOf(&leaseArgs{key: g.Key, tok: g.Token.secret(), gen: g.Generation})
 	var ok bool
 	var err error
 	if !l.caps.Returning {
-		_, ok, err = l.exec(ctx, db, l.releaseQ, m, true)
+		_, ok, err = l.exec(ctx, db, l.releaseQ, args, true)
 	} else {
-		ok, err = l.execOne(ctx, db, l.releaseQ, m)
+		ok, err = l.execOne(ctx, db, l.releaseQ, args)
 	}
 	if err != nil {
 		return err
@@ -180,7 +187,7 @@ func (l *Lease[K]) Transition(ctx context.Context, db DB, g Grant[K], o ChangeOp
 		db = on
 	}
 	sent := l.clock.Now()
-	gen, ok, err := l.exec(ctx, db, c, changeVals(g, o), true)
+	gen, ok, err := l.exec(ctx, db, c, c.args(changeVals(g, o)), true)
 	if err != nil {
 		return g, l.translate(g.Key, err)
 	}
@@ -347,7 +354,7 @@ func (l *Lease[K]) Delete(ctx context.Context, db DB, g Grant[K]) (rerr error) {
 	if err := l.probe(ctx, db, false); err != nil {
 		return err
 	}
-	ok, err := l.execOne(ctx, db, l.deleteQ, vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation))
+	ok, err := l.execOne(ctx, db, l.deleteQ, l.deleteQ.args(grantVals(g)))
 	if err != nil {
 		return err
 	}

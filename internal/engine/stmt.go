@@ -15,6 +15,9 @@ import (
 type compiled struct {
 	query string
 	names []string // the argument names in placeholder order ("?" dialects repeat them)
+	// slots are names as fields of leaseArgs (argOther: looked up by
+	// name), worked out once by compile so that argsOf compares no text.
+	slots []argSlot
 }
 
 var compileCache sync.Map // map[dialect+template]compiled
@@ -26,6 +29,10 @@ func compile(d Dialect, tmpl string) compiled {
 	}
 	var c compiled
 	c.query, c.names = d.driver().Compile(tmpl)
+	c.slots = make([]argSlot, len(c.names))
+	for i, n := range c.names {
+		c.slots[i] = slotOf(n)
+	}
 	compileCache.Store(ck, c)
 	return c
 }
@@ -35,6 +42,81 @@ func (c compiled) args(vals map[string]any) []any {
 	out := make([]any, len(c.names))
 	for i, n := range c.names {
 		out[i] = vals[n]
+	}
+	return out
+}
+
+// argSlot names a field of leaseArgs.
+type argSlot uint8
+
+const (
+	argOther argSlot = iota // not a field: leaseArgs.more
+	argKey
+	argTok
+	argHolder
+	argTTL
+	argGen
+	argState
+)
+
+func slotOf(name string) argSlot {
+	switch name {
+	case "key":
+		return argKey
+	case "tok":
+		return argTok
+	case "holder":
+		return argHolder
+	case "ttl":
+		return argTTL
+	case "gen":
+		return argGen
+	case "state":
+		return argState
+	}
+	return argOther
+}
+
+// leaseArgs are the named values of a statement, as vals gives them in a
+// map: the names that every lease statement draws from as fields, any
+// other (a state condition's s0…, an assignment's v0…) in more. A name
+// without a value is sent as NULL, as a name missing from the map is.
+// Acquire, Renew and Release lay out their arguments from it (argsOf),
+// with no map to build and no name to hash.
+type leaseArgs struct {
+	key, tok, holder, ttl, gen, state any
+	more                              map[string]any
+}
+
+func (a *leaseArgs) at(s argSlot, name string) any {
+	switch s {
+	case argKey:
+		return a.key
+	case argTok:
+		return a.tok
+	case argHolder:
+		return a.holder
+	case argTTL:
+		return a.ttl
+	case argGen:
+		return a.gen
+	case argState:
+		return a.state
+	}
+	return a.more[name]
+}
+
+// argsOf is args for the values in a.
+func (c compiled) argsOf(a *leaseArgs) []any {
+	out := make([]any, len(c.names))
+	for i, n := range c.names {
+		s := argOther
+		if i < len(c.slots) {
+			s = c.slots[i]
+		} else {
+			s = slotOf(n) // built without compile (compileJoint)
+		}
+		out[i] = a.at(s, n)
 	}
 	return out
 }
@@ -49,7 +131,8 @@ func vals(extra ...any) map[string]any {
 
 // heldVals are the arguments of a statement that leaves key held by
 // holder under tok for ttl: an acquire (state set, states checked) or a
-// create (state set, states nil); AcquireWith, Create and AcquireCreate.
+// create (state set, states nil); Create and AcquireCreate (AcquireWith
+// lays out the same values from a leaseArgs).
 func heldVals(key any, tok Token, holder string, ttl time.Duration, state string, states []string, set []Assignment) map[string]any {
 	m := vals("key", key, "tok", tok.secret(), "holder", holder, "ttl", ttl.Microseconds(), "state", state)
 	addStates(m, states)
@@ -58,7 +141,8 @@ func heldVals(key any, tok Token, holder string, ttl time.Duration, state string
 }
 
 // grantVals are the arguments of a token-checked statement on g's row
-// (Release, Delete, Verify).
+// (Delete, a joint release; Release lays out the same values from a
+// leaseArgs).
 func grantVals[K Key](g Grant[K]) map[string]any {
 	return vals("key", g.Key, "tok", g.Token.secret(), "gen", g.Generation)
 }
