@@ -45,7 +45,7 @@ type BatchConfig struct {
 	// Pool, when set, is the pool whose leases the Batcher renews on one
 	// connection of its own: taken from Pool by Reserve (or by the first
 	// round that renews a lease on Pool) and kept while it has leases to
-	// renew and for one Interval after the last (not after Close), so that a
+	// renew and for KeepIdle after the last (not after Close), so that a
 	// renewal never waits for a free connection behind the work that the
 	// leases protect — the fenced transactions of tools that each hold one
 	// of Pool's connections. A kept connection that breaks is given back
@@ -57,6 +57,16 @@ type BatchConfig struct {
 	// other pools. Leases are on Pool when the DB given to ForLease is Pool,
 	// or a engine.FlowDB made on it.
 	Pool ConnPool
+	// KeepIdle is how long the kept connection of Pool stays the
+	// Batcher's after its last lease ends: long enough for a session's
+	// next message, sent as soon as the last was answered, to find it
+	// (taken and given back for each run, it would be the connection the
+	// run had just used — database/sql hands out the last one given back
+	// — and move the run's next statements to another); short enough
+	// that a program that closes its pool without closing its Runner gets
+	// it back at once, as it were. Zero: 100 ms, or the Interval if
+	// shorter. Negative is invalid.
+	KeepIdle time.Duration
 }
 
 // Batcher renews the leases of many Supervisors together: every Interval,
@@ -73,7 +83,7 @@ type BatchConfig struct {
 // joins it. A Batcher is safe for concurrent use. It runs one goroutine
 // while it has leases to renew, and none when it has none: there is
 // nothing to start or stop (with BatchConfig.Pool, Close gives back the
-// connection it keeps while it has leases, and for one Interval after).
+// connection it keeps while it has leases, and for a moment after).
 //
 // # Guarantees
 //
@@ -157,6 +167,12 @@ type Batcher struct {
 func NewBatcher(cfg BatchConfig) (*Batcher, error) {
 	if cfg.Interval <= 0 {
 		return nil, &engine.ValidationError{Package: "heartbeat", Field: "batch interval", Reason: "must be positive"}
+	}
+	if cfg.KeepIdle < 0 {
+		return nil, &engine.ValidationError{Package: "heartbeat", Field: "keep idle", Reason: "negative"}
+	}
+	if cfg.KeepIdle == 0 {
+		cfg.KeepIdle = min(defaultKeepIdle, cfg.Interval)
 	}
 	clock := cfg.Clock
 	if clock == nil {

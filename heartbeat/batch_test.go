@@ -248,6 +248,8 @@ func TestBatcherAddShortOfTrust(t *testing.T) {
 func TestBatcherConfig(t *testing.T) {
 	_, err := heartbeat.NewBatcher(heartbeat.BatchConfig{})
 	assert.ErrorIs(t, err, lease.ErrInvalid)
+	_, err = heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: time.Second, KeepIdle: -time.Millisecond})
+	assert.ErrorIs(t, err, lease.ErrInvalid, "a negative KeepIdle")
 	b, err := heartbeat.NewBatcher(heartbeat.BatchConfig{Interval: time.Second})
 	require.NoError(t, err)
 	_, err = heartbeat.New(heartbeat.Config{Interval: 500 * time.Millisecond, TTL: 3 * time.Second, Batcher: b})

@@ -84,9 +84,9 @@ func (k *keptConn) unlock() { <-k.sem }
 // renews on, now, unless it keeps one already (or has no Pool, was
 // closed, or Pool opens one connection at most). Without Reserve the
 // Batcher takes it for its first round on Pool. The Batcher keeps it
-// while it has leases to renew and gives it back one Interval after it
-// has none left (a connection reserved for leases not added yet is kept
-// for them), or at Close. Call it before the work
+// while it has leases to renew and gives it back BatchConfig.KeepIdle
+// after it has none left (a connection reserved for leases not added yet
+// is kept for them), or at Close. Call it before the work
 // that will hold the pool's other connections starts (package request
 // does, before each run's agent): a round that finds every connection in
 // use waits for one, and the runs' leases are lost, with
@@ -123,11 +123,15 @@ func (b *Batcher) Reserve(ctx context.Context) error {
 	return nil
 }
 
+// defaultKeepIdle is BatchConfig.KeepIdle's default (or the Interval, if
+// shorter).
+const defaultKeepIdle = 100 * time.Millisecond
+
 // idle is called when the Batcher's goroutine returns, keeping no lease:
-// the kept connection is given back one Interval later (giveBack), unless
-// the Batcher has leases again, or Reserve took it for a run about to
-// start: a Batcher with nothing to renew for an Interval holds no
-// connection of the pool. Kept meanwhile, the connection stays the
+// the kept connection is given back KeepIdle later (giveBack), unless the
+// Batcher has leases again, or Reserve took it for a run about to start:
+// a Batcher with nothing to renew holds no connection of the pool for
+// longer than that. Kept meanwhile, the connection stays the
 // Batcher's across runs that follow each other: given back and taken
 // again for each run of a session that sends one message after another,
 // it would be the one the run had just used (database/sql hands out the
@@ -141,10 +145,10 @@ func (b *Batcher) idle() {
 		return
 	}
 	if k.linger == nil {
-		k.linger = time.AfterFunc(b.cfg.Interval, b.giveBack)
+		k.linger = time.AfterFunc(b.cfg.KeepIdle, b.giveBack)
 		return
 	}
-	k.linger.Reset(b.cfg.Interval)
+	k.linger.Reset(b.cfg.KeepIdle)
 }
 
 // giveBack gives the kept connection back if the Batcher has had no lease
