@@ -45,7 +45,8 @@ func eachCounted(t *testing.T, ttl time.Duration, fn func(t *testing.T, e *env, 
 // or (a new request on PostgreSQL) in the statement that also inserts the
 // request (isAtOnceClaim).
 func isSessionAcquire(q string) bool {
-	return (strings.HasPrefix(q, "UPDATE") || isAtOnceClaim(q)) && strings.Contains(q, schema.SessionTable) && strings.Contains(q, "+ 1 END")
+	bumps := strings.Contains(q, "`generation` + 1") || strings.Contains(q, `"generation" + 1`)
+	return (strings.HasPrefix(q, "UPDATE") || isAtOnceClaim(q)) && strings.Contains(q, schema.SessionTable) && bumps
 }
 
 var errDropped = errors.New("connection dropped with the reply on the wire")

@@ -272,7 +272,11 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 // (nil: AcquireCreate), compiled once per shape.
 func acquireCreateStmt[A, C Key](a AcquireOp[A], c CreateOp[C], u *Unless) compiled {
 	var key strings.Builder
-	shapeKey(&key, a.l.shape, "acquire-create:acquire", len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
+	op := "acquire-create:acquire"
+	if !a.o.Token.isZero() {
+		op = "acquire-create:reenter"
+	}
+	shapeKey(&key, a.l.shape, op, len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
 	shapeKey(&key, c.l.shape, "acquire-create:create", 0, c.o.State != "", false, c.o.Set)
 	if u != nil {
 		u.shape(&key)
@@ -290,7 +294,7 @@ var errNotInserted = errors.New("lease: acquire-create: the acquire was made but
 // parameters named {u.m0}, ….
 func acquireCreateSQL(ab, cb sqlBuilder, ao AcquireOptions, co CreateOptions, u *Unless) string {
 	cols, vals := cb.createParts(co.State != "", co.Set)
-	assigns, where := ab.acquireParts(ao.InStates, ao.SetState != "", ao.Set)
+	assigns, where := ab.acquireParts(ao.InStates, ao.SetState != "", ao.Set, ao.Token.isZero())
 	p := driver.AcquireCreateParams{
 		AcquireTable:      ab.t.qname(ab.drv),
 		AcquireSet:        paramPrefix("a.", assignList(assigns)),

@@ -241,7 +241,7 @@ func New[K Key](dialect Dialect, table Table, opts Options) (*Lease[K], error) {
 	l.b = sqlBuilder{drv: drv, t: table}
 	c := table.cols
 	l.shape = strings.Join([]string{dialect.String(), table.name, c.Key, c.Holder, c.Token, c.ExpiresAt, c.Generation, c.State, c.UpdatedAt}, "\x00")
-	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil))
+	l.acquireQ = compile(dialect, l.b.acquire(nil, false, nil, true))
 	l.renewQ = compile(dialect, l.b.renew())
 	l.releaseQ = compile(dialect, l.b.release())
 	l.deleteQ = compile(dialect, l.b.delete())

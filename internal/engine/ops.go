@@ -34,17 +34,21 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	if err := l.probe(ctx, db, false); err != nil {
 		return Grant[K]{}, err
 	}
-	tok := o.Token
-	if tok.isZero() {
+	tok, fresh := o.Token, o.Token.isZero()
+	if fresh {
 		var err error
 		if tok, err = NewToken(); err != nil {
 			return Grant[K]{}, err
 		}
 	}
 	c := l.acquireQ
-	if len(o.InStates) > 0 || o.SetState != "" || len(o.Set) > 0 {
-		c = l.shapedStmt("acquire", len(o.InStates), o.SetState != "", false, o.Set, func() string {
-			return l.b.acquire(o.InStates, o.SetState != "", o.Set)
+	if !fresh || len(o.InStates) > 0 || o.SetState != "" || len(o.Set) > 0 {
+		op := "acquire"
+		if !fresh {
+			op = "reenter" // the statement of a held token (acquireParts)
+		}
+		c = l.shapedStmt(op, len(o.InStates), o.SetState != "", false, o.Set, func() string {
+			return l.b.acquire(o.InStates, o.SetState != "", o.Set, fresh)
 		})
 	}
 	a := leaseArgs{key: key, tok: tok.secret(), holder: holder, ttl: ttl.Microseconds(), state: o.SetState}

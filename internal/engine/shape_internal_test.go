@@ -29,13 +29,14 @@ func TestShapedStatementsPerShape(t *testing.T) {
 				set      []Assignment
 			}
 			build := map[string]func(c call) string{
-				"acquire": func(c call) string { return l.b.acquire(c.states, c.setState, c.set) },
+				"acquire": func(c call) string { return l.b.acquire(c.states, c.setState, c.set, true) },
+				"reenter": func(c call) string { return l.b.acquire(c.states, c.setState, c.set, false) },
 				"change":  func(c call) string { return l.b.change(c.states, c.setState, c.set, c.keep) },
 				"create":  func(c call) string { return l.b.create(c.setState, c.set) },
 				"ensure":  func(c call) string { return l.b.ensure(c.setState, c.set) },
 			}
 			var calls []call
-			for _, kind := range []string{"acquire", "change", "create", "ensure"} {
+			for _, kind := range []string{"acquire", "reenter", "change", "create", "ensure"} {
 				for _, states := range [][]string{nil, one, two} {
 					if (kind == "create" || kind == "ensure") && states != nil {
 						continue

@@ -55,6 +55,39 @@ func mockOps() []mockOp {
 			name: "Acquire", kind: kindUpdate, freshTok: true,
 			sql: map[engine.Dialect]any{
 				engine.MySQL: "UPDATE `app`.`lease_item` SET " +
+					"`generation` = LAST_INSERT_ID(`generation` + 1), " +
+					"`expires_at` = (" + myNow + " + INTERVAL ? MICROSECOND), " +
+					"`token` = ?, `holder` = ?, `updated_at` = " + myNow + " " +
+					"WHERE `item_key` = ? AND (`token` IS NULL OR `expires_at` IS NULL OR `expires_at` <= " + myNow + ")",
+				engine.Postgres: `UPDATE "app"."lease_item" SET ` +
+					`"generation" = "generation" + 1, ` +
+					`"expires_at" = (` + pgNow + ` + CAST($1 AS bigint) * INTERVAL '1 microsecond'), ` +
+					`"token" = $2, "holder" = $3, "updated_at" = ` + pgNow + ` ` +
+					`WHERE "item_key" = $4 AND ("token" IS NULL OR "expires_at" IS NULL OR "expires_at" <= ` + pgNow + `) ` +
+					`RETURNING "generation"`,
+				engine.SQLite: `UPDATE "app"."lease_item" SET ` +
+					`"generation" = "generation" + 1, ` +
+					`"expires_at" = (` + liteNow + ` + ?), ` +
+					`"token" = ?, "holder" = ?, "updated_at" = ` + liteNow + ` ` +
+					`WHERE "item_key" = ? AND ("token" IS NULL OR "expires_at" IS NULL OR "expires_at" <= ` + liteNow + `) ` +
+					`RETURNING "generation"`,
+			},
+			args: map[engine.Dialect]any{
+				engine.MySQL:    []any{int64(5000000), mockTok, "alice", "k"},
+				engine.Postgres: []any{int64(5000000), mockTok, "alice", "k"},
+				engine.SQLite:   []any{int64(5000000), mockTok, "alice", "k"},
+			},
+			run: func(ctx context.Context, l *engine.Lease[string], db engine.DB, _ engine.Grant[string]) (int64, engine.Token, error) {
+				g, err := l.Acquire(ctx, db, "k", "alice", 5*time.Second)
+				return g.Generation, g.Token, err
+			},
+		},
+		{
+			// Reentry sends the acquire statement of a held token: the
+			// generation kept and the expiry never moved backwards for it.
+			name: "AcquireReentry", kind: kindUpdate,
+			sql: map[engine.Dialect]any{
+				engine.MySQL: "UPDATE `app`.`lease_item` SET " +
 					"`generation` = LAST_INSERT_ID(CASE WHEN `token` = ? THEN `generation` ELSE `generation` + 1 END), " +
 					"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
 					"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, " +
@@ -80,20 +113,6 @@ func mockOps() []mockOp {
 				engine.Postgres: []any{mockTok, int64(5000000), "alice", "k"},
 				engine.SQLite:   []any{mockTok, mockTok, int64(5000000), int64(5000000), mockTok, "alice", "k", mockTok},
 			},
-			run: func(ctx context.Context, l *engine.Lease[string], db engine.DB, _ engine.Grant[string]) (int64, engine.Token, error) {
-				g, err := l.Acquire(ctx, db, "k", "alice", 5*time.Second)
-				return g.Generation, g.Token, err
-			},
-		},
-		{
-			// Reentry sends the acquire statement with the held token.
-			name: "AcquireReentry", kind: kindUpdate,
-			sql: nil, // same as Acquire; filled in below
-			args: map[engine.Dialect]any{
-				engine.MySQL:    []any{mockTok, mockTok, int64(5000000), int64(5000000), mockTok, "alice", "k", mockTok},
-				engine.Postgres: []any{mockTok, int64(5000000), "alice", "k"},
-				engine.SQLite:   []any{mockTok, mockTok, int64(5000000), int64(5000000), mockTok, "alice", "k", mockTok},
-			},
 			run: func(ctx context.Context, l *engine.Lease[string], db engine.DB, g engine.Grant[string]) (int64, engine.Token, error) {
 				g2, err := l.AcquireWith(ctx, db, "k", "alice", 5*time.Second, engine.AcquireOptions{Token: g.Token})
 				return g2.Generation, g2.Token, err
@@ -103,30 +122,27 @@ func mockOps() []mockOp {
 			name: "AcquireWithStatesAndSet", kind: kindUpdate, freshTok: true,
 			sql: map[engine.Dialect]any{
 				engine.MySQL: "UPDATE `app`.`lease_item` SET " +
-					"`generation` = LAST_INSERT_ID(CASE WHEN `token` = ? THEN `generation` ELSE `generation` + 1 END), " +
-					"`expires_at` = CASE WHEN `token` = ? AND `expires_at` IS NOT NULL AND `expires_at` >= (" + myNow + " + INTERVAL ? MICROSECOND) " +
-					"THEN (`expires_at` + INTERVAL 1 MICROSECOND) ELSE (" + myNow + " + INTERVAL ? MICROSECOND) END, " +
+					"`generation` = LAST_INSERT_ID(`generation` + 1), " +
+					"`expires_at` = (" + myNow + " + INTERVAL ? MICROSECOND), " +
 					"`token` = ?, `holder` = ?, `state` = ?, `note` = ?, `updated_at` = " + myNow + " " +
-					"WHERE `item_key` = ? AND `state` IN (?, ?) AND (`token` IS NULL OR `token` = ? OR `expires_at` IS NULL OR `expires_at` <= " + myNow + ")",
+					"WHERE `item_key` = ? AND `state` IN (?, ?) AND (`token` IS NULL OR `expires_at` IS NULL OR `expires_at` <= " + myNow + ")",
 				engine.Postgres: `UPDATE "app"."lease_item" SET ` +
-					`"generation" = CASE WHEN "token" = $1 THEN "generation" ELSE "generation" + 1 END, ` +
-					`"expires_at" = CASE WHEN "token" = $1 AND "expires_at" IS NOT NULL AND "expires_at" >= (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') ` +
-					`THEN ("expires_at" + CAST(1 AS bigint) * INTERVAL '1 microsecond') ELSE (` + pgNow + ` + CAST($2 AS bigint) * INTERVAL '1 microsecond') END, ` +
-					`"token" = $1, "holder" = $3, "state" = $4, "note" = $5, "updated_at" = ` + pgNow + ` ` +
-					`WHERE "item_key" = $6 AND "state" IN ($7, $8) AND ("token" IS NULL OR "token" = $1 OR "expires_at" IS NULL OR "expires_at" <= ` + pgNow + `) ` +
+					`"generation" = "generation" + 1, ` +
+					`"expires_at" = (` + pgNow + ` + CAST($1 AS bigint) * INTERVAL '1 microsecond'), ` +
+					`"token" = $2, "holder" = $3, "state" = $4, "note" = $5, "updated_at" = ` + pgNow + ` ` +
+					`WHERE "item_key" = $6 AND "state" IN ($7, $8) AND ("token" IS NULL OR "expires_at" IS NULL OR "expires_at" <= ` + pgNow + `) ` +
 					`RETURNING "generation"`,
 				engine.SQLite: `UPDATE "app"."lease_item" SET ` +
-					`"generation" = CASE WHEN "token" = ? THEN "generation" ELSE "generation" + 1 END, ` +
-					`"expires_at" = CASE WHEN "token" = ? AND "expires_at" IS NOT NULL AND "expires_at" >= (` + liteNow + ` + ?) ` +
-					`THEN ("expires_at" + 1) ELSE (` + liteNow + ` + ?) END, ` +
+					`"generation" = "generation" + 1, ` +
+					`"expires_at" = (` + liteNow + ` + ?), ` +
 					`"token" = ?, "holder" = ?, "state" = ?, "note" = ?, "updated_at" = ` + liteNow + ` ` +
-					`WHERE "item_key" = ? AND "state" IN (?, ?) AND ("token" IS NULL OR "token" = ? OR "expires_at" IS NULL OR "expires_at" <= ` + liteNow + `) ` +
+					`WHERE "item_key" = ? AND "state" IN (?, ?) AND ("token" IS NULL OR "expires_at" IS NULL OR "expires_at" <= ` + liteNow + `) ` +
 					`RETURNING "generation"`,
 			},
 			args: map[engine.Dialect]any{
-				engine.MySQL:    []any{mockTok, mockTok, int64(5000000), int64(5000000), mockTok, "alice", "processing", "n1", "k", "queued", "error", mockTok},
-				engine.Postgres: []any{mockTok, int64(5000000), "alice", "processing", "n1", "k", "queued", "error"},
-				engine.SQLite:   []any{mockTok, mockTok, int64(5000000), int64(5000000), mockTok, "alice", "processing", "n1", "k", "queued", "error", mockTok},
+				engine.MySQL:    []any{int64(5000000), mockTok, "alice", "processing", "n1", "k", "queued", "error"},
+				engine.Postgres: []any{int64(5000000), mockTok, "alice", "processing", "n1", "k", "queued", "error"},
+				engine.SQLite:   []any{int64(5000000), mockTok, "alice", "processing", "n1", "k", "queued", "error"},
 			},
 			run: func(ctx context.Context, l *engine.Lease[string], db engine.DB, _ engine.Grant[string]) (int64, engine.Token, error) {
 				g, err := l.AcquireWith(ctx, db, "k", "alice", 5*time.Second, engine.AcquireOptions{
@@ -420,7 +436,7 @@ func mockOps() []mockOp {
 func mockOpsFilled() []mockOp {
 	ops := mockOps()
 	for i := range ops {
-		if ops[i].name == "AcquireReentry" {
+		if ops[i].name == "AcquireReentry" && ops[i].sql == nil {
 			ops[i].sql = ops[0].sql
 		}
 	}

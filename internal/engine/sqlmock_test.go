@@ -252,7 +252,7 @@ func TestSQLMockIntegerKey(t *testing.T) {
 	l, err := engine.New[int32](engine.Postgres, mockTable, engine.Options{SkipCheck: true})
 	require.NoError(t, err)
 	mock.ExpectQuery(mockOp1(t, "Acquire").sql[engine.Postgres].(string)).
-		WithArgs(tokenArg{got: new(string)}, int64(5000000), "alice", int64(42)).
+		WithArgs(int64(5000000), tokenArg{got: new(string)}, "alice", int64(42)).
 		WillReturnRows(sqlmock.NewRows([]string{"generation"}).AddRow(int64(9)))
 	g, err := l.Acquire(context.Background(), db, 42, "alice", 5*time.Second)
 	require.NoError(t, err)
