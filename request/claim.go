@@ -249,23 +249,16 @@ func (q requestFirstClaimer) first(ctx context.Context, msg Message, holder stri
 		r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
 		return step{}, err
 	}
-	// The session's token is drawn here, not by the acquire, so that an
-	// acquire whose outcome is unknown can be given back, token-checked.
-	tok, err := engine.NewToken()
-	if err != nil {
-		r.releaseQuietly(ctx, func(cctx context.Context) error { return r.req.Delete(cctx, r.db, g) })
-		return step{}, err
-	}
-	sg, err := r.sessions.Lease().AcquireWith(ctx, r.db, msg.SessionKey, c.id, r.cfg.TTL, lease.AcquireOptions{Token: tok})
+	sg, err := r.sessions.AcquireExisting(ctx, r.db, msg.SessionKey, c.id, r.cfg.TTL)
 	if err == nil {
 		return step{run: &Run{r: r, msg: msg, id: c.id, holder: c.holder, sess: sg, req: g}}, nil
 	}
-	busy := errors.Is(err, lease.ErrHeld)
-	missing := errors.Is(err, lease.ErrNotFound)
+	busy := errors.As(err, new(*session.BusyError))
+	missing := errors.As(err, new(*session.NotFoundError))
 	if !busy && !missing {
 		// The acquire's outcome is unknown: the session too is given back
-		// if this request holds it.
-		r.giveBack(ctx, session.Grant{Key: msg.SessionKey, Holder: c.id, Token: tok, TTL: r.cfg.TTL}, g)
+		// if this request holds it (sg is the grant it tried).
+		r.giveBack(ctx, sg, g)
 		return step{}, err
 	}
 	// Not taken, and nothing was written to the session: the request goes
@@ -275,7 +268,7 @@ func (q requestFirstClaimer) first(ctx context.Context, msg Message, holder stri
 		return step{}, derr
 	}
 	if busy {
-		return step{read: true, busy: &session.BusyError{Key: msg.SessionKey, Err: err}}, nil
+		return step{read: true, busy: err}, nil
 	}
 	return step{claim: &c}, nil // no lock row: claimNew's transaction, with AutoCreate
 }

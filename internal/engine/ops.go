@@ -18,6 +18,15 @@ func (l *Lease[K]) Acquire(ctx context.Context, db DB, key K, holder string, ttl
 
 // AcquireWith is Acquire with options: reentry with a held token, a state
 // condition, and columns set in the same statement.
+//
+// When the statement was sent and failed (a driver error: the outcome may
+// be unknown, the connection dropped or ctx cancelled with the statement
+// on the wire), the grant it tried — key, holder, token and TTL, its
+// generation 0, since none came back — is returned with the error, so
+// that a caller on a pool (autocommit) can give back what it may have
+// taken: read the row's generation, and Release if the holder is its own.
+// A refusal (ErrHeld, ErrNotFound, ErrState, ErrExists) and bad input
+// return the zero Grant.
 func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string, ttl time.Duration, o AcquireOptions) (out Grant[K], rerr error) {
 	if l.obs != nil {
 		defer l.observe(ctx, "acquire", VerdictAcquired, time.Now(), &out.Generation, &rerr)
@@ -66,7 +75,13 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	sent := l.clock.Now()
 	gen, ok, err := l.exec(ctx, db, c, args, false)
 	if err != nil {
-		return Grant[K]{}, l.translate(key, err)
+		err = l.translate(key, err)
+		if errors.Is(err, ErrExists) {
+			return Grant[K]{}, err // a unique key refused a value of o.Set: nothing written
+		}
+		// The outcome may be unknown: the grant it tried, without the
+		// generation it did not get back (see the doc).
+		return Grant[K]{Key: key, Holder: holder, Token: tok, TTL: ttl}, err
 	}
 	if !ok {
 		return Grant[K]{}, l.whyNot(ctx, db, key, o.InStates)

@@ -277,13 +277,13 @@ func TestSQLMockDuplicateKey(t *testing.T) {
 				seen := expectOp(t, mock, c.d, op, g, outcome{err: c.err})
 				_, tok, err := op.run(context.Background(), l, db, g)
 				require.Error(t, err)
-				if c.dup || !strings.HasPrefix(opName, "Create") {
+				if c.dup || !(strings.HasPrefix(opName, "Create") || strings.HasPrefix(opName, "Acquire")) {
 					assert.True(t, engine.TokenIsZero(tok) || engine.SameToken(tok, g.Token), "no new grant on failure")
 				} else {
-					// Create hands back the grant it tried with any error but
-					// ErrExists, for a Delete that gives back what the insert
-					// may have made.
-					assert.False(t, engine.TokenIsZero(tok), "the grant Create tried")
+					// Create and Acquire hand back the grant they tried with
+					// any error but ErrExists, for a Delete or a Release that
+					// gives back what the statement may have taken.
+					assert.False(t, engine.TokenIsZero(tok), "the grant it tried")
 				}
 				assert.Equal(t, c.dup, engine.IsDuplicateKey(err))
 				noSecret(t, err, engine.Secret(g.Token), *seen)
