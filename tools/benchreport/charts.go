@@ -242,13 +242,15 @@ func lockPathChart(dir string, pts []lockPathPoint) error {
 // for the three designs on dialect d (flow-throughput-d.svg).
 func throughputChart(dir, d string, pts []throughputPoint) error {
 	byKind := map[string]plotter.XYs{}
+	sessions := map[int]bool{}
 	for _, pt := range pts {
 		if pt.Dialect == d {
 			byKind[pt.Kind] = append(byKind[pt.Kind], plotter.XY{X: float64(pt.Sessions), Y: pt.PerSec})
+			sessions[pt.Sessions] = true
 		}
 	}
-	if len(byKind) == 0 {
-		return nil
+	if len(sessions) < 2 {
+		return nil // no line to draw (and a log axis of one value has no width: -flow-sessions 1)
 	}
 	p := newPlot("new messages per second, one tool call each, "+dialectTitle[d], "concurrent sessions (each its own)", "messages per second (log)")
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}

@@ -353,13 +353,17 @@ func (m *roundMarks) next(fresh bool) (roundMark, error) {
 			<-m.ch
 		}
 	}
-	t := time.NewTimer(3 * heartbeatInterval)
+	// A round of 10,000 renewals on PostgreSQL took 0.4–2.1 s in the runs
+	// on the 2-core machine, and once more than three intervals: wait long
+	// enough that only a round that never comes fails the report.
+	const patience = 10 * heartbeatInterval
+	t := time.NewTimer(patience)
 	defer t.Stop()
 	select {
 	case mark := <-m.ch:
 		return mark, nil
 	case <-t.C:
-		return roundMark{}, fmt.Errorf("no round of the heartbeat ended within %v (is the interrupt read still sent after each round, as isInterruptRead expects?)", 3*heartbeatInterval)
+		return roundMark{}, fmt.Errorf("no round of the heartbeat ended within %v (is the interrupt read still sent after each round, as isInterruptRead expects?)", patience)
 	}
 }
 
