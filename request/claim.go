@@ -262,9 +262,14 @@ func (q requestFirstClaimer) first(ctx context.Context, msg Message, holder stri
 		return step{}, err
 	}
 	// Not taken, and nothing was written to the session: the request goes
-	// again, at once. A delete that fails returns its error, and leaves
-	// the request to expire and be resumed, as a run that died there.
-	if derr := r.req.Delete(ctx, r.db, g); derr != nil && !errors.Is(derr, lease.ErrLost) {
+	// again, at once, with a bounded context that survives ctx's end (a
+	// caller that gives up now must not leave a request to be run). A
+	// delete that fails returns its error, and leaves the request to
+	// expire and be resumed, as a run that died there.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	derr := r.req.Delete(cctx, r.db, g)
+	cancel()
+	if derr != nil && !errors.Is(derr, lease.ErrLost) {
 		return step{}, derr
 	}
 	if busy {
