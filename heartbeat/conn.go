@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -154,18 +155,32 @@ func (b *Batcher) idle() {
 // giveBack gives the kept connection back if the Batcher has had no lease
 // since idle scheduled it, and no Reserve took it for a run about to
 // start.
+//
+// It pings the connection first, outside k.sem (a round on a new lease
+// takes another connection meanwhile, and never waits for the ping): kept
+// idle, it may have broken since its last statement (the database
+// restarted, the network cut it) without its driver knowing, and given
+// back so, database/sql would hand it to the next statement of the work,
+// which would fail on it. A connection whose ping fails is discarded.
 func (b *Batcher) giveBack() {
 	k := &b.kept
 	k.sem <- struct{}{}
-	defer k.unlock()
 	b.mu.Lock()
 	busy := b.running || b.reserved
 	b.mu.Unlock()
-	if busy || k.conn == nil {
+	c := k.conn
+	if busy || c == nil {
+		k.unlock()
 		return // a later idle schedules it again
 	}
-	_ = k.conn.Close()
 	k.conn = nil
+	k.unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), min(b.cfg.Interval, time.Second))
+	if err := c.PingContext(ctx); err != nil {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn }) // not back into the pool
+	}
+	cancel()
+	_ = c.Close()
 }
 
 // take takes a connection of p (takeConn). It counts as waiting for the
