@@ -62,8 +62,8 @@ type keptConn struct {
 	sem    chan struct{}
 	conn   *sql.Conn // nil until taken, and after it broke
 	closed bool
-	// linger gives conn back one Interval after the Batcher was last
-	// left with no lease (idle), unless it has leases again by then.
+	// linger gives conn back BatchConfig.KeepIdle after the Batcher was
+	// last left with no lease (idle), unless it has leases again by then.
 	linger  *time.Timer
 	waiting atomic.Int32 // renewals waiting for a connection now
 	starved atomic.Bool  // the last wait for a connection ran out (take)

@@ -272,11 +272,7 @@ func acquireCreateOne[A, C Key](ctx context.Context, db DB, a AcquireOp[A], c Cr
 // (nil: AcquireCreate), compiled once per shape.
 func acquireCreateStmt[A, C Key](a AcquireOp[A], c CreateOp[C], u *Unless) compiled {
 	var key strings.Builder
-	op := "acquire-create:acquire"
-	if !a.o.Token.isZero() {
-		op = "acquire-create:reenter"
-	}
-	shapeKey(&key, a.l.shape, op, len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
+	shapeKey(&key, a.l.shape, a.o.acquireShape("acquire-create:acquire"), len(a.o.InStates), a.o.SetState != "", false, a.o.Set)
 	shapeKey(&key, c.l.shape, "acquire-create:create", 0, c.o.State != "", false, c.o.Set)
 	if u != nil {
 		u.shape(&key)

@@ -52,11 +52,7 @@ func (l *Lease[K]) AcquireWith(ctx context.Context, db DB, key K, holder string,
 	}
 	c := l.acquireQ
 	if !fresh || len(o.InStates) > 0 || o.SetState != "" || len(o.Set) > 0 {
-		op := "acquire"
-		if !fresh {
-			op = "reenter" // the statement of a held token (acquireParts)
-		}
-		c = l.shapedStmt(op, len(o.InStates), o.SetState != "", false, o.Set, func() string {
+		c = l.shapedStmt(o.acquireShape("acquire"), len(o.InStates), o.SetState != "", false, o.Set, func() string {
 			return l.b.acquire(o.InStates, o.SetState != "", o.Set, fresh)
 		})
 	}

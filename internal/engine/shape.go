@@ -61,3 +61,13 @@ func (l *Lease[K]) shapedStmt(kind string, states int, setState, keep bool, set 
 	shapeKey(&b, l.shape, kind, states, setState, keep, set)
 	return shaped(b.String(), func() compiled { return compile(l.dialect, build()) })
 }
+
+// acquireShape names the acquire statement o sends, under kind: the
+// statement of a new token (kind), or, with o.Token set, that of a held
+// one (kind+":reenter"), which keeps the reentry's parts (acquireParts).
+func (o AcquireOptions) acquireShape(kind string) string {
+	if o.Token.isZero() {
+		return kind
+	}
+	return kind + ":reenter"
+}
