@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/rowlease/rowlease/internal/engine"
 )
 
 // ErrCancelled: the request was cancelled by its client (Cancel) (409,
@@ -160,11 +162,20 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 	return Status{}, fmt.Errorf("%w: the request kept changing state", ErrInFlight)
 }
 
-// exec runs one statement and returns the rows it affected.
-func (r *Runner) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	res, err := r.db.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+// exec runs one statement in autocommit and returns the rows it affected.
+// A deadlock or serialization victim took no effect and is sent again
+// (engine.RetryVictims): Cancel's flag on MySQL can be chosen as the
+// victim against the run's own end, which locks the same request row
+// through its primary key while the flag takes it through the (session,
+// client request id) key.
+func (r *Runner) exec(ctx context.Context, q string, args ...any) (n int64, err error) {
+	err = engine.RetryVictims(ctx, r.cfg.Dialect, r.db, func() error {
+		res, err := r.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/rowlease/rowlease/internal/testkit/countdb"
 	"github.com/rowlease/rowlease/internal/testkit/testdb"
 	"github.com/rowlease/rowlease/lease"
+	"github.com/rowlease/rowlease/schema"
 )
 
 // TestCancelThenTheProcessDies: Cancel (from another process) flags a run
@@ -340,4 +341,72 @@ func TestCancelStopsTheRunThatTookOver(t *testing.T) {
 		require.True(t, atOnce, "Cancel's stop in this process missed the run that took over")
 		require.ErrorIs(t, context.Cause(second), ErrCancelled)
 	})
+}
+
+// TestCancelFlagSentAgainAfterDeadlock: on MySQL, Cancel's flag takes the
+// request row through its (session, client request id) key, while a run's
+// end takes it through its primary key; InnoDB can then pick the flag as
+// the deadlock victim (1213). The victim took no effect, and Cancel sends
+// it again instead of failing. The deadlock is made here on purpose: a
+// transaction holds the row by its primary key, waits for the flag to
+// queue behind it, then writes the row's keys, whose entries the flag
+// holds, as a run's end does. It has written more (the ledger rows), so
+// InnoDB picks the flag.
+func TestCancelFlagSentAgainAfterDeadlock(t *testing.T) {
+	db := testdb.Open(t, lease.MySQL)
+	e := newEnv(t, db, 30*time.Second)
+	r := e.newRunner(t, nil)
+	ctx := bg(t)
+
+	ids := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Handle(ctx, Message{SessionKey: "s", ClientRequestID: "c", Content: "x"}, func(ctx context.Context, run *Run) (Answer, error) {
+			ids <- run.RequestID()
+			<-ctx.Done()
+			return Answer{}, context.Cause(ctx)
+		})
+		done <- err
+	}()
+	id := <-ids
+
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	for i := 0; i < 20; i++ {
+		_, err = tx.ExecContext(ctx, "INSERT INTO ledger_entry (request_id, amount) VALUES (?, '1')", id)
+		require.NoError(t, err)
+	}
+	_, err = tx.ExecContext(ctx, "UPDATE "+schema.RequestTable+" SET content = 'held' WHERE id = ?", id)
+	require.NoError(t, err)
+
+	cancelled := make(chan error, 1)
+	var st Status
+	go func() {
+		var err error
+		st, err = r.Cancel(ctx, "s", "c")
+		cancelled <- err
+	}()
+	// The flag waits for the row this transaction holds: the server lists
+	// it as running for longer than a statement that is not blocked takes.
+	waitFor(t, func() bool {
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST"+
+			" WHERE INFO LIKE 'UPDATE %interrupted_by = client_request_id%' AND TIME_MS > 200").Scan(&n))
+		return n > 0
+	})
+	// Now the transaction needs what the flag holds: the row's entry in
+	// the key the flag found it by, whichever the server chose. A run's
+	// end does this when it writes the row's status and updated_at.
+	_, err = tx.ExecContext(ctx, "UPDATE "+schema.RequestTable+
+		" SET updated_at = UTC_TIMESTAMP(6) WHERE session_key = 's' AND client_request_id = 'c'")
+	require.NoError(t, err, "the transaction holding more was picked as the victim; the test did not make the flag one")
+	require.NoError(t, tx.Rollback())
+
+	require.NoError(t, <-cancelled, "Cancel's flag was a deadlock victim, which took no effect: it is sent again")
+	assert.Equal(t, StateCancelled, st.State)
+	require.ErrorIs(t, <-done, ErrCancelled)
 }

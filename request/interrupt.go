@@ -112,10 +112,6 @@ func (r *Runner) checkInterrupts(ctx context.Context, db lease.DB) {
 // statement, which changes nothing while the run is alive. It reports
 // whether it marked the request.
 func (r *Runner) settleInterrupted(ctx context.Context, sessionKey, id string) (bool, error) {
-	res, err := r.db.ExecContext(ctx, r.sql.settleOne, sessionKey, id)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
+	n, err := r.exec(ctx, r.sql.settleOne, sessionKey, id)
 	return n == 1, err
 }

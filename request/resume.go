@@ -155,13 +155,9 @@ func (run *Run) endResume() {
 func (r *Runner) giveUp(ctx context.Context, h queuedHead) (bool, error) {
 	msg := fmt.Sprintf("request: not resumed again: its run died %d times (its lease expired without an outcome; "+
 		"ResumeConfig.MaxAttempts is %d); a resend of the message retries it", h.deaths, r.cfg.Resume.MaxAttempts)
-	res, err := r.db.ExecContext(ctx, r.sql.giveUp, schema.ErrorText(msg), h.id, h.generation)
+	n, err := r.exec(ctx, r.sql.giveUp, schema.ErrorText(msg), h.id, h.generation)
 	if err != nil {
 		return false, fmt.Errorf("request: marking a dead run error after its attempts: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, err
 	}
 	if n == 1 {
 		r.log.Warn("rowlease: a request's run kept dying; it is marked error and not resumed again",

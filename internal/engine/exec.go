@@ -129,12 +129,17 @@ func autocommit(db DB) bool {
 // the error is returned at once. SQLite's busy errors are not retried
 // here: the busy timeout already waited.
 func (l *Lease[K]) retry(ctx context.Context, db DB, fn func() error) error {
-	return retryVictims(ctx, l.dialect, db, fn)
+	return RetryVictims(ctx, l.dialect, db, fn)
 }
 
-// retryVictims is Lease.retry for a statement of dialect d that is not one
-// Lease's (see Joint).
-func retryVictims(ctx context.Context, d Dialect, db DB, fn func() error) error {
+// RetryVictims is Lease.retry for a statement of dialect d that is not one
+// of Lease's (Joint's, and the upper floors' own autocommit statements):
+// fn runs again, after a back-off, while it fails as a deadlock,
+// serialization or certification victim on a dialect whose victims took
+// no effect (driver.Caps.RetryVictims), and only when db is not a
+// transaction (a victim inside one has rolled all of it back); at most
+// retry.MaxAttempts runs.
+func RetryVictims(ctx context.Context, d Dialect, db DB, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil || attempt >= retry.MaxAttempts || !d.driver().Caps().RetryVictims || !IsRetryable(err) || !autocommit(db) {

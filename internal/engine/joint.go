@@ -391,7 +391,7 @@ func sendJoint(ctx context.Context, db DB, ops []JointOp) (held []bool, err erro
 	}
 	d := ops[0].w.dialect()
 	q, args := jointSQL(ops)
-	err = retryVictims(ctx, d, db, func() error {
+	err = RetryVictims(ctx, d, db, func() error {
 		held = nil
 		if ops[0].w.caps().Joint == driver.JointWith {
 			gens := make([]sql.NullInt64, len(ops))

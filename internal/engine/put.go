@@ -129,7 +129,7 @@ func (l *Lease[K]) putTx(ctx context.Context, db DB, g Grant[K], row Row, m map[
 		return invalid("db", fmt.Sprintf("%T cannot begin a transaction (ConfirmPut on MySQL needs a pool)", db))
 	}
 	ins := compile(l.dialect, l.putSQL(row))
-	return retryVictims(ctx, l.dialect, b, func() error {
+	return RetryVictims(ctx, l.dialect, b, func() error {
 		tx, err := b.BeginTx(ctx, nil)
 		if err != nil {
 			return err
