@@ -91,6 +91,10 @@ func (run *Run) stopCause(cause error) error {
 // Every resend of a cancelled request's id gets ErrCancelled (with the
 // same fingerprint; another one still gets ErrFingerprintMismatch). An
 // unknown request gives ErrNotFound; bad input an error matching lease.ErrInvalid.
+// Its writes are single statements; one that the database picked as a
+// deadlock or serialization victim took no effect and is sent again, a
+// few times (the back-off of a lease operation), so a Cancel that races
+// the run's own end does not fail for it.
 // A request that an interrupting message asked to stop first ends
 // interrupted, not cancelled.
 func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string) (Status, error) {
