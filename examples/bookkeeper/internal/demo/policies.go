@@ -248,16 +248,31 @@ func playPolicies(ctx context.Context, c *http.Client, st *store.Store, sc servi
 	ps.checks = append(ps.checks, check{interruptOK,
 		fmt.Sprintf("on_busy interrupt: the new message got 200; the one it stopped got 409 interrupted, on every resend too (%v)", hv)})
 
-	// reject: the default.
-	rs := newSession()
-	running, wasBusy := s.busy(rs, "p-r0", "coffee 4.5")
-	hr := s.post(rs, "p-r1", "parking 15", "reject")
-	rejectOK := (<-running).status == http.StatusOK &&
-		(hr.status == http.StatusConflict && hr.ptype == api.ProblemSessionBusy && hr.header.Get("Retry-After") != "" ||
-			!wasBusy && hr.status == http.StatusOK)
-	_, n = ledgerOrder(ctx, st, rs, nil)
-	ps.transactions += n
-	row("409 session-busy (on_busy: reject)", btoi(hr.status == http.StatusConflict))
+	// reject: the default. The running message may be answered between
+	// the status read that saw it processing and the second message's
+	// arrival (a loaded machine, a short model latency): then the second
+	// one finds the session free and runs, and the scene is played again
+	// on a new session, a few times, until the second one meets a busy
+	// session.
+	var rejected int
+	rejectOK := false
+	for attempt := 1; attempt <= 5; attempt++ {
+		rs := newSession()
+		running, _ := s.busy(rs, fmt.Sprintf("p-r%d-0", attempt), "coffee 4.5")
+		hr := s.post(rs, fmt.Sprintf("p-r%d-1", attempt), "parking 15", "reject")
+		first := <-running
+		_, n = ledgerOrder(ctx, st, rs, nil)
+		ps.transactions += n
+		if first.status == http.StatusOK && hr.status == http.StatusOK {
+			ps.notes = append(ps.notes, "reject: the first message was answered before the second arrived; played again")
+			continue
+		}
+		rejected = btoi(hr.status == http.StatusConflict)
+		rejectOK = first.status == http.StatusOK && hr.status == http.StatusConflict &&
+			hr.ptype == api.ProblemSessionBusy && hr.header.Get("Retry-After") != ""
+		break
+	}
+	row("409 session-busy (on_busy: reject)", rejected)
 	ps.checks = append(ps.checks, check{rejectOK, "on_busy reject: 409 session-busy with Retry-After, as before"})
 
 	if len(s.errors) > 0 {
