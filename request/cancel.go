@@ -170,8 +170,8 @@ func (r *Runner) Cancel(ctx context.Context, sessionKey, clientRequestID string)
 // A deadlock or serialization victim took no effect and is sent again
 // (engine.RetryVictims): Cancel's flag on MySQL can be chosen as the
 // victim against the run's own end, which locks the same request row
-// through its primary key while the flag takes it through the (session,
-// client request id) key.
+// through its primary key while the flag takes it through a secondary key
+// that the end's write of status and updated_at then needs.
 func (r *Runner) exec(ctx context.Context, q string, args ...any) (n int64, err error) {
 	err = engine.RetryVictims(ctx, r.cfg.Dialect, r.db, func() error {
 		res, err := r.db.ExecContext(ctx, q, args...)
