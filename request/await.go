@@ -239,7 +239,7 @@ func (run *Run) parkedAt() *parked {
 // marked as that asked instead.
 func (r *Runner) park(ctx context.Context, run *Run, p *parked) (Outcome, error) {
 	base := Outcome{RequestID: run.id, Resumed: run.resumed, Attempt: run.req.Generation}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	cctx, cancel := r.detached(ctx)
 	defer cancel()
 	var parked bool
 	var err error

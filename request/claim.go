@@ -266,7 +266,7 @@ func (q requestFirstClaimer) first(ctx context.Context, msg Message, holder stri
 	// caller that gives up now must not leave a request to be run). A
 	// delete that fails returns its error, and leaves the request to
 	// expire and be resumed, as a run that died there.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	cctx, cancel := r.detached(ctx)
 	derr := r.req.Delete(cctx, r.db, g)
 	cancel()
 	if derr != nil && !errors.Is(derr, lease.ErrLost) {

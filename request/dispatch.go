@@ -58,7 +58,7 @@ func (r *Runner) onPlaced(ctx context.Context, msg Message, p placement) (*Run, 
 // kick starts the head of the session's queue if the session is free, in
 // a bounded context that survives the caller's cancellation.
 func (r *Runner) kick(ctx context.Context, sessionKey string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	cctx, cancel := r.detached(ctx)
 	defer cancel()
 	if err := r.tryStart(cctx, sessionKey); err != nil {
 		r.log.Warn("rowlease: starting a queued message failed; the dispatcher will", "err", err)

@@ -123,7 +123,7 @@ func (r *Runner) trimSteps(ctx context.Context, run *Run) error {
 	if n == 0 {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	cctx, cancel := r.detached(ctx)
 	defer cancel()
 	var keep int
 	if diverged != nil {
@@ -166,7 +166,7 @@ func (r *Runner) trimSteps(ctx context.Context, run *Run) error {
 // request lease gives an error matching ErrTakenOver (and lease.ErrLost);
 // any other error of the mark is returned as it is.
 func (r *Runner) mark(ctx context.Context, run *Run, to string, set []lease.Assignment) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	cctx, cancel := r.detached(ctx)
 	defer cancel()
 	if r.cfg.Dialect != lease.Postgres {
 		// SQLite has no statement that writes two tables, and MariaDB's
@@ -222,10 +222,17 @@ func (r *Runner) releaseAll(ctx context.Context, run *Run) {
 	r.releaseQuietly(ctx, func(c context.Context) error { return r.sessions.Release(c, r.db, run.sess) })
 }
 
+// detached returns the context of a write that must run to its end even
+// when ctx ends (the caller gave up, the run was stopped): ctx's values
+// without its cancellation, bounded by Config.ReleaseTimeout.
+func (r *Runner) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+}
+
 // releaseQuietly runs a clean-up write with a bounded context that
 // survives the caller's cancellation, and logs (never returns) a failure.
 func (r *Runner) releaseQuietly(ctx context.Context, f func(context.Context) error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+	cctx, cancel := r.detached(ctx)
 	defer cancel()
 	if err := f(cctx); err != nil && !errors.Is(err, lease.ErrLost) {
 		r.log.Warn("rowlease: release failed; the lease will expire after its TTL", "err", err)

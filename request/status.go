@@ -200,7 +200,7 @@ func (r *Runner) Wait(ctx context.Context, sessionKey, clientRequestID string) (
 	delay := r.cfg.Queue.PollMin
 	for {
 		changed := r.changedChan()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ReleaseTimeout)
+		rctx, cancel := r.detached(ctx)
 		st, err := r.Status(rctx, sessionKey, clientRequestID)
 		err = r.readTimeout().Of(rctx, err)
 		cancel()
