@@ -258,7 +258,11 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 
 	s.newWaitStatements(d, tq, sq, now)
 	if r.cfg.Lease.MultiPrimary {
-		s.waitRead = engine.SyncWait(s.waitRead) // see an answer just recorded through another node
+		// See an answer just recorded through another node: both reads,
+		// since the pool may send the second to a node that has not yet
+		// applied the answer the first one saw.
+		s.waitRead = engine.SyncWait(s.waitRead)
+		s.waitAnswer = engine.SyncWait(s.waitAnswer)
 	}
 	s.sweepIDs = d.Rebind("SELECT " + schema.ColID + " FROM " + tq + " WHERE " + schema.ColStatus + " IN " + finished +
 		" AND " + schema.ColUpdatedAt + " <= " + cutoff(d) + " LIMIT ?")
