@@ -121,8 +121,9 @@ type Config struct {
 	// Lease options (safety margin, clock) for every level. The heartbeat
 	// reads the same clock as the leases' trust deadlines (Lease.Clock).
 	// On a MariaDB Galera pool whose connections reach several nodes, set
-	// Lease.MultiPrimary: it also makes the Runner's own lookup of a
-	// request causal (see lease.Options.MultiPrimary).
+	// Lease.MultiPrimary: it also makes the Runner's own reads of a
+	// request causal — a resend's lookup, and Answer's reads of the wait
+	// and of its recorded answer (see lease.Options.MultiPrimary).
 	Lease lease.Options
 	// Logger; nil means slog.Default(). Tokens are never logged.
 	Logger *slog.Logger
