@@ -118,9 +118,6 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 		schema.ColReply + ", ''), COALESCE(" + schema.ColResult + ", ''), " + schema.ColGeneration + ", COALESCE(" +
 		schema.ColInterruptedBy + ", ''), CASE WHEN " + schema.ColQueueSeq + " IS NULL THEN 0 ELSE 1 END FROM " + tq +
 		" WHERE " + schema.ColSessionKey + " = ? AND " + schema.ColClientRequestID + " = ?")
-	if r.cfg.Lease.MultiPrimary {
-		s.find = engine.SyncWait(s.find) // see the request a duplicate just made through another node
-	}
 	s.status = r.statusStatement(tq)
 	sq := engine.QuotedTable(steps, d)
 	s.steps = d.Rebind("SELECT " + schema.ColName + ", " + schema.ColOutput + " FROM " + sq + " WHERE " +
@@ -258,9 +255,13 @@ func (r *Runner) newStatements(t, steps lease.Table) statements {
 
 	s.newWaitStatements(d, tq, sq, now)
 	if r.cfg.Lease.MultiPrimary {
-		// See an answer just recorded through another node: both reads,
-		// since the pool may send the second to a node that has not yet
-		// applied the answer the first one saw.
+		// The reads whose answer decides what the Runner does are causal
+		// on a multi-primary cluster: find sees the request a duplicate
+		// just made through another node; waitRead and waitAnswer see an
+		// answer just recorded through another node (both, since the
+		// pool may send the second to a node that has not yet applied
+		// the answer the first one saw).
+		s.find = engine.SyncWait(s.find)
 		s.waitRead = engine.SyncWait(s.waitRead)
 		s.waitAnswer = engine.SyncWait(s.waitAnswer)
 	}
